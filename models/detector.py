@@ -1,0 +1,135 @@
+"""The anomaly detector: reconstruction error against the consensus subspace Z.
+
+Shaped like a scikit-learn / PyOD detector: hyper-parameters in __init__, learned state with a
+trailing underscore, ``fit`` returns self. Scores follow PyOD's convention: higher means more anomalous.
+
+- ``score_samples(X)``: squared reconstruction error ||(I - Z Z') t(x)||^2 of the preprocessed record;
+- ``decision_function(X)``: score minus ``threshold_`` (positive means anomalous);
+- ``predict(X)``: 1 for an anomaly, 0 for normal;
+- ``explain(X)``: the features that carry most of the residual, with observed and expected values.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from models.linalg import orth, top_eigvecs
+from models.preprocessing import Moments, Preprocessor, global_standardisation, signed_log1p
+from models.threshold import federated_quantile
+
+MODEL_VERSION = 1
+
+
+class PCADetector:
+    def __init__(self, rank: int = 3, quantile: float = 0.99, log_transform: bool = True, n_explain: int = 3):
+        self.rank = rank
+        self.quantile = quantile
+        self.log_transform = log_transform
+        self.n_explain = n_explain
+
+    # -- fitting -----------------------------------------------------------------------------------
+    def fit(self, X: np.ndarray, feature_names: list[str] | None = None) -> PCADetector:
+        """Centralised fit on pooled records (the quality limit of the federated algorithms)."""
+        X = _check_matrix(X)
+        names = feature_names or [f"f{j}" for j in range(X.shape[1])]
+        mask = np.full(X.shape[1], self.log_transform)
+        m = Moments.of(signed_log1p(X, mask))
+        mean, scale, _ = global_standardisation([m.summary()])
+        pre = Preprocessor(names, mask, mean, scale)
+        C = m.second_moment(mean, scale)
+        if not 1 <= self.rank < X.shape[1]:
+            raise ValueError(f"rank must be between 1 and {X.shape[1] - 1} (the number of features - 1)")
+        Z = top_eigvecs(C, self.rank)[1]
+        self._set(Z, pre, 0.0)
+        self.threshold_ = federated_quantile([self.score_samples(X)], self.quantile)
+        return self
+
+    @classmethod
+    def from_model(cls, Z: np.ndarray, preprocessor: Preprocessor, threshold: float, **params: Any) -> PCADetector:
+        det = cls(rank=Z.shape[1], **params)
+        det._set(Z, preprocessor, threshold)
+        return det
+
+    def _set(self, Z: np.ndarray, pre: Preprocessor, threshold: float) -> None:
+        if Z.shape[0] != pre.n_features:
+            raise ValueError(f"Z has {Z.shape[0]} rows but the preprocessing has {pre.n_features} features")
+        self.components_ = np.ascontiguousarray(orth(np.asarray(Z, dtype=float)))
+        self.preprocessor_ = pre
+        self.threshold_ = float(threshold)
+        self.feature_names_ = list(pre.feature_names)
+
+    # -- scoring -----------------------------------------------------------------------------------
+    def _project(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        T = self.preprocessor_.transform(X)
+        return T, T @ self.components_
+
+    def score_samples(self, X: np.ndarray) -> np.ndarray:
+        X = np.asarray(X, dtype=float)
+        if X.shape[-1] != len(self.feature_names_):
+            raise ValueError(f"expected {len(self.feature_names_)} features, got {X.shape[-1]}")
+        T, P = self._project(X)
+        if T.ndim == 1:
+            return max(float(T @ T - P @ P), 0.0)
+        s = np.einsum("ij,ij->i", T, T)
+        s -= np.einsum("ij,ij->i", P, P)
+        np.maximum(s, 0.0, out=s)
+        return s
+
+    def decision_function(self, X: np.ndarray) -> np.ndarray:
+        return self.score_samples(X) - self.threshold_
+
+    def predict(self, X: np.ndarray) -> np.ndarray:
+        return (self.decision_function(X) > 0).astype(int)
+
+    def explain(self, X: np.ndarray, top: int | None = None) -> list[list[dict[str, Any]]]:
+        """Per record, the features with the largest share of the squared residual."""
+        top = top or self.n_explain
+        X = np.atleast_2d(np.asarray(X, dtype=float))
+        T, P = self._project(X)
+        recon = P @ self.components_.T
+        R2 = (T - recon) ** 2
+        total = R2.sum(axis=1, keepdims=True)
+        share = np.divide(R2, total, out=np.zeros_like(R2), where=total > 0)
+        expected = self.preprocessor_.inverse_transform(recon)
+        order = np.argsort(-share, axis=1)[:, :top]
+        return [
+            [
+                {
+                    "feature": self.feature_names_[j],
+                    "share": round(float(share[i, j]), 4),
+                    "value": float(X[i, j]),
+                    "expected": float(expected[i, j]),
+                }
+                for j in order[i]
+            ]
+            for i in range(X.shape[0])
+        ]
+
+    # -- persistence -------------------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "version": MODEL_VERSION,
+            "rank": int(self.components_.shape[1]),
+            "Z": self.components_.tolist(),
+            "threshold": self.threshold_,
+            "quantile": self.quantile,
+            "preprocessing": self.preprocessor_.to_dict(),
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> PCADetector:
+        if d.get("version") != MODEL_VERSION:
+            raise ValueError(f"unsupported model version {d.get('version')!r}")
+        pre = Preprocessor.from_dict(d["preprocessing"])
+        return cls.from_model(np.array(d["Z"], dtype=float), pre, d["threshold"], quantile=d["quantile"])
+
+
+def _check_matrix(X: np.ndarray) -> np.ndarray:
+    X = np.asarray(X, dtype=float)
+    if X.ndim != 2:
+        raise ValueError(f"expected a 2-D array of records x features, got shape {X.shape}")
+    if not np.isfinite(X).all():
+        raise ValueError("input contains NaN or infinite values")
+    return X

@@ -1,0 +1,25 @@
+"""Federated PCA algorithms and their registry."""
+
+from __future__ import annotations
+
+from models.federated import FederatedAlgorithm
+from models.pca.fedmm import FedMM
+from models.pca.fedpe import FedPE
+from models.pca.fedpg import FedPG
+
+FEDERATED = {"fedpe": FedPE, "fedpg": FedPG, "fedmm": FedMM}
+BASELINES = ("centralized", "local")
+ALGORITHMS = (*BASELINES, *FEDERATED)
+
+
+def make_algorithm(name: str, rank: int, **params) -> FederatedAlgorithm:
+    """Instantiate a federated PCA algorithm by name, ignoring parameters it does not take."""
+    try:
+        cls = FEDERATED[name]
+    except KeyError:
+        raise ValueError(f"unknown algorithm {name!r}; choose from {', '.join(ALGORITHMS)}") from None
+    accepted = cls.__init__.__code__.co_varnames
+    return cls(rank=rank, **{k: v for k, v in params.items() if k in accepted and v is not None})
+
+
+__all__ = ["ALGORITHMS", "BASELINES", "FEDERATED", "FedMM", "FedPE", "FedPG", "make_algorithm"]

@@ -1,0 +1,136 @@
+"""FedMM for PCA (seed 003 applied to seed 004): aggregate the surrogate statistic, not the parameter.
+
+The majoriser of -tr(U'CU) at the current basis Q is linear in S = C Q, so a sampled client uploads
+S_i = C_i Q (d x m, the same size as a FedPG upload when m = k) and the server rebuilds the basis.
+
+Partial participation is the hard case: the server keeps the last S_i of every client (control
+variates), but a stale S_i was computed at an older basis Q_i. Summing statistics taken at different
+bases is what makes the plain scheme stall. The server therefore *transports* each stored statistic:
+from S_i = C_i Q_i it knows C_i exactly on span(Q_i) and across it, and uses the symmetric completion
+
+    C_i ~ S_i Q_i' + Q_i S_i' - Q_i (Q_i' S_i) Q_i'
+
+which is exact on everything but the block orthogonal to Q_i. The next basis is the top-m eigenspace of
+the weighted sum of these completions (a Rayleigh-Ritz step), kept as a running sum. Its fixed points
+are invariant subspaces of the pooled covariance, and only the dominant one is stable. A block wider
+than k (m = k + oversample) speeds convergence; the detector uses the top k columns.
+
+Options: ``transport=False`` gives the plain scheme of DESIGN.md (Z = orth(sum_i w_i S_i) with
+Rayleigh-Ritz ordering); ``bits`` quantises uploads with error feedback; ``sa_step`` < 1 is the
+stochastic-approximation step of seed 003 Alg. 2 on the aggregated statistic.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from models.federated import FederatedAlgorithm, State
+from models.linalg import orth, top_eigvecs
+from models.pca.quantize import quantize_with_feedback, quantized_bytes
+
+
+def completion(S: np.ndarray, Q: np.ndarray) -> np.ndarray:
+    """S Q' + Q S' - Q (Q'S) Q', batched: the symmetric matrix that agrees with C on span(Q)."""
+    Qt = np.swapaxes(Q, -1, -2)
+    SQt = S @ Qt
+    QtS = Qt @ S
+    QtS = (QtS + np.swapaxes(QtS, -1, -2)) / 2
+    return SQt + np.swapaxes(SQt, -1, -2) - Q @ QtS @ Qt
+
+
+class FedMM(FederatedAlgorithm):
+    name = "fedmm"
+
+    def __init__(self, rank: int = 3, oversample: int = 6, transport: bool = True, bits: int | None = None,
+                 sa_step: float = 1.0):
+        if rank < 1:
+            raise ValueError("rank must be at least 1")
+        if bits is not None and not 2 <= bits <= 16:
+            raise ValueError("bits must be between 2 and 16")
+        if not 0 < sa_step <= 1:
+            raise ValueError("sa_step must be in (0, 1]")
+        self.rank = rank
+        self.oversample = max(0, int(oversample))
+        self.transport = transport
+        self.bits = bits
+        self.sa_step = float(sa_step)
+
+    def block(self, d: int) -> int:
+        return min(d, self.rank + self.oversample)
+
+    def init_server(self, d: int, n_clients: int, rng: np.random.Generator) -> tuple[State, State]:
+        m = self.block(d)
+        Q = orth(rng.standard_normal((d, m)))
+        server = {
+            "Q": Q,
+            "S_table": np.zeros((n_clients, d, m)),
+            "Q_table": np.zeros((n_clients, d, m)),
+            "seen": np.zeros(n_clients, dtype=bool),
+            "weight": np.zeros(n_clients),
+            "M": np.zeros((d, d)),
+            "M_used": np.zeros((d, d)),
+        }
+        return server, {"Q": Q}
+
+    def init_clients(self, C: np.ndarray, weight: np.ndarray, broadcast: State) -> State:
+        b = C.shape[0]
+        return {"error": np.zeros((b, *broadcast["Q"].shape))}
+
+    def client_update(
+        self, state: State, C: np.ndarray, weight: np.ndarray, broadcast: State
+    ) -> tuple[State, np.ndarray]:
+        S = C @ broadcast["Q"]
+        if self.bits is None:
+            return state, S
+        sent, error = quantize_with_feedback(S, state["error"], self.bits)
+        return {**state, "error": error}, sent
+
+    def server_update(
+        self, server: State, client_ids: np.ndarray, uploads: np.ndarray, weight: np.ndarray
+    ) -> tuple[State, State]:
+        if len(uploads) == 0:
+            return server, {"Q": server["Q"]}
+        server = {k: v.copy() for k, v in server.items()}
+        Q = server["Q"]
+        ids = np.asarray(client_ids)
+        old = server["seen"][ids]
+        if self.transport:
+            w_old = server["weight"][ids][old]
+            if old.any():
+                server["M"] -= np.einsum("b,bij->ij", w_old,
+                                         completion(server["S_table"][ids][old], server["Q_table"][ids][old]))
+            server["M"] += np.einsum("b,bij->ij", weight, completion(uploads, np.broadcast_to(Q, uploads.shape)))
+        server["S_table"][ids] = uploads
+        server["Q_table"][ids] = Q
+        server["seen"][ids] = True
+        server["weight"][ids] = weight
+        total = server["weight"][server["seen"]].sum()
+        if self.transport:
+            M = server["M"] / total
+            if self.sa_step < 1 and np.any(server["M_used"]):
+                M = self.sa_step * M + (1 - self.sa_step) * server["M_used"]
+            server["M_used"] = M
+            _, Q_new = top_eigvecs(M, Q.shape[1])
+        else:
+            seen = server["seen"]
+            A = np.einsum("b,bij->ij", server["weight"][seen], server["S_table"][seen]) / total
+            B = Q.T @ A
+            _, V = top_eigvecs(B, B.shape[0])
+            Q_new = orth(A @ V)
+        server["Q"] = Q_new
+        return server, {"Q": Q_new}
+
+    def refresh(self, server: State) -> State:
+        """Recompute the running sum from the table (removes accumulated rounding)."""
+        seen = server["seen"]
+        server = dict(server)
+        server["M"] = np.einsum("b,bij->ij", server["weight"][seen],
+                                completion(server["S_table"][seen], server["Q_table"][seen]))
+        return server
+
+    def consensus(self, broadcast: State) -> np.ndarray:
+        return broadcast["Q"][:, : self.rank]
+
+    def upload_bytes(self, d: int) -> int:
+        m = self.block(d)
+        return d * m * 8 if self.bits is None else quantized_bytes(d, m, self.bits)
