@@ -14,10 +14,10 @@ from typing import Any
 import numpy as np
 
 from models.detector import PCADetector
-from models.federated import FederatedAlgorithm, State, put, take
+from models.federated import State, put, take
 from models.linalg import subspace_distance
 from models.metrics import detection_report
-from models.pca import make_algorithm
+from models.pca import PCAAlgorithm, make_algorithm
 from models.pca.baselines import centralized_pca, local_pca
 from models.preprocessing import Moments, Preprocessor, global_standardisation, signed_log1p
 from models.threshold import error_histogram, quantile_from_histogram
@@ -83,7 +83,7 @@ class FederatedRun:
 
 
 def run_federated(
-    algorithm: FederatedAlgorithm,
+    algorithm: PCAAlgorithm,
     clients: ClientData,
     rounds: int,
     fraction: float,
@@ -94,12 +94,13 @@ def run_federated(
 ) -> FederatedRun:
     """Drive an algorithm for `rounds` rounds with a fraction of the clients sampled each round."""
     rng = np.random.default_rng(seed)
-    N, d = len(clients.X), clients.C.shape[1]
+    N = len(clients.X)
     per_round = max(1, int(round(fraction * N)))
-    C = clients.C.copy()
+    data = {"C": clients.C.copy(), "weight": clients.weight}
+    C = data["C"]
     pooled = clients.pooled
-    server, broadcast = algorithm.init_server(d, N, rng)
-    state = algorithm.init_clients(C, clients.weight, broadcast)
+    server, broadcast = algorithm.init_server(N, rng)
+    state = algorithm.init_clients(data, broadcast)
     history: list[dict[str, float]] = []
     train_time = 0.0
     for r in range(1, rounds + 1):
@@ -109,7 +110,7 @@ def run_federated(
             for i in idx:
                 C[i] = trimmed_second_moment(clients.X[i], Zc, trim)
         t0 = time.perf_counter()
-        sub, uploads = algorithm.client_update(take(state, idx), C[idx], clients.weight[idx], broadcast)
+        sub, uploads = algorithm.client_update(take(state, idx), take(data, idx), broadcast)
         server, broadcast = algorithm.server_update(server, idx, uploads, clients.weight[idx])
         put(state, idx, algorithm.client_finish(sub, broadcast))
         train_time += time.perf_counter() - t0
@@ -121,7 +122,7 @@ def run_federated(
         if on_round:
             on_round(entry)
     return FederatedRun(algorithm.consensus(broadcast), history, train_time / max(rounds, 1),
-                        algorithm.upload_bytes(d), broadcast)
+                        algorithm.upload_bytes(), broadcast)
 
 
 def _objective(pooled: np.ndarray, Z: np.ndarray) -> float:
@@ -173,7 +174,7 @@ def simulate_pca(
         avg = {k: float(np.mean([r[k] for r in reports])) for k in reports[0]}
         out.update(rounds=1, history=[entry], seconds_per_round=spr, upload_bytes_per_client_round=0)
         return {**out, **avg, "subspace_distance": entry["subspace_distance"]}
-    alg = make_algorithm(algorithm, rank, **(params or {}))
+    alg = make_algorithm(algorithm, d, rank, **(params or {}))
     run = run_federated(alg, clients, rounds, fraction, seed, trim, reference, on_round)
     out.update(rounds=rounds, history=run.history, seconds_per_round=run.seconds_per_round,
                upload_bytes_per_client_round=run.upload_bytes_per_client_round)

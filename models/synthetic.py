@@ -108,7 +108,8 @@ def generate_traffic(
                 Xa.append(_attack(rng, a, m, scale))
                 da.append(np.full(m, dev))
                 names.append(np.full(m, a))
-    cat = (lambda parts, w: np.concatenate(parts) if parts else np.zeros((0, w)))
+    def cat(parts, w):
+        return (np.concatenate(parts) if parts else np.zeros((0, w)))
     return SyntheticTraffic(
         list(FEATURES), np.vstack(Xn), np.concatenate(dn),
         cat(Xa, len(FEATURES)).reshape(-1, len(FEATURES)),

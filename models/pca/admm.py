@@ -15,43 +15,38 @@ from abc import abstractmethod
 
 import numpy as np
 
-from models.federated import FederatedAlgorithm, State
+from models.federated import State
 from models.linalg import orth
+from models.pca.base import PCAAlgorithm
 from models.pca.objective import reconstruction_gradient
 
 
-class ConsensusADMM(FederatedAlgorithm):
+class ConsensusADMM(PCAAlgorithm):
     #: curvature factor of the local objective used to derive the step size
     curvature = 4.0
 
-    def __init__(self, rank: int = 3, rho: float | None = None, local_steps: int = 10, lr: float | None = None):
-        if rank < 1:
-            raise ValueError("rank must be at least 1")
+    def __init__(self, n_features: int, rank: int = 3, rho: float | None = None, local_steps: int = 10,
+                 lr: float | None = None):
+        super().__init__(n_features, rank)
         if rho is not None and rho <= 0:
             raise ValueError("rho must be positive")
         if local_steps < 1:
             raise ValueError("local_steps must be at least 1")
-        self.rank = rank
-        self.rho = None if rho is None else float(rho)
+        #: default rho = d. Features are standardised with global statistics, so the pooled second
+        #: moment has trace d: rho = d puts the consensus penalty on the scale of the whole local
+        #: curvature, which keeps each U_i near Z and stops the average of a small sample of non-i.i.d.
+        #: clients from throwing Z around (the rho sweep on nsl-kdd is in the README).
+        self.rho = float(n_features) if rho is None else float(rho)
         self.local_steps = int(local_steps)
         self.lr = lr
 
-    def resolve(self, d: int) -> None:
-        """Default penalty rho = d. Features are standardised with global statistics, so the pooled
-        second moment has trace d: rho = d puts the consensus penalty on the scale of the whole local
-        curvature, which keeps each U_i near Z and stops the average of a small sample of non-i.i.d.
-        clients from throwing Z around (a sweep over rho on nsl-kdd is in the README)."""
-        if self.rho is None:
-            self.rho = float(d)
-
-    def init_server(self, d: int, n_clients: int, rng: np.random.Generator) -> tuple[State, State]:
-        self.resolve(d)
-        Z = orth(rng.standard_normal((d, self.rank)))
+    def init_server(self, n_clients: int, rng: np.random.Generator) -> tuple[State, State]:
+        Z = orth(rng.standard_normal((self.n_features, self.rank)))
         return {"Z": Z}, {"Z": Z}
 
-    def init_clients(self, C: np.ndarray, weight: np.ndarray, broadcast: State) -> State:
+    def init_clients(self, data: State, broadcast: State) -> State:
+        C, weight = data["C"], data["weight"]
         b = C.shape[0]
-        self.resolve(C.shape[-1])
         Z = broadcast["Z"]
         if self.lr is None:
             lam = np.linalg.eigvalsh(C)[..., -1]
@@ -69,13 +64,11 @@ class ConsensusADMM(FederatedAlgorithm):
     def local_solve(self, state: State, C: np.ndarray, weight: np.ndarray, Z: np.ndarray) -> State:
         """Run the local steps; return the state with the new U (and any solver-specific variables)."""
 
-    def client_update(
-        self, state: State, C: np.ndarray, weight: np.ndarray, broadcast: State
-    ) -> tuple[State, np.ndarray]:
+    def client_update(self, state: State, data: State, broadcast: State) -> tuple[State, State]:
         state = self.client_finish(state, broadcast)
-        state = self.local_solve(dict(state), C, weight, broadcast["Z"])
+        state = self.local_solve(dict(state), data["C"], data["weight"], broadcast["Z"])
         state["pending"] = np.ones(len(state["pending"]), dtype=bool)
-        return state, state["U"] + state["Y"] / self.rho
+        return state, {"U": state["U"] + state["Y"] / self.rho}
 
     def client_finish(self, state: State, broadcast: State) -> State:
         p = state["pending"]
@@ -91,18 +84,18 @@ class ConsensusADMM(FederatedAlgorithm):
         return state
 
     def server_update(
-        self, server: State, client_ids: np.ndarray, uploads: np.ndarray, weight: np.ndarray
+        self, server: State, client_ids: np.ndarray, uploads: State, weight: np.ndarray
     ) -> tuple[State, State]:
-        if len(uploads) == 0:
+        if len(client_ids) == 0:
             return server, {"Z": server["Z"]}
-        Z = uploads.mean(axis=0)
+        Z = uploads["U"].mean(axis=0)
         return {"Z": Z}, {"Z": Z}
 
     def consensus(self, broadcast: State) -> np.ndarray:
         return orth(broadcast["Z"])
 
-    def upload_bytes(self, d: int) -> int:
-        return d * self.rank * 8
+    def upload_bytes(self) -> int:
+        return self.n_features * self.rank * 8
 
     def augmented_gradient(self, state: State, C: np.ndarray, weight: np.ndarray, Z: np.ndarray,
                            U: np.ndarray) -> np.ndarray:

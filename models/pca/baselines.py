@@ -19,5 +19,5 @@ def centralized_pca(C: np.ndarray, weight: np.ndarray, rank: int) -> np.ndarray:
 
 def local_pca(C: np.ndarray, rank: int) -> np.ndarray:
     """Each client's own top-k eigenvectors, (b, d, k)."""
-    w, V = np.linalg.eigh((C + np.swapaxes(C, -1, -2)) / 2)
+    _w, V = np.linalg.eigh((C + np.swapaxes(C, -1, -2)) / 2)
     return V[..., ::-1][..., :rank]

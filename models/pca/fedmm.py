@@ -24,8 +24,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from models.federated import FederatedAlgorithm, State
+from models.federated import State
 from models.linalg import orth, top_eigvecs
+from models.pca.base import PCAAlgorithm
 from models.pca.quantize import quantize_with_feedback, quantized_bytes
 
 
@@ -38,28 +39,27 @@ def completion(S: np.ndarray, Q: np.ndarray) -> np.ndarray:
     return SQt + np.swapaxes(SQt, -1, -2) - Q @ QtS @ Qt
 
 
-class FedMM(FederatedAlgorithm):
+class FedMM(PCAAlgorithm):
     name = "fedmm"
 
-    def __init__(self, rank: int = 3, oversample: int = 6, transport: bool = True, bits: int | None = None,
-                 sa_step: float = 1.0):
-        if rank < 1:
-            raise ValueError("rank must be at least 1")
+    def __init__(self, n_features: int, rank: int = 3, oversample: int = 6, transport: bool = True,
+                 bits: int | None = None, sa_step: float = 1.0):
+        super().__init__(n_features, rank)
         if bits is not None and not 2 <= bits <= 16:
             raise ValueError("bits must be between 2 and 16")
         if not 0 < sa_step <= 1:
             raise ValueError("sa_step must be in (0, 1]")
-        self.rank = rank
         self.oversample = max(0, int(oversample))
         self.transport = transport
         self.bits = bits
         self.sa_step = float(sa_step)
 
-    def block(self, d: int) -> int:
-        return min(d, self.rank + self.oversample)
+    @property
+    def block(self) -> int:
+        return min(self.n_features, self.rank + self.oversample)
 
-    def init_server(self, d: int, n_clients: int, rng: np.random.Generator) -> tuple[State, State]:
-        m = self.block(d)
+    def init_server(self, n_clients: int, rng: np.random.Generator) -> tuple[State, State]:
+        d, m = self.n_features, self.block
         Q = orth(rng.standard_normal((d, m)))
         server = {
             "Q": Q,
@@ -72,24 +72,23 @@ class FedMM(FederatedAlgorithm):
         }
         return server, {"Q": Q}
 
-    def init_clients(self, C: np.ndarray, weight: np.ndarray, broadcast: State) -> State:
-        b = C.shape[0]
+    def init_clients(self, data: State, broadcast: State) -> State:
+        b = data["C"].shape[0]
         return {"error": np.zeros((b, *broadcast["Q"].shape))}
 
-    def client_update(
-        self, state: State, C: np.ndarray, weight: np.ndarray, broadcast: State
-    ) -> tuple[State, np.ndarray]:
-        S = C @ broadcast["Q"]
+    def client_update(self, state: State, data: State, broadcast: State) -> tuple[State, State]:
+        S = data["C"] @ broadcast["Q"]
         if self.bits is None:
-            return state, S
+            return state, {"S": S}
         sent, error = quantize_with_feedback(S, state["error"], self.bits)
-        return {**state, "error": error}, sent
+        return {**state, "error": error}, {"S": sent}
 
     def server_update(
-        self, server: State, client_ids: np.ndarray, uploads: np.ndarray, weight: np.ndarray
+        self, server: State, client_ids: np.ndarray, uploads: State, weight: np.ndarray
     ) -> tuple[State, State]:
-        if len(uploads) == 0:
+        if len(client_ids) == 0:
             return server, {"Q": server["Q"]}
+        S = uploads["S"]
         server = {k: v.copy() for k, v in server.items()}
         Q = server["Q"]
         ids = np.asarray(client_ids)
@@ -99,8 +98,8 @@ class FedMM(FederatedAlgorithm):
             if old.any():
                 server["M"] -= np.einsum("b,bij->ij", w_old,
                                          completion(server["S_table"][ids][old], server["Q_table"][ids][old]))
-            server["M"] += np.einsum("b,bij->ij", weight, completion(uploads, np.broadcast_to(Q, uploads.shape)))
-        server["S_table"][ids] = uploads
+            server["M"] += np.einsum("b,bij->ij", weight, completion(S, np.broadcast_to(Q, S.shape)))
+        server["S_table"][ids] = S
         server["Q_table"][ids] = Q
         server["seen"][ids] = True
         server["weight"][ids] = weight
@@ -131,6 +130,6 @@ class FedMM(FederatedAlgorithm):
     def consensus(self, broadcast: State) -> np.ndarray:
         return broadcast["Q"][:, : self.rank]
 
-    def upload_bytes(self, d: int) -> int:
-        m = self.block(d)
+    def upload_bytes(self) -> int:
+        d, m = self.n_features, self.block
         return d * m * 8 if self.bits is None else quantized_bytes(d, m, self.bits)

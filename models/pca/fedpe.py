@@ -32,9 +32,9 @@ class FedPE(ConsensusADMM):
     name = "fedpe"
     curvature = 6.0
 
-    def init_clients(self, C: np.ndarray, weight: np.ndarray, broadcast: State) -> State:
-        state = super().init_clients(C, weight, broadcast)
-        state["T"] = np.zeros((C.shape[0], self.rank, self.rank))
+    def init_clients(self, data: State, broadcast: State) -> State:
+        state = super().init_clients(data, broadcast)
+        state["T"] = np.zeros((data["C"].shape[0], self.rank, self.rank))
         return state
 
     def local_solve(self, state: State, C: np.ndarray, weight: np.ndarray, Z: np.ndarray) -> State:

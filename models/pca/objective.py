@@ -26,9 +26,3 @@ def reconstruction_gradient(C: np.ndarray, U: np.ndarray) -> np.ndarray:
     """Euclidean gradient of f: -4 C U + 2 (U U'CU + C U U'U)."""
     CU = C @ U
     return -4 * CU + 2 * (U @ (_t(U) @ CU) + CU @ (_t(U) @ U))
-
-
-def lipschitz_step(C: np.ndarray, weight: np.ndarray, rho: float, factor: float) -> np.ndarray:
-    """Step size 1/L per client, L = factor * weight * lambda_max(C) + rho (a bound on the curvature)."""
-    lam = np.linalg.eigvalsh(C)[..., -1]
-    return 1.0 / (factor * weight * np.maximum(lam, 1e-12) + rho)

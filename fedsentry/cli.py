@@ -1,0 +1,61 @@
+"""The `fedsentry` command. Sub-commands live in their own modules and register themselves here."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Sequence
+
+from fedsentry import __version__
+from fedsentry.errors import UsageError
+
+#: modules that provide register(subparsers_by_verb); imported lazily so the agent stays light
+COMMAND_MODULES = ("fedsentry.cmd_pca", "fedsentry.cmd_recsys")
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # one line, status 2, no usage dump
+        raise UsageError(f"{self.prog}: {message}")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    import importlib
+
+    parser = _Parser(prog="fedsentry", description="Federated anomaly detection for IoT networks.")
+    parser.add_argument("--version", action="version", version=f"fedsentry {__version__}")
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging on stderr")
+    verbs = parser.add_subparsers(dest="verb", required=True, parser_class=_Parser)
+    groups = {
+        "simulate": verbs.add_parser("simulate", help="run a federated job in one process").add_subparsers(
+            dest="job", required=True, parser_class=_Parser),
+        "bench": verbs.add_parser("bench", help="benchmark every algorithm on one split").add_subparsers(
+            dest="job", required=True, parser_class=_Parser),
+    }
+    for name in COMMAND_MODULES:
+        try:
+            module = importlib.import_module(name)
+        except ModuleNotFoundError as e:  # a command whose optional dependencies are not installed
+            if e.name and e.name.startswith("fedsentry"):
+                continue
+            raise
+        module.register(groups, verbs)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        args = build_parser().parse_args(argv)
+        logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, stream=sys.stderr,
+                            format="%(asctime)s %(levelname)s %(name)s %(message)s")
+        return int(args.func(args) or 0)
+    except UsageError as e:
+        print(f"fedsentry: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("fedsentry: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,102 @@
+"""Arguments and validation shared by the simulate and bench commands."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from fedsentry.errors import UsageError
+
+
+def fraction(text: str) -> float:
+    v = _float(text, "fraction")
+    if not 0 < v <= 1:
+        raise argparse.ArgumentTypeError(f"must be in (0, 1], got {text}")
+    return v
+
+
+def unit_open(text: str) -> float:
+    v = _float(text, "value")
+    if not 0 < v < 1:
+        raise argparse.ArgumentTypeError(f"must be in (0, 1), got {text}")
+    return v
+
+
+def share(text: str) -> float:
+    v = _float(text, "value")
+    if not 0 <= v < 0.5:
+        raise argparse.ArgumentTypeError(f"must be in [0, 0.5), got {text}")
+    return v
+
+
+def positive_int(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {text}")
+    return v
+
+
+def positive_float(text: str) -> float:
+    v = _float(text, "value")
+    if v <= 0:
+        raise argparse.ArgumentTypeError(f"must be positive, got {text}")
+    return v
+
+
+def _float(text: str, what: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not np.isfinite(v):
+        raise argparse.ArgumentTypeError(f"expected a finite number, got {text!r}")
+    return v
+
+
+def add_federation_args(p: argparse.ArgumentParser, rounds: int = 100) -> None:
+    p.add_argument("--clients", type=positive_int, default=100, help="number of clients (default 100)")
+    p.add_argument("--fraction", type=fraction, default=0.1, help="share of clients sampled per round (0, 1]")
+    p.add_argument("--rounds", type=positive_int, default=rounds, help=f"communication rounds (default {rounds})")
+    p.add_argument("--seed", type=int, default=0, help="seed for split, partition, sampling and init (default 0)")
+
+
+def write_json(result: dict[str, Any], target: str | None) -> None:
+    if target is None:
+        return
+    text = json.dumps(result, indent=2, default=_jsonable)
+    if target == "-":
+        sys.stdout.write(text + "\n")
+        return
+    path = Path(target)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(path.suffix + ".tmp")
+        tmp.write_text(text + "\n")
+        tmp.replace(path)
+    except OSError as e:
+        raise UsageError(f"cannot write {target}: {e.strerror}") from None
+
+
+def _jsonable(o: Any) -> Any:
+    if isinstance(o, np.generic):
+        return o.item()
+    if isinstance(o, np.ndarray):
+        return o.tolist()
+    raise TypeError(f"not JSON serialisable: {type(o).__name__}")
+
+
+def progress(total: int, desc: str):
+    """A progress bar on stderr (tqdm when installed, silent otherwise)."""
+    try:
+        from tqdm import tqdm
+    except ModuleNotFoundError:  # base install: no progress bar
+        return None
+    return tqdm(total=total, desc=desc, file=sys.stderr, leave=False, disable=None)

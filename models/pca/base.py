@@ -1,0 +1,24 @@
+"""What every federated PCA algorithm adds to the generic contract.
+
+Client data for PCA is ``{"C": (b, d, d) second moments, "weight": (b,) shares of the records}``.
+"""
+
+from __future__ import annotations
+
+from abc import abstractmethod
+
+import numpy as np
+
+from models.federated import FederatedAlgorithm, State
+
+
+class PCAAlgorithm(FederatedAlgorithm):
+    def __init__(self, n_features: int, rank: int = 3):
+        if not 1 <= rank < n_features:
+            raise ValueError(f"rank must be between 1 and {n_features - 1} (the number of features - 1), got {rank}")
+        self.n_features = int(n_features)
+        self.rank = int(rank)
+
+    @abstractmethod
+    def consensus(self, broadcast: State) -> np.ndarray:
+        """The orthonormal d x k basis Z that the detector scores with."""
