@@ -21,6 +21,7 @@ from fedsentry.cmd_common import (
 from fedsentry.errors import UsageError
 from models.partition import PARTITIONS, partition
 from models.pca import ALGORITHMS
+from models.robust import TRIM_CRITERIA
 
 log = logging.getLogger("fedsentry.pca")
 
@@ -70,7 +71,10 @@ def add_pca_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--alpha", type=positive_float, default=0.5, help="dirichlet: concentration (default 0.5)")
     p.add_argument("--quantile", type=unit_open, default=0.99, help="threshold quantile of normal errors (0.99)")
     p.add_argument("--trim", type=share, default=0.0,
-                   help="leave each client's worst-reconstructed share of records out of its statistics")
+                   help="leave this share of the most suspicious training records out of the statistics (default 0)")
+    p.add_argument("--trim-by", choices=TRIM_CRITERIA, default="distance",
+                   help="distance: federation-wide cut on distance from the mean (default); residual: each "
+                   "client drops its worst-reconstructed share, re-evaluated as Z improves")
 
 
 def load_data(args: argparse.Namespace) -> datasets.TrafficData:
@@ -113,10 +117,14 @@ def algorithm_params(args: argparse.Namespace) -> dict[str, Any]:
             "bits": args.bits}
 
 
-def simulate(args: argparse.Namespace, algorithm: str, data, split, parts, **overrides) -> dict[str, Any]:
+def simulate(args: argparse.Namespace, algorithm: str, data, split, parts, params: dict[str, Any] | None = None,
+             **overrides: Any) -> dict[str, Any]:
+    """Run one algorithm with the command's settings; overrides replace settings (rounds, fraction, trim),
+    params replace algorithm parameters."""
     from models.simulator import simulate_pca
 
-    settings = {"rounds": args.rounds, "fraction": args.fraction, **overrides}
+    settings = {"rounds": args.rounds, "fraction": args.fraction, "trim": args.trim, "trim_by": args.trim_by,
+                **overrides}
     bar = progress(1 if algorithm in ("centralized", "local") else settings["rounds"], algorithm)
 
     def on_round(entry: dict[str, float]) -> None:
@@ -126,15 +134,16 @@ def simulate(args: argparse.Namespace, algorithm: str, data, split, parts, **ove
 
     try:
         result = simulate_pca(parts, split.X_test, split.y_test, data.feature_names, algorithm, args.rank,
-                              settings["rounds"], settings["fraction"], args.quantile, args.seed, args.trim,
-                              algorithm_params(args), on_round)
+                              settings["rounds"], settings["fraction"], args.quantile, args.seed, settings["trim"],
+                              {**algorithm_params(args), **(params or {})}, on_round, settings["trim_by"])
     except ValueError as e:
         raise UsageError(str(e)) from None
     finally:
         if bar is not None:
             bar.close()
     result.update(dataset=data.name, clients=len(parts), fraction=settings["fraction"], partition=args.partition,
-                  seed=args.seed, quantile=args.quantile, trim=args.trim, contamination=args.contamination,
+                  seed=args.seed, quantile=args.quantile, trim=settings["trim"], trim_by=settings["trim_by"],
+                  contamination=args.contamination,
                   n_features=len(data.feature_names), n_train=len(split.X_train), n_test=len(split.X_test),
                   attack_share_test=float(split.y_test.mean()))
     return result

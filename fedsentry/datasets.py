@@ -61,7 +61,9 @@ def load_named(name: str, explicit_dir: str | None = None, seed: int = 0) -> Tra
     return load_pair(folder / "normal.csv", folder / "abnormal.csv", name=name)
 
 
-def read_csv(path: str | os.PathLike, label_column: str | None = None) -> tuple[list[str], np.ndarray, list[str] | None]:
+def read_csv(
+    path: str | os.PathLike, label_column: str | None = None
+) -> tuple[list[str], np.ndarray, list[str] | None]:
     """Numeric feature columns of a CSV (names, matrix) and the raw label column if there is one."""
     path = Path(path)
     if not path.is_file():

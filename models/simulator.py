@@ -20,6 +20,7 @@ from models.metrics import detection_report
 from models.pca import PCAAlgorithm, make_algorithm
 from models.pca.baselines import centralized_pca, local_pca
 from models.preprocessing import Moments, Preprocessor, global_standardisation, signed_log1p
+from models.robust import TRIM_CRITERIA, distance_masks, residual_mask, residuals, second_moment
 from models.threshold import error_histogram, quantile_from_histogram
 
 
@@ -29,17 +30,23 @@ class ClientData:
 
     preprocessor: Preprocessor
     X: list[np.ndarray]  # standardised records per client
-    C: np.ndarray  # (N, d, d) second moments
+    C: np.ndarray  # (N, d, d) second moments (of the kept records)
     weight: np.ndarray  # (N,) n_i / mean(n)
+    keep: list[np.ndarray] | None = None  # records kept by a distance trim
+
+    def kept(self, i: int) -> np.ndarray:
+        return self.X[i] if self.keep is None else self.X[i][self.keep[i]]
 
     @property
     def pooled(self) -> np.ndarray:
         return np.einsum("b,bij->ij", self.weight, self.C) / self.weight.sum()
 
 
-def prepare_clients(parts: list[np.ndarray], feature_names: list[str], log_transform: bool = True) -> ClientData:
+def prepare_clients(parts: list[np.ndarray], feature_names: list[str], log_transform: bool = True,
+                    trim: float = 0.0, trim_by: str = "distance") -> ClientData:
     """Federated statistics phase: each client's count, sum and sum of squares give the global
-    standardisation; each client then computes its own second moment around the global mean."""
+    standardisation; each client then computes its own second moment around the global mean
+    (over the records a distance trim keeps, see models.robust)."""
     d = parts[0].shape[1]
     mask = np.full(d, log_transform)
     T = [signed_log1p(P, mask) for P in parts]
@@ -47,29 +54,23 @@ def prepare_clients(parts: list[np.ndarray], feature_names: list[str], log_trans
     mean, scale, _ = global_standardisation([m.summary() for m in moments])
     pre = Preprocessor(list(feature_names), mask, mean, scale)
     X = [(t - mean) / scale for t in T]
-    C = np.stack([m.second_moment(mean, scale) for m in moments])
     n = np.array([m.count for m in moments], dtype=float)
+    if trim > 0 and trim_by == "distance":
+        keep = distance_masks(X, trim)
+        C = np.stack([second_moment(x[k]) for x, k in zip(X, keep)])
+        return ClientData(pre, X, C, n / n.mean(), keep)
+    C = np.stack([m.second_moment(mean, scale) for m in moments])
     return ClientData(pre, X, C, n / n.mean())
 
 
-def residuals(X: np.ndarray, Z: np.ndarray) -> np.ndarray:
-    """Squared reconstruction error of standardised records against an orthonormal Z."""
-    P = X @ Z
-    return np.maximum(np.einsum("ij,ij->i", X, X) - np.einsum("ij,ij->i", P, P), 0.0)
-
-
-def trimmed_second_moment(X: np.ndarray, Z: np.ndarray, trim: float) -> np.ndarray:
-    """C_i over the records whose error under Z is not in the client's worst `trim` fraction."""
-    e = residuals(X, Z)
-    keep = e <= np.quantile(e, 1 - trim)
-    Xk = X[keep]
-    return Xk.T @ Xk / max(len(Xk), 1)
-
-
-def federated_threshold(clients: ClientData, Z: np.ndarray | list[np.ndarray], quantile: float) -> float:
-    """Quantile of the training errors from per-client histograms (errors never pooled)."""
-    Zs = Z if isinstance(Z, list) else [Z] * len(clients.X)
-    counts = sum(error_histogram(residuals(X, Zi)) for X, Zi in zip(clients.X, Zs))
+def federated_threshold(clients: ClientData, Z: np.ndarray, quantile: float, trim: float = 0.0) -> float:
+    """Quantile of the (kept) training errors from per-client histograms (errors never pooled)."""
+    counts = 0
+    for i in range(len(clients.X)):
+        X = clients.kept(i)
+        if trim > 0 and clients.keep is None:  # residual trim: each client drops its worst share
+            X = X[residual_mask(X, Z, trim)]
+        counts = counts + error_histogram(residuals(X, Z))
     return quantile_from_histogram(counts, quantile)
 
 
@@ -105,10 +106,10 @@ def run_federated(
     train_time = 0.0
     for r in range(1, rounds + 1):
         idx = np.sort(rng.choice(N, per_round, replace=False))
-        if trim > 0 and r > 1:
+        if trim > 0 and clients.keep is None and r > 1:  # residual trim, re-evaluated with the current Z
             Zc = algorithm.consensus(broadcast)
             for i in idx:
-                C[i] = trimmed_second_moment(clients.X[i], Zc, trim)
+                C[i] = second_moment(clients.X[i][residual_mask(clients.X[i], Zc, trim)])
         t0 = time.perf_counter()
         sub, uploads = algorithm.client_update(take(state, idx), take(data, idx), broadcast)
         server, broadcast = algorithm.server_update(server, idx, uploads, clients.weight[idx])
@@ -144,9 +145,12 @@ def simulate_pca(
     trim: float = 0.0,
     params: dict[str, Any] | None = None,
     on_round: Callable[[dict[str, float]], None] | None = None,
+    trim_by: str = "distance",
 ) -> dict[str, Any]:
     """Train one algorithm on partitioned training records and evaluate it on labelled test records."""
-    clients = prepare_clients(train_parts, feature_names)
+    if trim_by not in TRIM_CRITERIA:
+        raise ValueError(f"unknown trim criterion {trim_by!r}; choose from {', '.join(TRIM_CRITERIA)}")
+    clients = prepare_clients(train_parts, feature_names, trim=trim, trim_by=trim_by)
     d = clients.C.shape[1]
     if not 1 <= rank < d:
         raise ValueError(f"rank must be between 1 and {d - 1} (the number of features - 1), got {rank}")
@@ -160,7 +164,7 @@ def simulate_pca(
         if on_round:
             on_round(entry)
         out.update(rounds=1, history=[entry], seconds_per_round=spr, upload_bytes_per_client_round=d * d * 8)
-        return {**out, **_evaluate(clients, Z, X_test, y_test, quantile), "subspace_distance": 0.0}
+        return {**out, **_evaluate(clients, Z, X_test, y_test, quantile, trim), "subspace_distance": 0.0}
     if algorithm == "local":
         t0 = time.perf_counter()
         Zs = list(local_pca(clients.C, rank))
@@ -170,7 +174,7 @@ def simulate_pca(
         entry = {"round": 1, "subspace_distance": float(np.mean(sds)), "objective": float(np.mean(objs))}
         if on_round:
             on_round(entry)
-        reports = [_evaluate(clients, Z, X_test, y_test, quantile, own=i) for i, Z in enumerate(Zs)]
+        reports = [_evaluate(clients, Z, X_test, y_test, quantile, trim, own=i) for i, Z in enumerate(Zs)]
         avg = {k: float(np.mean([r[k] for r in reports])) for k in reports[0]}
         out.update(rounds=1, history=[entry], seconds_per_round=spr, upload_bytes_per_client_round=0)
         return {**out, **avg, "subspace_distance": entry["subspace_distance"]}
@@ -178,16 +182,16 @@ def simulate_pca(
     run = run_federated(alg, clients, rounds, fraction, seed, trim, reference, on_round)
     out.update(rounds=rounds, history=run.history, seconds_per_round=run.seconds_per_round,
                upload_bytes_per_client_round=run.upload_bytes_per_client_round)
-    return {**out, **_evaluate(clients, run.Z, X_test, y_test, quantile),
+    return {**out, **_evaluate(clients, run.Z, X_test, y_test, quantile, trim),
             "subspace_distance": subspace_distance(run.Z, reference)}
 
 
 def _evaluate(clients: ClientData, Z: np.ndarray, X_test: np.ndarray, y_test: np.ndarray, quantile: float,
-              own: int | None = None) -> dict[str, float]:
+              trim: float = 0.0, own: int | None = None) -> dict[str, float]:
     if own is None:
-        threshold = federated_threshold(clients, Z, quantile)
+        threshold = federated_threshold(clients, Z, quantile, trim)
     else:
-        threshold = quantile_from_histogram(error_histogram(residuals(clients.X[own], Z)), quantile)
+        threshold = quantile_from_histogram(error_histogram(residuals(clients.kept(own), Z)), quantile)
     det = PCADetector.from_model(Z, clients.preprocessor, threshold, quantile=quantile)
     report = detection_report(y_test, det.score_samples(X_test), threshold)
     return {"threshold": threshold, **report}

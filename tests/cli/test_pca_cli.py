@@ -1,0 +1,114 @@
+"""The `fedsentry simulate pca` and `bench pca` commands, run as a user runs them."""
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from models.synthetic import generate_traffic
+
+REQUIRED = {"algorithm", "dataset", "rounds", "rank", "auc_roc", "average_precision", "f1", "threshold",
+            "subspace_distance", "seconds_per_round", "upload_bytes_per_client_round", "history"}
+
+
+def fedsentry(*args, cwd=None):
+    return subprocess.run([sys.executable, "-m", "fedsentry.cli", *args], capture_output=True, text=True,
+                          cwd=cwd, timeout=300)
+
+
+def simulate(*args):
+    out = fedsentry("simulate", "pca", "--dataset", "synthetic", "--clients", "20", "--rounds", "15",
+                    "--json", "-", *args)
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)
+
+
+@pytest.mark.parametrize("algorithm", ["fedpg", "fedpe", "fedmm"])
+def test_simulate_writes_the_documented_json(algorithm):
+    r = simulate("--algorithm", algorithm)
+    assert REQUIRED <= r.keys()
+    assert r["algorithm"] == algorithm and r["dataset"] == "synthetic" and r["rounds"] == 15
+    assert [h["round"] for h in r["history"]] == list(range(1, 16))
+    assert {"round", "subspace_distance", "objective"} <= r["history"][0].keys()
+    assert r["auc_roc"] > 0.75 and r["threshold"] > 0 and r["upload_bytes_per_client_round"] > 0
+
+
+def test_baselines_follow_their_conventions():
+    c = simulate("--algorithm", "centralized")
+    assert c["rounds"] == 1 and c["subspace_distance"] == 0 and len(c["history"]) == 1
+    loc = simulate("--algorithm", "local")
+    assert loc["upload_bytes_per_client_round"] == 0 and loc["subspace_distance"] > 0
+
+
+def test_fedmm_reaches_centralised_quality_on_synthetic_traffic():
+    c = simulate("--algorithm", "centralized")
+    f = simulate("--algorithm", "fedmm", "--rounds", "60", "--fraction", "0.3")
+    assert f["subspace_distance"] < 0.01
+    assert abs(f["auc_roc"] - c["auc_roc"]) < 0.005
+
+
+def test_generic_csv_pair_and_labelled_csv(tmp_path):
+    t = generate_traffic(n_devices=4, records_per_device=100, seed=5)
+    header = ",".join(t.feature_names)
+    np.savetxt(tmp_path / "normal.csv", t.X_normal, delimiter=",", header=header, comments="")
+    np.savetxt(tmp_path / "attacks.csv", t.X_attack, delimiter=",", header=header, comments="")
+    out = fedsentry("simulate", "pca", "--normal", str(tmp_path / "normal.csv"), "--abnormal",
+                    str(tmp_path / "attacks.csv"), "--clients", "8", "--rounds", "10", "--json", "-")
+    assert out.returncode == 0, out.stderr
+    r = json.loads(out.stdout)
+    assert r["dataset"] == "normal.csv" and r["auc_roc"] > 0.7
+    rows = np.r_[np.c_[t.X_normal, np.zeros(len(t.X_normal))], np.c_[t.X_attack, np.ones(len(t.X_attack))]]
+    np.savetxt(tmp_path / "all.csv", rows, delimiter=",", header=header + ",is_attack", comments="", fmt="%g")
+    out = fedsentry("simulate", "pca", "--csv", str(tmp_path / "all.csv"), "--label-column", "is_attack",
+                    "--clients", "8", "--rounds", "10", "--algorithm", "fedmm", "--json", str(tmp_path / "r.json"))
+    assert out.returncode == 0, out.stderr
+    assert json.loads((tmp_path / "r.json").read_text())["n_features"] == len(t.feature_names)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--dataset", "kdd"], "unknown dataset 'kdd'"),
+        (["--normal", "/nonexistent.csv", "--abnormal", "/x.csv"], "file not found: /nonexistent.csv"),
+        (["--normal", "/nonexistent.csv"], "--normal and --abnormal go together"),
+        (["--dataset", "synthetic", "--rank", "11"], "--rank 11 must be smaller than the number of features (11)"),
+        (["--dataset", "synthetic", "--fraction", "0"], "--fraction: must be in (0, 1]"),
+        (["--dataset", "synthetic", "--fraction", "1.5"], "--fraction: must be in (0, 1]"),
+        (["--dataset", "synthetic", "--clients", "100000"], "--clients 100000 is more than the"),
+        (["--dataset", "synthetic", "--rounds", "x"], "expected a whole number, got 'x'"),
+        (["--dataset", "synthetic", "--algorithm", "fedavg"], "invalid choice: 'fedavg'"),
+        (["--dataset", "synthetic", "--partition-feature", "nope"], "--partition-feature 'nope' is not a feature"),
+        (["--dataset", "synthetic", "--csv", "a.csv"], "give only one of --dataset, --csv"),
+    ],
+)
+def test_bad_input_is_one_line_with_status_2(args, message):
+    out = fedsentry("simulate", "pca", *args)
+    assert out.returncode == 2
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in out.stderr, out.stderr
+    assert message in lines[0]
+
+
+def test_csv_with_nan_and_mismatched_columns(tmp_path):
+    (tmp_path / "a.csv").write_text("x,y\n1,2\n2,nan\n")
+    (tmp_path / "b.csv").write_text("x,z\n1,2\n")
+    out = fedsentry("simulate", "pca", "--normal", str(tmp_path / "a.csv"), "--abnormal", str(tmp_path / "b.csv"))
+    assert out.returncode == 2 and "column 'y' has a missing, NaN or infinite value on line 3" in out.stderr
+    (tmp_path / "a.csv").write_text("x,y\n1,2\n2,3\n")
+    out = fedsentry("simulate", "pca", "--normal", str(tmp_path / "a.csv"), "--abnormal", str(tmp_path / "b.csv"))
+    assert out.returncode == 2 and "different feature columns" in out.stderr
+
+
+def test_bench_writes_table_plot_and_json(tmp_path):
+    out = fedsentry("bench", "pca", "--dataset", "synthetic", "--clients", "20", "--rounds", "10", "--quick",
+                    "--out", str(tmp_path), "--json", str(tmp_path / "b.json"))
+    assert out.returncode == 0, out.stderr
+    table = (tmp_path / "pca-synthetic.md").read_text()
+    assert "| fedmm |" in table and "IsolationForest" in table and "records/s" in table
+    assert (tmp_path / "pca-synthetic.png").read_bytes()[:4] == b"\x89PNG"
+    b = json.loads((tmp_path / "b.json").read_text())
+    assert b["scoring"]["records_per_second"] > 0 and b["scoring"]["scoring_process_peak_rss_mb"] > 0
+    assert {r["algorithm"] for r in b["results"]} >= {"centralized", "local", "fedpe", "fedpg", "fedmm",
+                                                     "isolation-forest"}
