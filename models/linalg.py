@@ -39,3 +39,10 @@ def procrustes_align(U: np.ndarray, Z: np.ndarray) -> np.ndarray:
     M = np.swapaxes(U, -1, -2) @ Z
     A, _, Bt = np.linalg.svd(M)
     return U @ (A @ Bt)
+
+
+def cholesky_qr(A: np.ndarray) -> np.ndarray:
+    """The Q factor of A (batched) through the Cholesky factor of A'A: half the cost of a Householder QR
+    and just as accurate when A is well conditioned (as U - eta G is for U orthonormal and G tangent)."""
+    L = np.linalg.cholesky(np.swapaxes(A, -1, -2) @ A)
+    return A @ np.swapaxes(np.linalg.inv(L), -1, -2)

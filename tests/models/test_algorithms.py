@@ -146,3 +146,21 @@ def test_invalid_hyper_parameters_are_refused():
         make_algorithm("fedavg", 5, 2)
     with pytest.raises(ValueError, match="bits"):
         FedMM(5, 2, bits=1)
+
+
+def test_fedpg_fast_step_is_the_projected_riemannian_gradient_step(clients, rng):
+    """The cheap step (terms in span(U) dropped, Cholesky-QR) equals the textbook one."""
+    from models.linalg import orth
+    from models.pca.objective import reconstruction_gradient
+
+    alg = make_algorithm("fedpg", D, K, local_steps=1)
+    U = orth(rng.standard_normal((2, D, K)))
+    Y = 0.1 * rng.standard_normal((2, D, K))
+    Z = orth(rng.standard_normal((D, K)))
+    w = clients.weight[:2]
+    state = {"U": U, "Y": Y, "step": np.array([0.01, 0.02]), "pending": np.zeros(2, bool)}
+    fast = alg.local_solve(dict(state), clients.C[:2], w, Z)["U"]
+    G = w[:, None, None] * reconstruction_gradient(clients.C[:2], U) + Y + alg.rho * (U - Z)
+    G = G - U @ (np.swapaxes(U, 1, 2) @ G)
+    slow = orth(U - state["step"][:, None, None] * G)
+    assert np.allclose(fast, slow)
