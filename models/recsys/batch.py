@@ -13,7 +13,7 @@ import numpy as np
 from scipy import sparse
 
 from models.federated import State
-from models.recsys.factors import grouped_grams, grouped_sums, predict_pairs
+from models.recsys.factors import normal_equations, predict_pairs
 
 
 @dataclass
@@ -53,10 +53,7 @@ class RatingBatch:
 
     def user_grams(self, Q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Per user: the Gram of its design rows [v_j, 1] and the right-hand side sum [v_j, 1](r - c_j)."""
-        Qr = Q[self.cols]
-        D = Qr.copy()
-        D[:, -1] = 1.0
-        return grouped_grams(D, self.ptr), grouped_sums(D * (self.target - Qr[:, -1])[:, None], self.ptr)
+        return normal_equations(Q[self.cols], self.target, self.ptr)
 
     def item_gradient(self, resid: np.ndarray, P: np.ndarray) -> np.ndarray:
         """d/dQ of 1/2 sum resid^2 per item slot: sum over its raters of resid [u_t, 1]."""
@@ -77,7 +74,7 @@ class RatingBatch:
         E[:, -1] = self.user_valid
         trace = np.asarray(self.matrix(np.ones(self.nnz)).T @ np.einsum("ij,ij->i", E, E))
         Eb = E.reshape(self.n_clients, self.M, -1)
-        small = Eb @ np.swapaxes(Eb, 1, 2) if self.M <= Eb.shape[2] else np.swapaxes(Eb, 1, 2) @ Eb
+        small = Eb @ np.swapaxes(Eb, 1, 2) if Eb.shape[2] >= self.M else np.swapaxes(Eb, 1, 2) @ Eb
         lmax = np.linalg.eigvalsh(small)[:, -1]
         return np.minimum(trace, np.repeat(lmax, self.J))
 

@@ -46,6 +46,15 @@ def grouped_sums(X: np.ndarray, ptr: np.ndarray) -> np.ndarray:
     return out
 
 
+def normal_equations(partner: np.ndarray, target: np.ndarray, ptr: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Gram and right-hand side of each group's least squares in its packed row (users or items).
+
+    `partner` holds, for every rating (sorted by group), the packed row of the other side; its design row
+    is that row with the bias replaced by 1, and the partner's bias moves to the target."""
+    D = design(partner)
+    return grouped_grams(D, ptr), grouped_sums(D * (target - partner[:, -1])[:, None], ptr)
+
+
 def ridge_solve(gram: np.ndarray, rhs: np.ndarray, lam: float | np.ndarray) -> np.ndarray:
     """argmin_x 1/2 x'Gx - x'rhs + lam/2 |x|^2 for a batch of small systems, (G + lam I)^-1 rhs."""
     k = gram.shape[-1]

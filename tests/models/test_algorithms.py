@@ -69,7 +69,7 @@ def test_runs_are_reproducible_with_a_seed(clients):
 def test_batched_client_step_equals_one_client_at_a_time(clients, name):
     """The simulator's batch and the device's batch of one run the same arithmetic."""
     alg = make_algorithm(name, D, K)
-    server, bcast = alg.init_server(10, np.random.default_rng(0))
+    _server, bcast = alg.init_server(10, np.random.default_rng(0))
     data = {"C": clients.C[:3], "weight": clients.weight[:3]}
     state = alg.init_clients(data, bcast)
     _, batched = alg.client_update(state, data, bcast)
@@ -95,7 +95,7 @@ def test_admm_dual_update_applies_once_per_round(clients):
     assert np.allclose(bcast["Z"], up["U"].mean(axis=0))
 
 
-def test_completion_agrees_with_C_on_the_block_and_fixes_invariant_subspaces(rng):
+def test_completion_agrees_with_c_on_the_block_and_fixes_invariant_subspaces(rng):
     A = rng.standard_normal((D, D))
     C = A @ A.T
     Q = np.linalg.qr(rng.standard_normal((D, 4)))[0]
@@ -135,7 +135,7 @@ def test_quantisation_error_feedback_keeps_the_running_sum_unbiased(rng):
 def test_local_pca_is_each_clients_own_top_eigenspace(clients):
     Zs = local_pca(clients.C, K)
     for i in range(3):
-        w, V = np.linalg.eigh(clients.C[i])
+        _w, V = np.linalg.eigh(clients.C[i])
         assert np.allclose(np.abs(Zs[i].T @ V[:, -K:]).sum(), np.abs(V[:, -K:].T @ V[:, -K:]).sum(), atol=1e-8)
 
 

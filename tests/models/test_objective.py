@@ -21,7 +21,7 @@ def test_objective_equals_reconstruction_error_of_the_records(rng):
     assert np.isclose(reconstruction_objective(C, U), direct)
 
 
-def test_gradient_matches_finite_differences_for_non_orthonormal_U(rng):
+def test_gradient_matches_finite_differences_for_non_orthonormal_u(rng):
     A = rng.standard_normal((7, 7))
     C = A @ A.T
     U = rng.standard_normal((7, 3))

@@ -1,3 +1,5 @@
+import itertools
+
 import numpy as np
 import pytest
 
@@ -21,7 +23,7 @@ def test_partitions_are_disjoint_and_cover_every_record(rng, how):
 def test_noniid_sorts_clients_along_the_feature(rng):
     X = rng.standard_normal((300, 3))
     parts = partition(X, 10, "noniid", np.random.default_rng(0), feature=1)
-    for a, b in zip(parts, parts[1:]):
+    for a, b in itertools.pairwise(parts):
         assert X[a, 1].max() <= X[b, 1].min()
 
 

@@ -37,7 +37,7 @@ def test_streaming_update_equals_batch(rng):
 
 def test_zero_variance_features_get_unit_scale():
     X = np.c_[np.ones(10), np.arange(10.0)]
-    mean, scale, zero = global_standardisation([Moments.of(X).summary()])
+    _mean, scale, zero = global_standardisation([Moments.of(X).summary()])
     assert zero.tolist() == [True, False] and scale[0] == 1.0
 
 
