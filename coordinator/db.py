@@ -1,0 +1,187 @@
+"""Tables (SQLAlchemy 2.x) and the engine. The schema is created and upgraded by Alembic migrations
+(coordinator/migrations); SQLite in a file by default, PostgreSQL by URL."""
+
+from __future__ import annotations
+
+import io
+import os
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from sqlalchemy import (
+    JSON,
+    Boolean,
+    DateTime,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    LargeBinary,
+    String,
+    create_engine,
+    event,
+)
+from sqlalchemy.engine import Engine
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, sessionmaker
+
+DEFAULT_DB_URL = "sqlite:///fedsentry.db"
+
+
+def utcnow() -> datetime:
+    return datetime.now(timezone.utc).replace(tzinfo=None)
+
+
+def db_url(explicit: str | None = None) -> str:
+    """--db, else $FEDSENTRY_DB_URL, else sqlite:///fedsentry.db in the working directory."""
+    url = explicit or os.environ.get("FEDSENTRY_DB_URL") or DEFAULT_DB_URL
+    if url.startswith("postgresql://"):
+        url = "postgresql+psycopg://" + url[len("postgresql://"):]
+    return url
+
+
+def pack(arrays: dict[str, np.ndarray]) -> bytes:
+    buf = io.BytesIO()
+    np.savez(buf, **arrays)
+    return buf.getvalue()
+
+
+def unpack(blob: bytes | None) -> dict[str, np.ndarray]:
+    if not blob:
+        return {}
+    with np.load(io.BytesIO(blob), allow_pickle=False) as z:
+        return {k: z[k] for k in z.files}
+
+
+class Base(DeclarativeBase):
+    type_annotation_map = {dict[str, Any]: JSON, list[Any]: JSON}
+
+
+class Device(Base):
+    __tablename__ = "devices"
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    online: Mapped[bool] = mapped_column(Boolean, default=False)
+    first_seen: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
+    last_seen: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
+    rounds: Mapped[int] = mapped_column(Integer, default=0)
+    alerts: Mapped[int] = mapped_column(Integer, default=0)
+
+
+class Job(Base):
+    __tablename__ = "jobs"
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    type: Mapped[str] = mapped_column(String(16))
+    algorithm: Mapped[str] = mapped_column(String(32))
+    params: Mapped[dict[str, Any]] = mapped_column(JSON)
+    status: Mapped[str] = mapped_column(String(16), default="pending")  # pending running finished failed cancelled
+    phase: Mapped[str] = mapped_column(String(16), default="waiting")
+    current_round: Mapped[int] = mapped_column(Integer, default=0)
+    error: Mapped[str | None] = mapped_column(String(500), nullable=True)
+    leader: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    lease_until: Mapped[datetime | None] = mapped_column(DateTime, nullable=True)
+    created: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
+    updated: Mapped[datetime] = mapped_column(DateTime, default=utcnow, onupdate=utcnow)
+
+
+class JobState(Base):
+    """The resumable state of a job as of its last completed round."""
+
+    __tablename__ = "job_state"
+    job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True)
+    round: Mapped[int] = mapped_column(Integer)
+    phase: Mapped[str] = mapped_column(String(16))
+    participants: Mapped[list[Any]] = mapped_column(JSON)
+    info: Mapped[dict[str, Any]] = mapped_column(JSON)  # rng state, counts, preprocessing, ...
+    server: Mapped[bytes] = mapped_column(LargeBinary)
+    broadcast: Mapped[bytes] = mapped_column(LargeBinary)
+
+
+class Round(Base):
+    __tablename__ = "rounds"
+    job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True)
+    round: Mapped[int] = mapped_column(Integer, primary_key=True)
+    phase: Mapped[str] = mapped_column(String(16))
+    sampled: Mapped[list[Any]] = mapped_column(JSON)
+    answered: Mapped[list[Any]] = mapped_column(JSON)
+    metrics: Mapped[dict[str, Any]] = mapped_column(JSON)
+    seconds: Mapped[float] = mapped_column(Float)
+    completed: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
+
+
+class ModelVersion(Base):
+    __tablename__ = "model_versions"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), index=True)
+    version: Mapped[int] = mapped_column(Integer)
+    type: Mapped[str] = mapped_column(String(16))
+    round: Mapped[int] = mapped_column(Integer)
+    arrays: Mapped[bytes] = mapped_column(LargeBinary)  # Z, mean, scale, log_mask
+    info: Mapped[dict[str, Any]] = mapped_column(JSON)  # features, threshold, metrics
+    promoted: Mapped[bool] = mapped_column(Boolean, default=False)
+    created: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
+
+
+class Alert(Base):
+    __tablename__ = "alerts"
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)  # chosen by the agent: redelivery-safe
+    device_id: Mapped[str] = mapped_column(String(64))
+    job_id: Mapped[str] = mapped_column(String(64))
+    model_version: Mapped[int] = mapped_column(Integer)
+    ts: Mapped[datetime] = mapped_column(DateTime)
+    received: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
+    score: Mapped[float] = mapped_column(Float)
+    threshold: Mapped[float] = mapped_column(Float)
+    count: Mapped[int] = mapped_column(Integer, default=1)
+    explanation: Mapped[list[Any]] = mapped_column(JSON)
+    acknowledged: Mapped[bool] = mapped_column(Boolean, default=False)
+    acknowledged_at: Mapped[datetime | None] = mapped_column(DateTime, nullable=True)
+    __table_args__ = (Index("ix_alerts_device_ts", "device_id", "ts"), Index("ix_alerts_ts", "ts"),
+                      Index("ix_alerts_job_ts", "job_id", "ts"))
+
+
+class Rejection(Base):
+    __tablename__ = "rejections"
+    reason: Mapped[str] = mapped_column(String(32), primary_key=True)
+    count: Mapped[int] = mapped_column(Integer, default=0)
+
+
+class ApiKey(Base):
+    __tablename__ = "api_keys"
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    hash: Mapped[str] = mapped_column(String(128))
+    role: Mapped[str] = mapped_column(String(16))
+    created: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
+    revoked: Mapped[bool] = mapped_column(Boolean, default=False)
+
+
+def make_engine(url: str | None = None) -> Engine:
+    url = db_url(url)
+    kwargs: dict[str, Any] = {"future": True}
+    if url.startswith("sqlite"):
+        kwargs["connect_args"] = {"check_same_thread": False, "timeout": 30}
+    engine = create_engine(url, pool_pre_ping=True, **kwargs)
+    if url.startswith("sqlite"):
+        @event.listens_for(engine, "connect")
+        def _pragmas(dbapi_conn, _record):
+            cur = dbapi_conn.cursor()
+            cur.execute("PRAGMA journal_mode=WAL")
+            cur.execute("PRAGMA foreign_keys=ON")
+            cur.close()
+    return engine
+
+
+def migrate(engine: Engine) -> None:
+    """Bring the schema to the newest migration."""
+    from alembic import command
+    from alembic.config import Config
+
+    cfg = Config()
+    cfg.set_main_option("script_location", str(Path(__file__).parent / "migrations"))
+    with engine.begin() as conn:
+        cfg.attributes["connection"] = conn
+        command.upgrade(cfg, "head")
+
+
+def session_factory(engine: Engine) -> sessionmaker:
+    return sessionmaker(engine, expire_on_commit=False)

@@ -1,0 +1,240 @@
+"""The coordinator process: MQTT in, jobs driven, everything stored.
+
+paho's network thread only queues messages; one worker thread validates them, drives the jobs, and
+writes to the database. The coordinator subscribes with a persistent session (QoS 1), so uploads and
+alerts sent while it was down are delivered when it comes back. One coordinator leads a job at a time:
+a lease in the jobs table, renewed while it works and taken over when it lapses.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+import uuid
+from collections import Counter
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+from sqlalchemy import or_, select
+from sqlalchemy.exc import IntegrityError, OperationalError
+
+from coordinator.db import Alert, Device, Job, Rejection, make_engine, migrate, session_factory, utcnow
+from coordinator.pca_job import PCAJob
+from edge_agent.mqtt import make_client, parse_broker_url
+from edge_agent.protocol import (
+    AGENT_SUBSCRIPTION,
+    ProtocolError,
+    decode,
+    job_topic,
+    model_topic,
+    parse_agent_topic,
+)
+
+log = logging.getLogger("fedsentry.coordinator")
+LEASE = timedelta(seconds=15)
+
+
+class Coordinator:
+    def __init__(self, broker: str, db: str | None = None, client_id: str = "fedsentry-coordinator",
+                 username: str | None = None, password: str | None = None, tls: bool = False,
+                 ca_cert: str | None = None):
+        self.instance = f"{client_id}-{uuid.uuid4().hex[:8]}"
+        self.engine = make_engine(db)
+        self._connect_db()
+        self.sessions = session_factory(self.engine)
+        self.inbox: queue.Queue[tuple[str, bytes]] = queue.Queue()
+        self.jobs: dict[str, PCAJob] = {}
+        self.rejected: Counter[str] = Counter()
+        self.accepted = 0
+        self.alerts_ingested = 0
+        self.stop_event = threading.Event()
+        self.connected = threading.Event()
+        parse_broker_url(broker)
+        self.client, self.broker = make_client(client_id, broker, username, password, tls, ca_cert)
+        self.client.on_connect = self._on_connect
+        self.client.on_disconnect = lambda *a: self.connected.clear()
+        self.client.on_message = lambda c, u, m: self.inbox.put((m.topic, m.payload))
+        self.thread: threading.Thread | None = None
+
+    def _connect_db(self) -> None:
+        delay = 1.0
+        while True:
+            try:
+                migrate(self.engine)
+                return
+            except OperationalError as e:
+                log.error("database unreachable (%s); retrying in %.0f s", str(e.orig).strip()[:200], delay)
+                time.sleep(delay)
+                delay = min(delay * 2, 30)
+
+    def _on_connect(self, client, userdata, flags, reason_code, properties=None) -> None:
+        if reason_code.is_failure:
+            log.error("broker refused the coordinator: %s", reason_code)
+            return
+        client.subscribe(AGENT_SUBSCRIPTION, qos=1)
+        self.connected.set()
+        log.info("coordinator connected to %s:%s", self.broker.host, self.broker.port)
+
+    def publish(self, topic: str, payload: bytes, retain: bool = False) -> None:
+        self.client.publish(topic, payload, qos=1, retain=retain)
+
+    # -- lifecycle ------------------------------------------------------------------------------------
+    def start(self) -> Coordinator:
+        self.client.connect_async(self.broker.host, self.broker.port)
+        self.client.loop_start()
+        self.thread = threading.Thread(target=self.run, name="coordinator", daemon=True)
+        self.thread.start()
+        return self
+
+    def close(self) -> None:
+        self.stop_event.set()
+        if self.thread:
+            self.thread.join(timeout=10)
+        self.client.disconnect()
+        self.client.loop_stop()
+        self.engine.dispose()
+
+    def run(self) -> None:
+        last_tick = 0.0
+        while not self.stop_event.is_set():
+            try:
+                topic, payload = self.inbox.get(timeout=0.02)
+                self.handle(topic, payload)
+                if not self.inbox.empty():
+                    continue
+            except queue.Empty:
+                pass
+            except OperationalError as e:
+                log.error("database error: %s", str(e.orig).strip()[:200])
+                time.sleep(1)
+            now = time.monotonic()
+            if now - last_tick >= 0.02:
+                last_tick = now
+                try:
+                    self.tick()
+                except OperationalError as e:
+                    log.error("database error: %s", str(e.orig).strip()[:200])
+                    time.sleep(1)
+
+    # -- jobs -----------------------------------------------------------------------------------------
+    def tick(self) -> None:
+        if not self.connected.is_set():
+            return
+        self._claim_jobs()
+        for job_id, runner in list(self.jobs.items()):
+            if runner.phase == "waiting":
+                runner.start(self.online_devices())
+                continue
+            if runner.tick():
+                self._release(job_id)
+
+    def _claim_jobs(self) -> None:
+        now = utcnow()
+        with self.sessions.begin() as s:
+            for job in s.scalars(select(Job).where(Job.status.in_(("pending", "running")))):
+                if job.leader == self.instance:
+                    if job.lease_until - now < LEASE / 2:
+                        job.lease_until = now + LEASE
+                    continue
+                if job.leader is None or job.lease_until is None or job.lease_until < now:
+                    won = s.execute(Job.__table__.update().where(
+                        Job.id == job.id, or_(Job.leader.is_(None), Job.lease_until < now))
+                        .values(leader=self.instance, lease_until=now + LEASE)).rowcount
+                    if won:
+                        self.jobs[job.id] = PCAJob(job, self.sessions, self.publish, job_topic(job.id),
+                                                   model_topic(job.type))
+                        log.info("job=%s led by %s", job.id, self.instance)
+
+    def _release(self, job_id: str) -> None:
+        self.jobs.pop(job_id, None)
+        with self.sessions.begin() as s:
+            job = s.get(Job, job_id)
+            job.leader, job.lease_until = None, None
+
+    def online_devices(self) -> list[str]:
+        with self.sessions() as s:
+            return list(s.scalars(select(Device.id).where(Device.online.is_(True))))
+
+    # -- messages -------------------------------------------------------------------------------------
+    def reject(self, reason: str, detail: str, topic: str) -> None:
+        self.rejected[reason] += 1
+        log.warning("rejected message on %s: %s: %s", topic, reason, detail)
+        with self.sessions.begin() as s:
+            row = s.get(Rejection, reason)
+            if row is None:
+                s.add(Rejection(reason=reason, count=1))
+            else:
+                row.count += 1
+
+    def handle(self, topic: str, payload: bytes) -> None:
+        try:
+            agent, what = parse_agent_topic(topic)
+            env = decode(payload)
+            if env.sender != agent:
+                raise ProtocolError("sender", f"{env.sender!r} published under {agent!r}")
+            if what == "status" and env.kind == "status":
+                self._status(agent, bool(env.meta.get("online")))
+            elif what == "alerts" and env.kind == "alert":
+                self._alert(agent, env)
+            elif what == "upload":
+                runner = self.jobs.get(env.job)
+                if runner is None:
+                    raise ProtocolError("unknown_job", f"job {env.job!r} is not led here")
+                runner.accept(env)
+                self._touch(agent)
+            else:
+                raise ProtocolError("kind", f"{env.kind} on {what}")
+            self.accepted += 1
+        except ProtocolError as e:
+            self.reject(e.reason, e.detail, topic)
+
+    def _status(self, agent: str, online: bool) -> None:
+        with self.sessions.begin() as s:
+            dev = s.get(Device, agent)
+            if dev is None:
+                s.add(Device(id=agent, online=online))
+            else:
+                dev.online, dev.last_seen = online, utcnow()
+
+    def _touch(self, agent: str) -> None:
+        with self.sessions.begin() as s:
+            dev = s.get(Device, agent)
+            if dev is None:
+                s.add(Device(id=agent, online=True))
+            else:
+                dev.last_seen = utcnow()
+
+    def _alert(self, agent: str, env) -> None:
+        m = env.meta
+        try:
+            alert = Alert(id=str(m["id"])[:64], device_id=agent, job_id=env.job, model_version=int(env.round),
+                          ts=datetime.fromtimestamp(float(m["ts"]), timezone.utc).replace(tzinfo=None),
+                          score=float(m["score"]), threshold=float(m["threshold"]), count=int(m.get("count", 1)),
+                          explanation=list(m.get("explanation", [])))
+        except (KeyError, TypeError, ValueError, OverflowError) as e:
+            raise ProtocolError("alert", f"malformed alert: {e}") from None
+        try:
+            with self.sessions.begin() as s:
+                s.add(alert)
+                s.flush()
+                dev = s.get(Device, agent)
+                if dev is None:
+                    s.add(Device(id=agent, online=True, alerts=1))
+                else:
+                    dev.alerts += 1
+                    dev.last_seen = utcnow()
+            self.alerts_ingested += 1
+        except IntegrityError:
+            pass  # a redelivered alert: stored once
+
+    # -- jobs API used by the CLI, the demo and the REST API --------------------------------------------
+    def create_job(self, job_id: str, type_: str, algorithm: str, params: dict[str, Any]) -> None:
+        with self.sessions.begin() as s:
+            s.add(Job(id=job_id, type=type_, algorithm=algorithm, params=params, status="pending"))
+
+    def job_status(self, job_id: str) -> str | None:
+        with self.sessions() as s:
+            job = s.get(Job, job_id)
+            return None if job is None else job.status

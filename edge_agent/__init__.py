@@ -1,0 +1,1 @@
+"""The device side of FedSentry: a light agent (numpy + paho-mqtt) and the wire protocol."""

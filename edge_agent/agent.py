@@ -1,0 +1,228 @@
+"""The edge agent: takes part in training rounds, scores its own traffic, publishes alerts.
+
+One thread reads the traffic source and processes queued broker messages; paho's network thread only
+decodes topics and hands messages over. Everything the agent must not lose (training records, the
+algorithm's client state, the model, the position in a followed log, undelivered alerts) is on disk
+under --state-dir, so a restart continues where it stopped.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import queue
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import paho.mqtt.client as mqtt
+
+from edge_agent.mqtt import make_client
+from edge_agent.participant import PCAParticipant, TrainingBuffer
+from edge_agent.protocol import (
+    JOB_SUBSCRIPTION,
+    Envelope,
+    ProtocolError,
+    agent_topic,
+    decode,
+    model_topic,
+)
+from edge_agent.scorer import Scorer
+from edge_agent.sources import Batch, SchemaError, ZeekFollower, csv_source, select
+from edge_agent.store import AgentStore, Outbox
+
+log = logging.getLogger("fedsentry.agent")
+
+
+@dataclass
+class AgentConfig:
+    agent_id: str
+    broker: str
+    state_dir: str
+    username: str | None = None
+    password: str | None = None
+    tls: bool = False
+    ca_cert: str | None = None
+    certfile: str | None = None
+    keyfile: str | None = None
+    model_job: str | None = None  # only score with models promoted by this job
+    wait_for_model: bool = False  # hold the traffic source until a model is there
+    exit_after_replay: bool = False  # stop once the source is exhausted and every alert is delivered
+    scores_out: str | None = None  # evaluation only: every record's score (and label, if the file has one)
+    alert_burst: int = 20
+    alert_window: float = 60.0
+
+
+class Agent:
+    def __init__(self, cfg: AgentConfig, source: Iterator[Batch] | ZeekFollower | None = None,
+                 training: Iterator[Batch] | None = None):
+        self.cfg = cfg
+        self.store = AgentStore(cfg.state_dir)
+        self.buffer = TrainingBuffer(self.store)
+        if training is not None and self.buffer.seen == 0:
+            for b in training:
+                self.buffer.add(b)
+            self.buffer.save()
+        self.participant = PCAParticipant(cfg.agent_id, self.store, self.buffer)
+        self.scorer = Scorer(cfg.agent_id, cfg.alert_burst, cfg.alert_window)
+        saved = self.store.load_bytes("model.bin")
+        if saved:
+            self.scorer.load(decode(saved))
+        self.outbox = Outbox(Path(cfg.state_dir) / "outbox.sqlite")
+        self.source = source
+        self.inbox: queue.Queue[tuple[str, bytes]] = queue.Queue()
+        self.inflight: dict[int, str] = {}
+        self.lock = threading.Lock()
+        self.stop = threading.Event()
+        self.connected = threading.Event()
+        self.counters = {"records": 0, "alerts": 0, "rejected": 0, "rounds": 0}
+        status_off = Envelope("status", "", 0, cfg.agent_id, {}, {"online": False}).encode()
+        self.client, _ = make_client(cfg.agent_id, cfg.broker, cfg.username, cfg.password, cfg.tls, cfg.ca_cert,
+                                     cfg.certfile, cfg.keyfile, will=(self.topic("status"), status_off, 1, True))
+        self.client.on_connect = self._on_connect
+        self.client.on_message = lambda c, u, m: self.inbox.put((m.topic, m.payload))
+        self.client.on_publish = self._on_publish
+        self.client.on_disconnect = lambda *a: self.connected.clear()
+        self._scores = open(cfg.scores_out, "a") if cfg.scores_out else None
+
+    def topic(self, what: str) -> str:
+        return agent_topic(self.cfg.agent_id, what)
+
+    # -- broker callbacks (network thread) ------------------------------------------------------------
+    def _on_connect(self, client, userdata, flags, reason_code, properties=None) -> None:
+        if reason_code.is_failure:
+            log.error("agent=%s broker refused the connection: %s", self.cfg.agent_id, reason_code)
+            return
+        client.subscribe([(JOB_SUBSCRIPTION, 1), (model_topic("pca"), 1)])
+        status = Envelope("status", "", 0, self.cfg.agent_id, {}, {"online": True, "records": self.buffer.seen})
+        client.publish(self.topic("status"), status.encode(), qos=1, retain=True)
+        self.connected.set()
+        self.inbox.put(("__resend__", b""))
+
+    def _on_publish(self, client, userdata, mid, reason_code=None, properties=None) -> None:
+        with self.lock:
+            alert_id = self.inflight.pop(mid, None)
+        if alert_id:
+            self.outbox.done(alert_id)
+
+    # -- work (agent thread) ------------------------------------------------------------------------
+    def handle(self, topic: str, payload: bytes) -> None:
+        if topic == "__resend__":
+            self._resend()
+            return
+        try:
+            env = decode(payload)
+        except ProtocolError as e:
+            self.counters["rejected"] += 1
+            log.warning("agent=%s rejected message on %s: %s", self.cfg.agent_id, topic, e)
+            return
+        if env.kind == "model":
+            if self.cfg.model_job and env.job != self.cfg.model_job:
+                return
+            try:
+                self.scorer.load(env)
+            except (KeyError, ValueError) as e:
+                self.counters["rejected"] += 1
+                log.warning("agent=%s rejected model: %s", self.cfg.agent_id, e)
+                return
+            self.store.save_bytes("model.bin", payload)
+            log.info("agent=%s model job=%s version=%s loaded", self.cfg.agent_id, env.job, env.meta.get("version"))
+        elif env.kind == "round":
+            try:
+                reply = self.participant.on_round(env)
+            except (KeyError, ValueError) as e:  # includes SchemaError: the data lacks the job's features
+                self.counters["rejected"] += 1
+                log.error("agent=%s cannot take part in job=%s round=%s: %s", self.cfg.agent_id, env.job,
+                          env.round, e)
+                return
+            if reply is not None:
+                self.counters["rounds"] += 1
+                self.client.publish(self.topic("upload"), reply.encode(), qos=1)
+
+    def _resend(self) -> None:
+        for alert_id, payload in self.outbox.pending():
+            self._publish_alert(alert_id, payload)
+
+    def _publish_alert(self, alert_id: str, payload: bytes) -> None:
+        with self.lock:
+            info = self.client.publish(self.topic("alerts"), payload, qos=1)
+            if info.rc == mqtt.MQTT_ERR_SUCCESS:
+                self.inflight[info.mid] = alert_id
+
+    def ingest(self, batch: Batch) -> None:
+        if self.scorer.detector is None:
+            return
+        try:
+            X = select(batch, self.scorer.detector.feature_names_)
+        except SchemaError as e:
+            log.error("agent=%s %s", self.cfg.agent_id, e)
+            raise
+        scores, alerts = self.scorer.score(X)
+        self.counters["records"] += len(X)
+        if self._scores:
+            labels = batch.labels if batch.labels is not None else np.full(len(scores), np.nan)
+            self._scores.writelines(f"{s:.9g},{lab:g}\n" for s, lab in zip(scores, labels))
+            self._scores.flush()
+        for a in alerts:
+            payload = self.scorer.envelope(a).encode()
+            self.outbox.add(a["id"], payload)
+            self.counters["alerts"] += 1
+            if self.connected.is_set():
+                self._publish_alert(a["id"], payload)
+
+    def _next_batch(self) -> Batch | bool | None:
+        """A batch, None if nothing now, False when the source is exhausted."""
+        if self.source is None:
+            return False
+        if isinstance(self.source, ZeekFollower):
+            b = self.source.poll()
+            self.store.save_json("zeek", self.source.position)
+            return b
+        return next(self.source, False)
+
+    def run(self) -> int:
+        self.client.connect_async(*self._address())
+        self.client.loop_start()
+        exhausted = False
+        try:
+            while not self.stop.is_set():
+                try:
+                    topic, payload = self.inbox.get(timeout=0.02)
+                    self.handle(topic, payload)
+                    continue
+                except queue.Empty:
+                    pass
+                if exhausted or (self.cfg.wait_for_model and self.scorer.detector is None):
+                    if exhausted and self.cfg.exit_after_replay and len(self.outbox) == 0:
+                        break
+                    time.sleep(0.05)
+                    continue
+                b = self._next_batch()
+                if b is False:
+                    exhausted = True
+                    log.info("agent=%s source done: %s", self.cfg.agent_id, json.dumps(self.counters))
+                elif b is None:
+                    time.sleep(0.2)
+                else:
+                    self.ingest(b)
+        except SchemaError:
+            return 2
+        finally:
+            self.client.disconnect()
+            self.client.loop_stop()
+            if self._scores:
+                self._scores.close()
+        return 0
+
+    def _address(self) -> tuple[str, int]:
+        from edge_agent.mqtt import parse_broker_url
+
+        b = parse_broker_url(self.cfg.broker)
+        return b.host, b.port
+
+
+def training_source(path: str | None, label_column: str | None = None) -> Iterator[Batch] | None:
+    return csv_source(path, label_column=label_column) if path else None

@@ -1,0 +1,58 @@
+"""Connecting to the broker with paho-mqtt: URL parsing, credentials, TLS, last will, reconnect.
+
+Callbacks run on paho's network thread; keep them thin and hand work to a queue (see the agent and the
+coordinator)."""
+
+from __future__ import annotations
+
+import ssl
+from dataclasses import dataclass
+from urllib.parse import unquote, urlparse
+
+import paho.mqtt.client as mqtt
+
+
+@dataclass
+class BrokerURL:
+    host: str
+    port: int
+    tls: bool
+    username: str | None = None
+    password: str | None = None
+
+
+def parse_broker_url(url: str) -> BrokerURL:
+    """mqtt://[user[:password]@]host[:port] (default port 1883) or mqtts://... (TLS, default 8883)."""
+    u = urlparse(url)
+    if u.scheme not in ("mqtt", "mqtts", "tcp", "ssl") or not u.hostname:
+        raise ValueError(f"invalid broker URL {url!r}: expected mqtt://host[:port] or mqtts://host[:port]")
+    tls = u.scheme in ("mqtts", "ssl")
+    try:
+        port = u.port or (8883 if tls else 1883)
+    except ValueError:
+        raise ValueError(f"invalid port in broker URL {url!r}") from None
+    return BrokerURL(u.hostname, port, tls, unquote(u.username) if u.username else None,
+                     unquote(u.password) if u.password else None)
+
+
+def make_client(client_id: str, url: str, username: str | None = None, password: str | None = None,
+                tls: bool = False, ca_cert: str | None = None, certfile: str | None = None,
+                keyfile: str | None = None, insecure: bool = False,
+                will: tuple[str, bytes, int, bool] | None = None, clean_session: bool = False) -> tuple[mqtt.Client, BrokerURL]:
+    """A paho client configured but not connected (persistent session by default)."""
+    b = parse_broker_url(url)
+    client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=client_id, clean_session=clean_session,
+                         protocol=mqtt.MQTTv311)
+    user, pw = username or b.username, password or b.password
+    if user:
+        client.username_pw_set(user, pw)
+    if tls or b.tls or ca_cert:
+        client.tls_set(ca_certs=ca_cert, certfile=certfile, keyfile=keyfile, cert_reqs=ssl.CERT_REQUIRED)
+        if insecure:
+            client.tls_insecure_set(True)
+    if will:
+        client.will_set(*will)
+    client.reconnect_delay_set(min_delay=1, max_delay=30)
+    client.max_inflight_messages_set(100)
+    client.max_queued_messages_set(0)
+    return client, b

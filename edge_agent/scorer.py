@@ -1,0 +1,99 @@
+"""Scoring traffic with the promoted model and turning flagged records into alerts.
+
+Alerts are rate-limited per device: at most ``burst`` individual alerts per ``window`` seconds; past
+that, flagged records are counted and leave as one summary alert (with the count and the worst record)
+when the window closes.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from edge_agent.protocol import Envelope
+from models.detector import PCADetector
+from models.preprocessing import Preprocessor
+
+
+def detector_from_envelope(env: Envelope) -> PCADetector:
+    """The promoted model as published on the model topic."""
+    meta, a = env.meta, env.arrays
+    pre = Preprocessor(list(meta["features"]), a["log_mask"].astype(bool), a["mean"], a["scale"])
+    return PCADetector.from_model(a["Z"], pre, float(meta["threshold"]))
+
+
+def model_envelope(job: str, version: int, Z: np.ndarray, pre: Preprocessor, threshold: float,
+                   sender: str = "coordinator") -> Envelope:
+    return Envelope("model", job, version, sender,
+                    {"Z": Z, "mean": pre.mean, "scale": pre.scale, "log_mask": pre.log_mask.astype(np.uint8)},
+                    {"features": list(pre.feature_names), "threshold": float(threshold), "version": int(version)})
+
+
+@dataclass
+class RateLimiter:
+    burst: int = 20
+    window: float = 60.0
+    started: float = field(default_factory=time.monotonic)
+    sent: int = 0
+    suppressed: int = 0
+    worst: dict[str, Any] | None = None
+
+    def admit(self, alert: dict[str, Any], now: float | None = None) -> list[dict[str, Any]]:
+        """Alerts to send now: this one, a summary of the closed window, both, or none."""
+        now = time.monotonic() if now is None else now
+        out = self.flush(now)
+        if self.sent < self.burst:
+            self.sent += 1
+            out.append(alert)
+        else:
+            self.suppressed += 1
+            if self.worst is None or alert["score"] > self.worst["score"]:
+                self.worst = alert
+        return out
+
+    def flush(self, now: float) -> list[dict[str, Any]]:
+        if now - self.started < self.window:
+            return []
+        out = []
+        if self.suppressed:
+            summary = dict(self.worst or {})
+            summary.update(id=uuid.uuid4().hex, summary=True, count=self.suppressed)
+            out.append(summary)
+        self.started, self.sent, self.suppressed, self.worst = now, 0, 0, None
+        return out
+
+
+class Scorer:
+    def __init__(self, agent_id: str, burst: int = 20, window: float = 60.0):
+        self.id = agent_id
+        self.detector: PCADetector | None = None
+        self.model_job, self.model_version = "", 0
+        self.limiter = RateLimiter(burst, window)
+
+    def load(self, env: Envelope) -> None:
+        self.detector = detector_from_envelope(env)
+        self.model_job, self.model_version = env.job, int(env.meta["version"])
+
+    def score(self, X: np.ndarray) -> tuple[np.ndarray, list[dict[str, Any]]]:
+        """Scores of a batch and the alerts it raises (after rate limiting)."""
+        if self.detector is None:
+            return np.full(len(X), np.nan), []
+        s = self.detector.score_samples(X)
+        flagged = np.flatnonzero(s > self.detector.threshold_)
+        alerts: list[dict[str, Any]] = []
+        if len(flagged):
+            expl = self.detector.explain(X[flagged])
+            for i, e in zip(flagged, expl):
+                alerts += self.limiter.admit({"id": uuid.uuid4().hex, "ts": time.time(), "score": float(s[i]),
+                                              "threshold": self.detector.threshold_, "explanation": e,
+                                              "model_version": self.model_version, "summary": False, "count": 1})
+        else:
+            alerts += self.limiter.flush(time.monotonic())
+        return s, alerts
+
+    def envelope(self, alert: dict[str, Any]) -> Envelope:
+        return Envelope("alert", self.model_job, self.model_version, self.id, {}, alert)

@@ -1,0 +1,77 @@
+"""What an agent keeps on disk so that a restart loses nothing: files written atomically."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import sqlite3
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+
+def atomic_write(path: Path, data: bytes) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+class AgentStore:
+    """A folder holding the agent's JSON metadata, numpy state per job, and cached messages."""
+
+    def __init__(self, folder: str | os.PathLike):
+        self.folder = Path(folder)
+        self.folder.mkdir(parents=True, exist_ok=True)
+
+    def load_json(self, name: str, default: Any) -> Any:
+        p = self.folder / f"{name}.json"
+        return json.loads(p.read_text()) if p.exists() else default
+
+    def save_json(self, name: str, value: Any) -> None:
+        atomic_write(self.folder / f"{name}.json", json.dumps(value).encode())
+
+    def load_arrays(self, name: str) -> dict[str, np.ndarray] | None:
+        p = self.folder / f"{name}.npz"
+        if not p.exists():
+            return None
+        with np.load(p, allow_pickle=False) as z:
+            return {k: z[k] for k in z.files}
+
+    def save_arrays(self, name: str, arrays: dict[str, np.ndarray]) -> None:
+        buf = io.BytesIO()
+        np.savez(buf, **arrays)
+        atomic_write(self.folder / f"{name}.npz", buf.getvalue())
+
+    def load_bytes(self, name: str) -> bytes | None:
+        p = self.folder / name
+        return p.read_bytes() if p.exists() else None
+
+    def save_bytes(self, name: str, data: bytes) -> None:
+        atomic_write(self.folder / name, data)
+
+
+class Outbox:
+    """Alerts waiting for the broker's acknowledgement, in SQLite so they survive restarts and outages."""
+
+    def __init__(self, path: str | os.PathLike):
+        self.db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None)
+        self.db.execute("PRAGMA journal_mode=WAL")
+        self.db.execute("CREATE TABLE IF NOT EXISTS outbox (id TEXT PRIMARY KEY, created REAL, payload BLOB)")
+
+    def add(self, alert_id: str, payload: bytes) -> None:
+        self.db.execute("INSERT OR IGNORE INTO outbox VALUES (?, ?, ?)", (alert_id, time.time(), payload))
+
+    def pending(self, limit: int = 500) -> list[tuple[str, bytes]]:
+        return list(self.db.execute("SELECT id, payload FROM outbox ORDER BY created LIMIT ?", (limit,)))
+
+    def done(self, alert_id: str) -> None:
+        self.db.execute("DELETE FROM outbox WHERE id = ?", (alert_id,))
+
+    def __len__(self) -> int:
+        return self.db.execute("SELECT COUNT(*) FROM outbox").fetchone()[0]
