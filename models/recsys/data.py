@@ -107,13 +107,13 @@ def global_mean(counts: np.ndarray, sums: np.ndarray) -> float:
     return float(np.sum(sums) / n) if n > 0 else 0.0
 
 
-def client_arrays(train: Ratings, parts: list[np.ndarray], mean: float) -> State:
-    """The clients' training data as batched, padded arrays (leading axis = client).
+def client_data(train: Ratings, parts: list[np.ndarray], mean: float) -> list[State]:
+    """Each client's training data as a batch of one (what a device holds), unpadded.
 
-    Per client: its users (``user_index``, global user indices, padded, ``user_mask``), the items it holds
-    training ratings for (``items``, global item indices, padded, ``item_mask``), and its ratings sorted by
+    Arrays: its users (``user_index``, global user indices, with ``user_mask``), the items it holds
+    training ratings for (``items``, global item indices, with ``item_mask``), and its ratings sorted by
     (user, item) as local positions ``user`` / ``item`` with ``rating`` centred on the global mean and
-    ``mask``. A device holds the same arrays with a batch of one."""
+    ``mask``. `stack` pads and batches several clients (masks are False in the padding)."""
     owner = np.full(train.n_users, -1)
     local = np.zeros(train.n_users, dtype=np.int64)
     for c, users in enumerate(parts):
@@ -123,26 +123,41 @@ def client_arrays(train: Ratings, parts: list[np.ndarray], mean: float) -> State
     order = np.lexsort((train.item, train.user, rc))
     rc, u, it, r = rc[order], train.user[order], train.item[order], train.rating[order]
     bounds = np.searchsorted(rc, np.arange(len(parts) + 1))
-    n = len(parts)
-    M = max(1, max(len(p) for p in parts))
-    per_items = [np.unique(it[bounds[c]:bounds[c + 1]]) for c in range(n)]
-    J = max(1, max(len(x) for x in per_items))
-    R = max(1, int(np.max(np.diff(bounds))) if n else 1)
-    out = {
-        "user_index": np.zeros((n, M), dtype=np.int64), "user_mask": np.zeros((n, M), dtype=bool),
-        "items": np.zeros((n, J), dtype=np.int64), "item_mask": np.zeros((n, J), dtype=bool),
-        "user": np.zeros((n, R), dtype=np.int64), "item": np.zeros((n, R), dtype=np.int64),
-        "rating": np.zeros((n, R)), "mask": np.zeros((n, R), dtype=bool),
-    }
+    out = []
     for c, users in enumerate(parts):
-        out["user_index"][c, :len(users)] = users
-        out["user_mask"][c, :len(users)] = True
-        items = per_items[c]
-        out["items"][c, :len(items)] = items
-        out["item_mask"][c, :len(items)] = True
         s, e = bounds[c], bounds[c + 1]
-        out["user"][c, :e - s] = local[u[s:e]]
-        out["item"][c, :e - s] = np.searchsorted(items, it[s:e])
-        out["rating"][c, :e - s] = r[s:e] - mean
-        out["mask"][c, :e - s] = True
+        items = np.unique(it[s:e])
+        out.append({
+            "user_index": users[None].astype(np.int64), "user_mask": np.ones((1, len(users)), dtype=bool),
+            "items": items[None], "item_mask": np.ones((1, len(items)), dtype=bool),
+            "user": local[u[s:e]][None], "item": np.searchsorted(items, it[s:e])[None],
+            "rating": (r[s:e] - mean)[None], "mask": np.ones((1, e - s), dtype=bool),
+        })
     return out
+
+
+def client_arrays(train: Ratings, parts: list[np.ndarray], mean: float) -> State:
+    """All clients' training data as one padded batch (see `client_data`)."""
+    return stack(client_data(train, parts, mean))
+
+
+def stack(batches: list[State]) -> State:
+    """Concatenate batched dicts along the client axis, zero-padding every other axis to the largest."""
+    out = {}
+    for key in batches[0]:
+        arrays = [b[key] for b in batches]
+        shape = np.max([a.shape[1:] for a in arrays], axis=0) if arrays[0].ndim > 1 else ()
+        n = sum(len(a) for a in arrays)
+        res = np.zeros((n, *(max(int(x), 1) for x in shape)), dtype=arrays[0].dtype)
+        i = 0
+        for a in arrays:
+            res[(slice(i, i + len(a)), *(slice(0, x) for x in a.shape[1:]))] = a
+            i += len(a)
+        out[key] = res
+    return out
+
+
+def unstack(batch: State, like: list[State]) -> list[State]:
+    """Split a batch of single clients back into dicts shaped like `like` (padding removed)."""
+    return [{k: v[(slice(i, i + 1), *(slice(0, x) for x in like[i][k].shape[1:]))].copy()
+             for k, v in batch.items()} for i in range(len(like))]

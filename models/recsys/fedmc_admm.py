@@ -1,0 +1,157 @@
+"""FedMC-ADMM (seed 000, Alg. 1) with the closed forms (66)-(68) for l2 and (71)-(73) for l1.
+
+Roles: a client's private *user factors* U_i (here packed with the user biases), its local *item copy*
+W_i and *item dual* Y_i, and the server's shared *item factors* V. With rho the paper's penalty beta:
+
+    client  (a) U_i  <- N proximal steps (66)/(71) on its ratings against W_i   (or an exact ridge solve)
+            (b) W_i  <- N linearised steps (67):  W <- (L W + rho V - grad - Y) / (L + rho)
+            (c) Y_i  <- Y_i + rho (W_i - V)          (the paper's order: the dual uses the V it received)
+    upload  the change of rho W_i + Y_i since the client's last upload
+    server  S <- S + sum of the changes;  V_j = S_j / (n_j rho + gamma)          (68)
+                                       or V_j = soft(S_j / (n_j rho), gamma / (n_j rho))   (73)
+
+S_j = sum_i (rho W_ij + Y_ij) over the clients holding item j is a running sum: clients that were not
+sampled contribute their last values (stale), exactly as (16) prescribes, but the server keeps only S
+(items x (rank+1)) and the counts n_j, never a copy per client.
+
+Differences from the paper, and why:
+- General-form consensus (Boyd et al. 2011, sec. 7.2): a client's copy W_i and dual Y_i cover the items
+  it holds ratings for, and n_j (the number of clients holding item j) replaces p in (68)/(73). Its
+  ratings do not depend on the other columns, so their consensus constraints only slow V down (every
+  non-rater's stale copy anchors V_j); dropping them leaves the minimisers unchanged, makes uploads sparse
+  and the client step independent of the catalogue size. It reveals which items a client holds, which
+  the dense copy also reveals (its changes are zero elsewhere... only after the first round).
+- The objective is written as a sum over clients (the paper's average times p): the closed forms are the
+  paper's with p = 1 and rho, Y scaled by p.
+- Per-row curvature: (66)/(71) use each user's own Lipschitz constant lambda_max(sum_j d_j d_j') and (67)
+  each item column's, instead of the global |W W'|_F and |U'U|_F. The sub-problems separate by rows
+  and columns, so these are valid majorisers, and far tighter (a user rates dozens, not thousands of
+  items).
+- Biases: packed factor rows (see factors.py); the global mean comes from a one-off count and sum.
+- A client joins with W_i = V (the V it first receives) and Y_i = 0, and its first upload is its whole
+  rho W_i + Y_i; the server counts it in n_j from then on. The paper initialises Y_i^0 = -grad/p, which
+  the server could not know without a round with every client.
+- ``user_solver="exact"`` (l2 only, the default) solves the private user block exactly: a ridge regression
+  per user, the fixed point the N steps of (66) converge to, for the cost of one small solve per user.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from models.federated import State
+from models.recsys.base import RecsysAlgorithm
+from models.recsys.batch import RatingBatch
+from models.recsys.factors import largest_eigenvalue, prox_step, ridge_solve, soft_threshold
+
+USER_SOLVERS = ("exact", "prox")
+#: default lam = gamma per regularizer, from a validation split of movielens-small's training ratings
+DEFAULT_WEIGHT = {"l2": 10.0, "l1": 1.0}
+
+
+class FedMCADMM(RecsysAlgorithm):
+    name = "fedmc-admm"
+
+    def __init__(self, n_items: int, rank: int = 10, rho: float = 10.0, lam: float | None = None,
+                 gamma: float | None = None, local_steps: int = 5, regularizer: str = "l2",
+                 user_solver: str = "exact", init_scale: float = 0.1):
+        default = DEFAULT_WEIGHT.get(regularizer, 1.0)
+        super().__init__(n_items, rank, default if lam is None else lam, default if gamma is None else gamma,
+                         regularizer, init_scale)
+        if rho <= 0:
+            raise ValueError("rho must be positive")
+        if local_steps < 1:
+            raise ValueError("local_steps must be at least 1")
+        if user_solver not in USER_SOLVERS:
+            raise ValueError(f"unknown user_solver {user_solver!r}; choose from {', '.join(USER_SOLVERS)}")
+        if user_solver == "exact" and regularizer == "l1":
+            user_solver = "prox"  # the l1 sub-problem has no closed form: proximal steps (71)
+        self.rho = float(rho)
+        self.local_steps = int(local_steps)
+        self.user_solver = user_solver
+
+    def init_server(self, n_clients: int, rng: np.random.Generator) -> tuple[State, State]:
+        V = self.random_items(rng)
+        server = {"item_factors": V, "item_sum": np.zeros_like(V), "item_count": np.zeros(self.n_items)}
+        return server, {"item_factors": V, "item_seen": np.zeros(self.n_items, dtype=bool)}
+
+    def init_clients(self, data: State, broadcast: State) -> State:
+        b, J = data["items"].shape
+        return {
+            "user_factors": self.zero_users(data),
+            "item_copy": np.zeros((b, J, self.width)),
+            "item_dual": np.zeros((b, J, self.width)),
+            "joined": np.zeros(b, dtype=bool),
+        }
+
+    def client_update(self, state: State, data: State, broadcast: State) -> tuple[State, State]:
+        batch = RatingBatch.of(data)
+        b, k = batch.n_clients, self.width
+        V = broadcast["item_factors"][batch.item_ids]  # the consensus on each client's items
+        W = batch.gather(state["item_copy"])
+        Y = batch.gather(state["item_dual"])
+        before = self.rho * W + Y
+        fresh = ~state["joined"][batch.slot_client]
+        if fresh.any():  # joining: start the copy at the consensus, no dual, nothing in the server's sum yet
+            W[fresh], Y[fresh], before[fresh] = V[fresh], 0.0, 0.0
+        P = self.user_step(batch, state["user_factors"].reshape(b * batch.M, k), W)
+        W, Y = self.item_step(batch, P, W, Y, V)
+        before -= self.rho * W
+        before -= Y
+        item_copy, item_dual, delta = np.moveaxis(batch.scatter(np.stack([W, Y, -before], axis=1)), 2, 0)
+        new_state = {"user_factors": P.reshape(b, batch.M, k), "item_copy": item_copy, "item_dual": item_dual,
+                     "joined": np.ones(b, dtype=bool)}
+        uploads = {"items": data["items"], "item_mask": data["item_mask"], "delta": delta,
+                   "new": ~state["joined"]}
+        return new_state, uploads
+
+    def user_step(self, batch: RatingBatch, P: np.ndarray, W: np.ndarray) -> np.ndarray:
+        """(a): the private user factors against the client's item copy (W fixed)."""
+        G, rhs = batch.user_grams(W)
+        if self.user_solver == "exact":
+            return ridge_solve(G, rhs, self.lam)
+        L = np.maximum(largest_eigenvalue(G), 1e-12)
+        for _ in range(self.local_steps):
+            grad = np.einsum("nij,nj->ni", G, P) - rhs
+            P = prox_step(P, grad, L, self.lam, self.regularizer)
+        return P
+
+    def item_step(self, batch: RatingBatch, P: np.ndarray, W: np.ndarray, Y: np.ndarray,
+                  V: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(b) and (c): N linearised steps (67) on the item copy, then the dual step with the received V.
+
+        (67) is W <- (L W + rho V - grad - Y) / (L + rho), written as W <- a W + c (rho V - Y - grad)."""
+        L = batch.item_curvature(P)[:, None]
+        c = 1.0 / (L + self.rho)
+        a = L * c
+        target = c * (self.rho * V - Y)
+        raters = batch.item_side(P, scale=c[:, 0])
+        for _ in range(self.local_steps):
+            step = raters.gradient(W)  # c * grad
+            W = a * W
+            W += target
+            W -= step
+        return W, Y + self.rho * (W - V)
+
+    def server_update(
+        self, server: State, client_ids: np.ndarray, uploads: State, weight: np.ndarray
+    ) -> tuple[State, State]:
+        S = server["item_sum"].copy()
+        count = server["item_count"].copy()
+        V = server["item_factors"].copy()
+        held = [items[mask] for items, mask in zip(uploads["items"], uploads["item_mask"])]
+        for items, delta, mask, new in zip(held, uploads["delta"], uploads["item_mask"], uploads["new"]):
+            S[items] += delta[mask]  # items are distinct within one client, so += is a scatter-add
+            if new:
+                count[items] += 1.0
+        for items in held:
+            V[items] = self.consensus_rows(S[items], count[items])
+        server = {"item_factors": V, "item_sum": S, "item_count": count}
+        return server, {"item_factors": V, "item_seen": count > 0}
+
+    def consensus_rows(self, S: np.ndarray, count: np.ndarray) -> np.ndarray:
+        """The V-update (68) / (73) for rows with running sum S held by `count` clients."""
+        denom = (count * self.rho)[:, None]
+        if self.regularizer == "l2":
+            return S / (denom + self.gamma)
+        return soft_threshold(S / denom, self.gamma / denom)
