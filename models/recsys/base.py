@@ -57,6 +57,10 @@ class RecsysAlgorithm(FederatedAlgorithm):
         information: the prediction falls back to the global mean and the user's bias)."""
         return np.where(broadcast["item_seen"][:, None], broadcast["item_factors"], 0.0)
 
+    def describe(self) -> dict:
+        """Hyper-parameters, for the run's JSON."""
+        return {k: v for k, v in vars(self).items() if k not in ("n_items", "rank")}
+
     def penalty(self, user_factors: np.ndarray, item_factors: np.ndarray) -> float:
         """Regularisation part of the training objective."""
         return (regularizer_value(user_factors, self.lam, self.regularizer)

@@ -43,8 +43,11 @@ class Ratings:
 
 
 def from_triples(users: np.ndarray, items: np.ndarray, ratings: np.ndarray, rating_min: float = 0.5,
-                 rating_max: float = 5.0, name: str = "ratings") -> Ratings:
-    """Index raw (user id, item id, rating) triples. Raises ValueError on duplicates or out-of-range ratings."""
+                 rating_max: float = 5.0, name: str = "ratings", label: str = "row",
+                 numbers: np.ndarray | None = None) -> Ratings:
+    """Index raw (user id, item id, rating) triples. ValueError on duplicates or out-of-range ratings,
+    naming the entry as f"{label} {numbers[position]}" (default numbers: 1, 2, ...; a file reader passes
+    "line" and the line numbers)."""
     users, items = np.asarray(users), np.asarray(items)
     ratings = np.asarray(ratings, dtype=float)
     if not len(users) == len(items) == len(ratings):
@@ -53,9 +56,10 @@ def from_triples(users: np.ndarray, items: np.ndarray, ratings: np.ndarray, rati
         raise ValueError("no ratings")
     if not np.isfinite(ratings).all():
         raise ValueError("ratings must be finite numbers")
+    numbers = np.arange(1, len(ratings) + 1) if numbers is None else np.asarray(numbers)
     bad = np.flatnonzero((ratings < rating_min) | (ratings > rating_max))
     if len(bad):
-        raise ValueError(f"rating {ratings[bad[0]]:g} (row {bad[0] + 1}) is outside the declared range "
+        raise ValueError(f"rating {ratings[bad[0]]:g} on {label} {numbers[bad[0]]} is outside the declared range "
                          f"{rating_min:g}..{rating_max:g}")
     user_ids, user = np.unique(users, return_inverse=True)
     item_ids, item = np.unique(items, return_inverse=True)
@@ -64,7 +68,7 @@ def from_triples(users: np.ndarray, items: np.ndarray, ratings: np.ndarray, rati
     dup = np.flatnonzero(np.diff(key[order]) == 0)
     if len(dup):
         a, b = sorted(order[dup[0]:dup[0] + 2])
-        raise ValueError(f"user {users[a]} rated item {items[a]} twice (rows {a + 1} and {b + 1})")
+        raise ValueError(f"user {users[a]} rated item {items[a]} twice ({label}s {numbers[a]} and {numbers[b]})")
     return Ratings(user.astype(np.int64), item.astype(np.int64), ratings, user_ids, item_ids,
                    float(rating_min), float(rating_max), name)
 

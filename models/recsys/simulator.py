@@ -21,6 +21,7 @@ from models.recsys.base import RecsysAlgorithm
 from models.recsys.data import Ratings, client_data, global_mean, stack, unstack
 from models.recsys.factors import predict_pairs
 from models.recsys.metrics import mae, rmse
+from models.recsys.recommend import ItemModel, fold_in, recommend_top_n, top_n
 
 
 @dataclass
@@ -82,6 +83,7 @@ class RecsysRun:
     seconds_per_round: float
     upload_bytes_per_client_round: float
     setup_seconds: float = 0.0
+    states: list[State] | None = None  # each client's final state (federated runs)
 
 
 def run_federated(
@@ -126,7 +128,7 @@ def run_federated(
             on_round(entry)
     P = gather_users(data, states, clients.train.n_users)
     return RecsysRun(P, algorithm.item_factors(broadcast), history, train_time / max(rounds, 1),
-                     float(np.mean(sent)) if sent else 0.0, setup_seconds)
+                     float(np.mean(sent)) if sent else 0.0, setup_seconds, states)
 
 
 def simulate_recsys(
@@ -140,25 +142,60 @@ def simulate_recsys(
     seed: int = 0,
     params: dict[str, Any] | None = None,
     on_round: Callable[[dict[str, float]], None] | None = None,
+    recommend_user: int | None = None,
+    fold_in_pairs: tuple[np.ndarray, np.ndarray] | None = None,
+    top: int = 10,
 ) -> dict[str, Any]:
-    """Train one algorithm on clients' training ratings and evaluate on the test ratings."""
-    limit = min(train.n_users, train.n_items) - 1
+    """Train one algorithm on the clients' training ratings and evaluate it on the test ratings.
+
+    recommend_user (a user index) and fold_in_pairs ((item ids, ratings) of a new user) add top-`top`
+    lists computed as a deployment would: on the user's client, and at the server without storing."""
+    limit = min(len(np.unique(train.user)), len(np.unique(train.item))) - 1
     if not 1 <= rank <= limit:
         raise ValueError(f"rank must be between 1 and {limit} (min(users, items) - 1 for these ratings), "
                          f"got {rank}")
     clients = prepare_clients(train, parts)
+    params = dict(params or {})
     out: dict[str, Any] = {"algorithm": algorithm, "rank": rank, "rounds": rounds}
     if algorithm == "centralized":
-        from models.recsys.centralized import run_centralized
+        from models.recsys.centralized import ALS, run_centralized
 
-        run = run_centralized(clients, test, rank, rounds, seed, params or {}, on_round)
+        run = run_centralized(clients, test, rank, rounds, seed, params, on_round)
+        lam = ALS(rank, **{k: v for k, v in params.items() if k in ("lam", "gamma") and v is not None}).lam
+        out["upload_bytes_per_client_round"] = None
     else:
-        alg = make_algorithm(algorithm, train.n_items, rank, **(params or {}))
+        alg = make_algorithm(algorithm, train.n_items, rank, **params)
         run = run_federated(alg, clients, test, rounds, fraction, seed, on_round)
+        lam = alg.lam
+        out.update(alg.describe())
+        out["upload_bytes_per_client_round"] = run.upload_bytes_per_client_round
     last = run.history[-1]
     out.update(test_rmse=last["test_rmse"], test_mae=last["test_mae"], train_rmse=last["train_rmse"],
-               seconds_per_round=run.seconds_per_round,
-               upload_bytes_per_client_round=run.upload_bytes_per_client_round,
-               setup_seconds=run.setup_seconds, global_mean=clients.mean,
+               seconds_per_round=run.seconds_per_round, setup_seconds=run.setup_seconds, global_mean=clients.mean,
+               global_mean_test_rmse=rmse(np.full(len(test), clients.mean), test.rating),
                history=[{k: h[k] for k in ("round", "test_rmse", "objective", "train_rmse")} for h in run.history])
+    model = ItemModel(train.item_ids, run.item_factors, clients.mean, train.rating_min, train.rating_max, lam)
+    recs: dict[str, Any] = {}
+    if recommend_user is not None:
+        recs["known_user"] = _recommend_known(model, clients, run, recommend_user, top)
+    if fold_in_pairs is not None:
+        t0 = time.perf_counter()
+        found = fold_in(model, fold_in_pairs[0], fold_in_pairs[1], top)
+        recs["fold_in"] = {"seconds": time.perf_counter() - t0, "items": found.as_list()}
+    if recs:
+        out["recommendations"] = recs
     return out
+
+
+def _recommend_known(model: ItemModel, clients: ClientRatings, run: RecsysRun, user: int, top: int) -> dict:
+    """Where the user's factors live: on its client (federated), or at the server (centralized)."""
+    t0 = time.perf_counter()
+    if run.states is not None:
+        c = next(i for i, users in enumerate(clients.parts) if user in users)
+        found = recommend_top_n(model, run.states[c], clients.data[c], user, top)
+        where = f"client {c}"
+    else:
+        rated = clients.train.item[clients.train.user == user]
+        found = top_n(model, run.user_factors[user], rated, top)
+        where = "server (centralized)"
+    return {"user": user, "computed_on": where, "seconds": time.perf_counter() - t0, "items": found.as_list()}

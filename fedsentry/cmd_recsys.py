@@ -1,0 +1,230 @@
+"""`fedsentry simulate recsys` and `fedsentry bench recsys`: federated recommendation in one process."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from fedsentry import ratings as ratings_io
+from fedsentry.cmd_common import add_federation_args, positive_float, positive_int, progress, unit_open, write_json
+from fedsentry.errors import UsageError
+from models.recsys import ALGORITHMS
+from models.recsys.base import REGULARIZERS
+from models.recsys.data import CLIENT_SPLITS, Ratings, split_users, train_test_split
+
+log = logging.getLogger("fedsentry.recsys")
+
+
+def register(groups: dict[str, Any], verbs: Any) -> None:
+    sim = groups["simulate"].add_parser("recsys", help="federated recommendation (matrix completion), in one process")
+    add_data_args(sim)
+    add_federation_args(sim)
+    add_recsys_args(sim)
+    sim.add_argument("--algorithm", choices=ALGORITHMS, default="fedmc-admm")
+    sim.add_argument("--recommend", metavar="USER_ID", help="after training, the top-N unrated items for this "
+                     "known user, computed on the client that holds the user")
+    sim.add_argument("--fold-in", metavar="ITEM=RATING,...", help="after training, the top-N items for a new user "
+                     "given only these ratings (nothing stored)")
+    sim.add_argument("--top", type=positive_int, default=10, help="length of the recommendation lists (default 10)")
+    sim.add_argument("--json", metavar="PATH", help="write the result as JSON (- for stdout)")
+    sim.set_defaults(func=run_simulate)
+
+    bench = groups["bench"].add_parser("recsys", help="every recommendation algorithm on one split")
+    add_data_args(bench)
+    add_federation_args(bench)
+    add_recsys_args(bench)
+    bench.add_argument("--algorithms", default=",".join(ALGORITHMS),
+                       help=f"comma-separated (default: {','.join(ALGORITHMS)})")
+    bench.add_argument("--ranks", default="10,50", help="comma-separated ranks, every algorithm at each "
+                       "(default 10,50; --rank is ignored)")
+    bench.add_argument("--out", default="benchmarks/results", help="folder for the table, plot and JSON")
+    bench.add_argument("--json", metavar="PATH", help="also write all results as JSON here (- for stdout)")
+    bench.set_defaults(func=run_bench)
+
+
+def add_data_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("data (one of --dataset or --ratings)")
+    g.add_argument("--dataset", help=f"named dataset: {', '.join(ratings_io.DATASETS)} (default movielens-small "
+                   "where the shared data is present, synthetic otherwise)")
+    g.add_argument("--ratings", metavar="CSV", help="any ratings CSV with a header")
+    g.add_argument("--user-col", default="userId", help="--ratings: user id column (default userId)")
+    g.add_argument("--item-col", default="movieId", help="--ratings: item id column (default movieId)")
+    g.add_argument("--rating-col", default="rating", help="--ratings: rating column (default rating)")
+    g.add_argument("--rating-min", type=float, default=0.5, help="lowest valid rating (default 0.5)")
+    g.add_argument("--rating-max", type=float, default=5.0, help="highest valid rating (default 5)")
+    g.add_argument("--data-dir", help="where named datasets live (default $FEDSENTRY_DATA_DIR or ../shared/data)")
+    g.add_argument("--test-share", type=unit_open, default=0.2, help="share of the ratings held out (default 0.2)")
+
+
+def add_recsys_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--rank", type=positive_int, default=10, help="number of latent factors (default 10)")
+    p.add_argument("--client-split", choices=CLIENT_SPLITS, default="random",
+                   help="how users are grouped into clients (default random; activity: sorted by activity)")
+    p.add_argument("--regularizer", choices=REGULARIZERS, default="l2", help="fedmc-admm: l2 or l1 (default l2)")
+    p.add_argument("--rho", type=positive_float, help="fedmc-admm: ADMM penalty, the paper's beta (default 10)")
+    p.add_argument("--lam", type=positive_float, help="ridge weight of user factors (default per algorithm)")
+    p.add_argument("--gamma", type=positive_float, help="ridge weight of item factors (default per algorithm)")
+    p.add_argument("--local-steps", type=positive_int, help="local steps per round (fedmc-admm 5, fedmavg 10)")
+    p.add_argument("--lr", type=positive_float, help="altgdmin: multiplier of the paper's step size (default 1)")
+
+
+@dataclass
+class Prepared:
+    ratings: Ratings
+    train: Ratings
+    test: Ratings
+    parts: list[np.ndarray]
+
+
+def load_ratings(args: argparse.Namespace) -> Ratings:
+    if args.dataset and args.ratings:
+        raise UsageError("give only one of --dataset and --ratings")
+    if not args.rating_min < args.rating_max:
+        raise UsageError(f"--rating-min {args.rating_min:g} must be below --rating-max {args.rating_max:g}")
+    if args.ratings:
+        return ratings_io.load_ratings_csv(args.ratings, args.user_col, args.item_col, args.rating_col,
+                                           args.rating_min, args.rating_max)
+    name = args.dataset or ("movielens-small" if ratings_io.movielens_available(args.data_dir) else "synthetic")
+    return ratings_io.load_named(name, args.data_dir, args.seed, args.rating_min, args.rating_max)
+
+
+def prepare(args: argparse.Namespace, ranks: list[int]) -> Prepared:
+    """Load, split 80/20 (seeded) and group users into clients, validating against the data."""
+    data = load_ratings(args)
+    if len(data) < 2:
+        raise UsageError(f"{data.name}: need at least 2 ratings to split into training and test")
+    train, test = train_test_split(data, args.test_share, seed=args.seed)
+    limit = min(len(np.unique(train.user)), len(np.unique(train.item))) - 1
+    for rank in ranks:
+        if rank > limit:
+            raise UsageError(f"--rank {rank} is larger than the data allows: the training ratings have "
+                             f"{len(np.unique(train.user))} users and {len(np.unique(train.item))} items, so at most "
+                             f"{max(limit, 0)}")
+    if args.clients > data.n_users:
+        raise UsageError(f"--clients {args.clients} is more than the {data.n_users} users (each client needs one)")
+    activity = np.bincount(train.user, minlength=train.n_users)
+    parts = split_users(train.n_users, args.clients, args.client_split, np.random.default_rng(args.seed), activity)
+    return Prepared(data, train, test, parts)
+
+
+def algorithm_params(args: argparse.Namespace) -> dict[str, Any]:
+    return {"rho": args.rho, "lam": args.lam, "gamma": args.gamma, "local_steps": args.local_steps, "lr": args.lr,
+            "regularizer": args.regularizer}
+
+
+def simulate(args: argparse.Namespace, prep: Prepared, algorithm: str, rank: int,
+             queries: dict[str, Any] | None = None) -> dict[str, Any]:
+    from models.recsys.simulator import simulate_recsys
+
+    rounds = args.rounds
+    bar = progress(rounds, f"{algorithm} r{rank}")
+
+    def on_round(entry: dict[str, float]) -> None:
+        if bar is not None:
+            bar.update(1)
+            bar.set_postfix(rmse=f"{entry['test_rmse']:.4f}")
+        log.debug("round=%d algorithm=%s test_rmse=%.4f objective=%.4f", entry["round"], algorithm,
+                  entry["test_rmse"], entry["objective"])
+
+    try:
+        result = simulate_recsys(prep.train, prep.test, prep.parts, algorithm, rank, rounds, args.fraction,
+                                 args.seed, algorithm_params(args), on_round, **(queries or {}))
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    finally:
+        if bar is not None:
+            bar.close()
+    result.update(dataset=prep.ratings.name, clients=len(prep.parts), fraction=args.fraction,
+                  client_split=args.client_split, seed=args.seed, n_users=prep.ratings.n_users,
+                  n_items=prep.ratings.n_items, n_train=len(prep.train), n_test=len(prep.test),
+                  rating_range=[prep.ratings.rating_min, prep.ratings.rating_max])
+    return result
+
+
+def parse_queries(args: argparse.Namespace, data: Ratings) -> dict[str, Any]:
+    """--recommend and --fold-in, checked against the data before any training starts."""
+    queries: dict[str, Any] = {"top": args.top}
+    if args.recommend is not None:
+        uid = _id_like(args.recommend, data.user_ids)
+        hit = np.flatnonzero(data.user_ids == uid) if uid is not None else []
+        if not len(hit):
+            raise UsageError(f"--recommend: unknown user id {args.recommend!r} (not in {data.name})")
+        queries["recommend_user"] = int(hit[0])
+    if args.fold_in is not None:
+        items, values = [], []
+        for pair in (p.strip() for p in args.fold_in.split(",") if p.strip()):
+            item, sep, value = pair.partition("=")
+            if not sep:
+                raise UsageError(f"--fold-in: expected ITEM=RATING pairs separated by commas, got {pair!r}")
+            iid = _id_like(item.strip(), data.item_ids)
+            if iid is None or not (data.item_ids == iid).any():
+                raise UsageError(f"--fold-in: unknown item id {item.strip()!r} (not in {data.name})")
+            try:
+                v = float(value)
+            except ValueError:
+                raise UsageError(f"--fold-in: rating {value.strip()!r} for item {item.strip()} is not a number"
+                                 ) from None
+            if not data.rating_min <= v <= data.rating_max:
+                raise UsageError(f"--fold-in: rating {v:g} for item {item.strip()} is outside "
+                                 f"{data.rating_min:g}..{data.rating_max:g}")
+            items.append(iid)
+            values.append(v)
+        if not items:
+            raise UsageError("--fold-in: give at least one ITEM=RATING pair")
+        if len(set(items)) != len(items):
+            raise UsageError("--fold-in: an item is given twice")
+        queries["fold_in_pairs"] = (np.array(items), np.array(values))
+    return queries
+
+
+def _id_like(text: str, ids: np.ndarray):
+    """The query id in the type of the data's ids (None if it cannot be one of them)."""
+    if ids.dtype.kind in "iu":
+        try:
+            return int(text)
+        except ValueError:
+            return None
+    return str(text)
+
+
+def run_simulate(args: argparse.Namespace) -> int:
+    prep = prepare(args, [args.rank])
+    queries = parse_queries(args, prep.ratings)
+    result = simulate(args, prep, args.algorithm, args.rank, queries)
+    if "recommendations" in result:
+        for entry in result["recommendations"].values():
+            if "user" in entry:
+                entry["user"] = prep.ratings.user_ids[entry["user"]].item()
+    log.info("%s on %s (rank %d, %d clients, %.0f%% per round, %d rounds): test_rmse=%.4f test_mae=%.4f "
+             "seconds_per_round=%.5f upload_bytes_per_client_round=%.0f", result["algorithm"], result["dataset"],
+             args.rank, len(prep.parts), 100 * args.fraction, args.rounds, result["test_rmse"], result["test_mae"],
+             result["seconds_per_round"], result["upload_bytes_per_client_round"])
+    write_json(result, args.json)
+    return 0
+
+
+def run_bench(args: argparse.Namespace) -> int:
+    from fedsentry.bench_recsys import bench
+
+    algorithms = [a.strip() for a in args.algorithms.split(",") if a.strip()]
+    unknown = [a for a in algorithms if a not in ALGORITHMS]
+    if unknown or not algorithms:
+        raise UsageError(f"--algorithms: unknown {', '.join(unknown) or '(none given)'}; "
+                         f"choose from {', '.join(ALGORITHMS)}")
+    try:
+        ranks = [int(r) for r in args.ranks.split(",") if r.strip()]
+    except ValueError:
+        raise UsageError(f"--ranks: expected comma-separated whole numbers, got {args.ranks!r}") from None
+    if not ranks or min(ranks) < 1:
+        raise UsageError("--ranks: give at least one rank, each at least 1")
+    prep = prepare(args, ranks)
+    t0 = time.perf_counter()
+    result = bench(args, prep, algorithms, ranks)
+    log.info("bench recsys on %s: %d runs in %.0f s", prep.ratings.name, len(result["runs"]), time.perf_counter() - t0)
+    write_json(result, args.json)
+    return 0
