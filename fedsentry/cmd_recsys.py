@@ -201,7 +201,7 @@ def run_simulate(args: argparse.Namespace) -> int:
             if "user" in entry:
                 entry["user"] = prep.ratings.user_ids[entry["user"]].item()
     log.info("%s on %s (rank %d, %d clients, %.0f%% per round, %d rounds): test_rmse=%.4f test_mae=%.4f "
-             "seconds_per_round=%.5f upload_bytes_per_client_round=%.0f", result["algorithm"], result["dataset"],
+             "seconds_per_round=%.5f upload_bytes_per_client_round=%s", result["algorithm"], result["dataset"],
              args.rank, len(prep.parts), 100 * args.fraction, args.rounds, result["test_rmse"], result["test_mae"],
              result["seconds_per_round"], result["upload_bytes_per_client_round"])
     write_json(result, args.json)

@@ -82,3 +82,13 @@ class RecsysAlgorithm(FederatedAlgorithm):
 
     def server_setup(self, server: State, uploads: State) -> tuple[State, State]:
         raise NotImplementedError
+
+
+def held(uploads: State, c: int, *keys: str) -> tuple[np.ndarray, ...]:
+    """Client c's item ids and its rows of `keys` in a batch of uploads, without the padding (views when
+    the real items come first, as they do from `data.stack`)."""
+    mask = uploads["item_mask"][c]
+    n = int(mask.sum())
+    if mask[:n].all():
+        return (uploads["items"][c, :n], *(uploads[k][c, :n] for k in keys))
+    return (uploads["items"][c][mask], *(uploads[k][c][mask] for k in keys))

@@ -31,6 +31,8 @@ class RatingBatch:
     slots: np.ndarray  # (n_slots,) flat padded index c*J + j of each real item slot
     slot_client: np.ndarray  # (n_slots,) the client of each slot
     item_ids: np.ndarray  # (n_slots,) global item index of each slot
+    slot_counts: np.ndarray  # (n_clients,) real item slots per client
+    prefix: bool  # every client's real slots come first (as `data.stack` pads): copies instead of gathers
 
     @classmethod
     def of(cls, data: State) -> RatingBatch:
@@ -44,8 +46,10 @@ class RatingBatch:
         rows = c * M + data["user"][mask]
         cols = compact[c * J + data["item"][mask]]
         ptr = np.searchsorted(rows, np.arange(b * M + 1))
+        counts = data["item_mask"].sum(axis=1)
+        prefix = bool(np.array_equal(slots, np.concatenate([c * J + np.arange(n) for c, n in enumerate(counts)])))
         return cls(b, M, J, rows, cols, data["rating"][mask], ptr, data["user_mask"].reshape(-1), slots,
-                   slots // J, data["items"].reshape(-1)[slots])
+                   slots // J, data["items"].reshape(-1)[slots], counts, prefix)
 
     @property
     def nnz(self) -> int:
@@ -57,13 +61,21 @@ class RatingBatch:
 
     def gather(self, padded: np.ndarray) -> np.ndarray:
         """(b, J, ...) -> (n_slots, ...)."""
+        if self.prefix:
+            return np.concatenate([padded[c, :n] for c, n in enumerate(self.slot_counts)])
         return padded.reshape(self.n_clients * self.J, *padded.shape[2:])[self.slots]
 
     def scatter(self, compact: np.ndarray) -> np.ndarray:
         """(n_slots, ...) -> (b, J, ...) with zeros in the padding."""
-        out = np.zeros((self.n_clients * self.J, *compact.shape[1:]))
-        out[self.slots] = compact
-        return out.reshape(self.n_clients, self.J, *compact.shape[1:])
+        out = np.zeros((self.n_clients, self.J, *compact.shape[1:]))
+        if self.prefix:
+            start = 0
+            for c, n in enumerate(self.slot_counts):
+                out[c, :n] = compact[start:start + n]
+                start += n
+        else:
+            out.reshape(self.n_clients * self.J, *compact.shape[1:])[self.slots] = compact
+        return out
 
     def matrix(self, values: np.ndarray) -> sparse.csr_matrix:
         """(users x item slots) sparse matrix with `values` at the rating positions."""

@@ -40,7 +40,7 @@ from __future__ import annotations
 import numpy as np
 
 from models.federated import State
-from models.recsys.base import RecsysAlgorithm
+from models.recsys.base import RecsysAlgorithm, held
 from models.recsys.batch import RatingBatch
 from models.recsys.factors import largest_eigenvalue, prox_step, ridge_solve, soft_threshold
 
@@ -53,7 +53,7 @@ class FedMCADMM(RecsysAlgorithm):
     name = "fedmc-admm"
 
     def __init__(self, n_items: int, rank: int = 10, rho: float = 10.0, lam: float | None = None,
-                 gamma: float | None = None, local_steps: int = 5, regularizer: str = "l2",
+                 gamma: float | None = None, local_steps: int = 3, regularizer: str = "l2",
                  user_solver: str = "exact", init_scale: float = 0.1):
         default = DEFAULT_WEIGHT.get(regularizer, 1.0)
         super().__init__(n_items, rank, default if lam is None else lam, default if gamma is None else gamma,
@@ -96,9 +96,7 @@ class FedMCADMM(RecsysAlgorithm):
             W[fresh], Y[fresh], before[fresh] = V[fresh], 0.0, 0.0
         P = self.user_step(batch, state["user_factors"].reshape(b * batch.M, k), W)
         W, Y = self.item_step(batch, P, W, Y, V)
-        before -= self.rho * W
-        before -= Y
-        item_copy, item_dual, delta = np.moveaxis(batch.scatter(np.stack([W, Y, -before], axis=1)), 2, 0)
+        item_copy, item_dual, delta = (batch.scatter(a) for a in (W, Y, self.rho * W + Y - before))
         new_state = {"user_factors": P.reshape(b, batch.M, k), "item_copy": item_copy, "item_dual": item_dual,
                      "joined": np.ones(b, dtype=bool)}
         uploads = {"items": data["items"], "item_mask": data["item_mask"], "delta": delta,
@@ -139,13 +137,15 @@ class FedMCADMM(RecsysAlgorithm):
         S = server["item_sum"].copy()
         count = server["item_count"].copy()
         V = server["item_factors"].copy()
-        held = [items[mask] for items, mask in zip(uploads["items"], uploads["item_mask"])]
-        for items, delta, mask, new in zip(held, uploads["delta"], uploads["item_mask"], uploads["new"]):
-            S[items] += delta[mask]  # items are distinct within one client, so += is a scatter-add
+        touched = []
+        for c, new in enumerate(uploads["new"]):
+            items, delta = held(uploads, c, "delta")
+            S[items] += delta  # items are distinct within one client, so += is a scatter-add
             if new:
                 count[items] += 1.0
-        for items in held:
-            V[items] = self.consensus_rows(S[items], count[items])
+            touched.append(items)
+        touched = np.unique(np.concatenate(touched)) if touched else np.zeros(0, dtype=np.int64)
+        V[touched] = self.consensus_rows(S[touched], count[touched])
         server = {"item_factors": V, "item_sum": S, "item_count": count}
         return server, {"item_factors": V, "item_seen": count > 0}
 

@@ -1,0 +1,146 @@
+"""`fedsentry simulate recsys` and `bench recsys`, run as a user runs them."""
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from fedsentry.cli import main
+from fedsentry.ratings import load_named, load_ratings_csv, movielens_available
+from models.recsys.data import train_test_split
+from models.recsys.synthetic import generate_ratings
+
+REQUIRED = {"algorithm", "rank", "rounds", "test_rmse", "test_mae", "seconds_per_round",
+            "upload_bytes_per_client_round", "history", "dataset", "clients", "fraction"}
+FAST = ["--dataset", "synthetic", "--clients", "20", "--rounds", "8", "--rank", "4"]
+
+
+def run(capsys, *args):
+    code = main(list(args))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def error_line(capsys, *args) -> str:
+    code, out, err = run(capsys, *args)
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert code == 2, err
+    assert len(lines) == 1 and lines[0].startswith("fedsentry: error: "), err
+    assert "Traceback" not in err and out == ""
+    return lines[0]
+
+
+def write_csv(path, text):
+    path.write_text(text)
+    return str(path)
+
+
+def test_simulate_writes_the_documented_json_to_stdout():
+    out = subprocess.run([sys.executable, "-m", "fedsentry.cli", "simulate", "recsys", *FAST, "--json", "-"],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    r = json.loads(out.stdout)
+    assert r.keys() >= REQUIRED
+    assert r["algorithm"] == "fedmc-admm" and r["rank"] == 4 and r["rounds"] == 8
+    assert [h["round"] for h in r["history"]] == list(range(1, 9))
+    assert {"round", "test_rmse", "objective"} <= r["history"][0].keys()
+    assert 0 < r["test_rmse"] < 1.5 and 0 < r["test_mae"] < r["test_rmse"]
+    assert r["upload_bytes_per_client_round"] > 0 and r["seconds_per_round"] > 0
+    assert "test_rmse=" in out.stderr  # logs go to stderr, the JSON alone to stdout
+
+
+@pytest.mark.parametrize("algorithm", ["fedmavg", "altgdmin", "centralized"])
+def test_every_algorithm_runs(capsys, tmp_path, algorithm):
+    code, _, err = run(capsys, "simulate", "recsys", *FAST, "--algorithm", algorithm, "--json",
+                       str(tmp_path / "r.json"))
+    assert code == 0, err
+    r = json.loads((tmp_path / "r.json").read_text())
+    assert r["algorithm"] == algorithm and r["test_rmse"] < r["global_mean_test_rmse"]
+
+
+def test_any_ratings_csv_with_named_columns_and_recommendations(capsys, tmp_path):
+    r = generate_ratings(n_users=60, n_items=80, mean_ratings=20, seed=4)
+    lines = ["item,who,stars,extra"] + [f"m{i},u{u},{v:g},x" for u, i, v in zip(r.user, r.item, r.rating)]
+    path = write_csv(tmp_path / "r.csv", "\n".join(lines) + "\n")
+    code, out, err = run(capsys, "simulate", "recsys", "--ratings", path, "--user-col", "who", "--item-col", "item",
+                         "--rating-col", "stars", "--clients", "6", "--rounds", "5", "--rank", "3",
+                         "--recommend", "u3", "--fold-in", "m1=5,m2=4.5", "--top", "4", "--json", "-")
+    assert code == 0, err
+    res = json.loads(out)
+    known, new = res["recommendations"]["known_user"], res["recommendations"]["fold_in"]
+    assert known["user"] == "u3" and known["computed_on"].startswith("client")
+    assert len(known["items"]) == 4 and not {e["item"] for e in new["items"]} & {"m1", "m2"}
+    train, _ = train_test_split(load_ratings_csv(path, "who", "item", "stars"), 0.2, seed=0)
+    rated = set(train.item_ids[train.item[train.user_ids[train.user] == "u3"]])
+    assert len(rated) >= 5 and not {e["item"] for e in known["items"]} & rated  # held-out items may come back
+    assert new["seconds"] < 1.0
+
+
+@pytest.mark.parametrize("content, message", [
+    ("", "empty file"),
+    ("userId,movieId,rating\n", "no ratings after the header"),
+    ("userId,movieId\n1,2\n", "no column 'rating'"),
+    ("userId,movieId,rating\n1,2,4\n1,3,great\n", "line 3: rating 'great' is not a number"),
+    ("userId,movieId,rating\n1,2,4\n1,3\n", "line 3 has 2 fields"),
+    ("userId,movieId,rating\n1,2,4\n2,3,7\n", "rating 7 on line 3 is outside the declared range 0.5..5"),
+    ("userId,movieId,rating\n1,2,4\n1,2,3\n", "user 1 rated item 2 twice (lines 2 and 3)"),
+])
+def test_bad_ratings_files_are_one_line_errors(capsys, tmp_path, content, message):
+    path = write_csv(tmp_path / "bad.csv", content)
+    assert message in error_line(capsys, "simulate", "recsys", "--ratings", path, "--clients", "1")
+
+
+def test_missing_file_unknown_ids_and_impossible_ranks(capsys, tmp_path):
+    assert "file not found" in error_line(capsys, "simulate", "recsys", "--ratings", str(tmp_path / "no.csv"))
+    assert "unknown user id '99999'" in error_line(capsys, "simulate", "recsys", *FAST, "--recommend", "99999")
+    assert "unknown item id '123456'" in error_line(capsys, "simulate", "recsys", *FAST, "--fold-in", "123456=4")
+    assert "outside 0.5..5" in error_line(capsys, "simulate", "recsys", *FAST, "--fold-in", "3=9")
+    assert "ITEM=RATING" in error_line(capsys, "simulate", "recsys", *FAST, "--fold-in", "3")
+    assert "larger than the data allows" in error_line(capsys, "simulate", "recsys", "--dataset", "synthetic",
+                                                       "--rank", "700")
+    assert "more than the 600 users" in error_line(capsys, "simulate", "recsys", "--dataset", "synthetic",
+                                                   "--clients", "601")
+    assert "below --rating-max" in error_line(capsys, "simulate", "recsys", *FAST, "--rating-min", "5")
+    assert "unknown dataset" in error_line(capsys, "simulate", "recsys", "--dataset", "netflix")
+    assert "--algorithms: unknown sgd" in error_line(capsys, "bench", "recsys", *FAST, "--algorithms", "sgd")
+    path = write_csv(tmp_path / "r.csv", "userId,movieId,rating\n1,1,4\n2,2,3\n3,3,5\n")
+    assert "larger than the data allows" in error_line(capsys, "simulate", "recsys", "--ratings", path,
+                                                       "--clients", "1", "--rank", "3")
+
+
+def test_bench_writes_table_plot_and_json(capsys, tmp_path):
+    out = tmp_path / "results"
+    code, _, err = run(capsys, "bench", "recsys", "--dataset", "synthetic", "--clients", "20", "--rounds", "5",
+                       "--ranks", "3", "--out", str(out), "--json", str(tmp_path / "all.json"))
+    assert code == 0, err
+    table = (out / "recsys-synthetic.md").read_text()
+    for name in ("fedmc-admm", "fedmavg", "altgdmin", "centralized"):
+        assert f"| {name} | 3 |" in table
+    assert "fedsentry bench recsys --dataset synthetic" in table
+    assert (out / "recsys-synthetic.png").read_bytes()[:4] == b"\x89PNG"
+    doc = json.loads((tmp_path / "all.json").read_text())
+    assert [r["algorithm"] for r in doc["runs"]] == ["fedmc-admm", "fedmavg", "altgdmin", "centralized"]
+    assert json.loads((out / "recsys-synthetic.json").read_text())["runs"][0]["rank"] == 3
+
+
+@pytest.mark.skipif(not movielens_available(), reason="movielens-small not found under the shared data folder")
+def test_movielens_small_loads_and_fedmc_admm_learns(capsys):
+    r = load_named("movielens-small")
+    assert (len(r), r.n_users, r.n_items) == (100836, 610, 9724)
+    assert r.rating.min() == 0.5 and r.rating.max() == 5.0
+    code, out, err = run(capsys, "simulate", "recsys", "--dataset", "movielens-small", "--rounds", "20",
+                         "--json", "-")
+    assert code == 0, err
+    res = json.loads(out)
+    assert res["dataset"] == "movielens-small" and res["n_test"] == 20167
+    assert res["test_rmse"] < 0.95 < res["global_mean_test_rmse"]
+
+
+def test_default_dataset_is_synthetic_without_the_shared_data(capsys, tmp_path, monkeypatch):
+    monkeypatch.setenv("FEDSENTRY_DATA_DIR", str(tmp_path))
+    code, out, err = run(capsys, "simulate", "recsys", "--clients", "10", "--rounds", "2", "--json", "-")
+    assert code == 0, err
+    assert json.loads(out)["dataset"] == "synthetic"
+    assert np.isfinite(json.loads(out)["test_rmse"])
