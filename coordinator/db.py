@@ -7,7 +7,7 @@ import io
 import os
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 from sqlalchemy import (
@@ -55,7 +55,7 @@ def unpack(blob: bytes | None) -> dict[str, np.ndarray]:
 
 
 class Base(DeclarativeBase):
-    type_annotation_map = {dict[str, Any]: JSON, list[Any]: JSON}
+    type_annotation_map: ClassVar = {dict[str, Any]: JSON, list[Any]: JSON}
 
 
 class Device(Base):

@@ -75,7 +75,6 @@ class Agent:
         self.source = source
         self.inbox: queue.Queue[tuple[str, bytes]] = queue.Queue()
         self.inflight: dict[int, str] = {}
-        self.lock = threading.Lock()
         self.stop = threading.Event()
         self.connected = threading.Event()
         self.counters = {"records": 0, "alerts": 0, "rejected": 0, "rounds": 0}
@@ -86,7 +85,7 @@ class Agent:
         self.client.on_message = lambda c, u, m: self.inbox.put((m.topic, m.payload))
         self.client.on_publish = self._on_publish
         self.client.on_disconnect = lambda *a: self.connected.clear()
-        self._scores = open(cfg.scores_out, "a") if cfg.scores_out else None
+        self._scores = open(cfg.scores_out, "a") if cfg.scores_out else None  # noqa: SIM115 (closed in run)
 
     def topic(self, what: str) -> str:
         return agent_topic(self.cfg.agent_id, what)
@@ -103,15 +102,18 @@ class Agent:
         self.inbox.put(("__resend__", b""))
 
     def _on_publish(self, client, userdata, mid, reason_code=None, properties=None) -> None:
-        with self.lock:
-            alert_id = self.inflight.pop(mid, None)
-        if alert_id:
-            self.outbox.done(alert_id)
+        # paho holds its own locks here: only hand the acknowledgement over to the agent thread
+        self.inbox.put(("__ack__", mid.to_bytes(4, "little")))
 
     # -- work (agent thread) ------------------------------------------------------------------------
     def handle(self, topic: str, payload: bytes) -> None:
         if topic == "__resend__":
             self._resend()
+            return
+        if topic == "__ack__":
+            alert_id = self.inflight.pop(int.from_bytes(payload, "little"), None)
+            if alert_id:
+                self.outbox.done(alert_id)
             return
         try:
             env = decode(payload)
@@ -147,10 +149,9 @@ class Agent:
             self._publish_alert(alert_id, payload)
 
     def _publish_alert(self, alert_id: str, payload: bytes) -> None:
-        with self.lock:
-            info = self.client.publish(self.topic("alerts"), payload, qos=1)
-            if info.rc == mqtt.MQTT_ERR_SUCCESS:
-                self.inflight[info.mid] = alert_id
+        info = self.client.publish(self.topic("alerts"), payload, qos=1)
+        if info.rc == mqtt.MQTT_ERR_SUCCESS:  # the ack is queued behind this in the inbox: no race
+            self.inflight[info.mid] = alert_id
 
     def ingest(self, batch: Batch) -> None:
         if self.scorer.detector is None:

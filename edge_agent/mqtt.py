@@ -38,7 +38,8 @@ def parse_broker_url(url: str) -> BrokerURL:
 def make_client(client_id: str, url: str, username: str | None = None, password: str | None = None,
                 tls: bool = False, ca_cert: str | None = None, certfile: str | None = None,
                 keyfile: str | None = None, insecure: bool = False,
-                will: tuple[str, bytes, int, bool] | None = None, clean_session: bool = False) -> tuple[mqtt.Client, BrokerURL]:
+                will: tuple[str, bytes, int, bool] | None = None,
+                clean_session: bool = False) -> tuple[mqtt.Client, BrokerURL]:
     """A paho client configured but not connected (persistent session by default)."""
     b = parse_broker_url(url)
     client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=client_id, clean_session=clean_session,

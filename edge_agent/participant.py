@@ -128,8 +128,9 @@ class PCAParticipant:
         alg = self._algorithm(env.meta)
         broadcast = {k: v for k, v in env.arrays.items() if k not in ("mean", "scale") and not k.startswith("init.")}
         Z = alg.consensus(broadcast)
-        pre = Preprocessor(env.meta["features"], np.full(len(env.meta["features"]), env.meta.get("log_transform", True)),
-                           env.arrays["mean"], env.arrays["scale"])
+        features = env.meta["features"]
+        mask = np.full(len(features), bool(env.meta.get("log_transform", True)))
+        pre = Preprocessor(features, mask, env.arrays["mean"], env.arrays["scale"])
         X = pre.transform(self.buffer.matrix(env.meta["features"]))
         counts = error_histogram(residuals(X, Z))
         nz = np.flatnonzero(counts)

@@ -1,0 +1,77 @@
+"""`fedsentry agent`: the edge agent (base install: numpy and paho-mqtt only)."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import sys
+from typing import Any
+
+from fedsentry.cmd_common import positive_float, positive_int
+from fedsentry.errors import UsageError
+
+
+def register(groups: dict[str, Any], verbs: Any) -> None:
+    p = verbs.add_parser("agent", help="run an edge agent")
+    p.add_argument("--broker", default=os.environ.get("FEDSENTRY_BROKER_URL"),
+                   help="mqtt://host:port or mqtts://host:port (default $FEDSENTRY_BROKER_URL)")
+    p.add_argument("--id", required=True, help="this device's id (letters, digits, . _ -)")
+    src = p.add_mutually_exclusive_group()
+    src.add_argument("--csv", metavar="F", help="replay this CSV of records")
+    src.add_argument("--zeek", metavar="PATH", help="follow a Zeek conn.log (TSV or JSON) as it grows")
+    src.add_argument("--stdin", action="store_true", help="read JSON records, one per line, from stdin")
+    p.add_argument("--rate", type=positive_float, help="--csv: records per second (default: as fast as possible)")
+    p.add_argument("--train", metavar="F", help="CSV of normal traffic to learn from (loaded once)")
+    p.add_argument("--label-column", help="evaluation only: a label column in --csv, never used by the model")
+    p.add_argument("--state-dir", help="where the agent keeps its state (default ./fedsentry-agent-ID)")
+    p.add_argument("--username")
+    p.add_argument("--password", default=os.environ.get("FEDSENTRY_MQTT_PASSWORD"),
+                   help="default $FEDSENTRY_MQTT_PASSWORD")
+    p.add_argument("--tls", action="store_true", help="connect with TLS")
+    p.add_argument("--ca-cert", help="CA certificate for TLS")
+    p.add_argument("--cert", help="client certificate for TLS")
+    p.add_argument("--key", help="client key for TLS")
+    p.add_argument("--model-job", help="only score with models promoted by this job")
+    p.add_argument("--wait-for-model", action="store_true", help="hold the traffic until a model is there")
+    p.add_argument("--exit-after-replay", action="store_true", help="exit when the input is done and delivered")
+    p.add_argument("--scores-out", metavar="F", help="evaluation only: append every record's score here")
+    p.add_argument("--alert-burst", type=positive_int, default=20, help="alerts per window before summarising")
+    p.add_argument("--alert-window", type=positive_float, default=60.0, help="rate-limit window in seconds")
+    p.set_defaults(func=run_agent)
+
+
+def run_agent(args: argparse.Namespace) -> int:
+    from edge_agent.agent import Agent, AgentConfig, training_source
+    from edge_agent.mqtt import parse_broker_url
+    from edge_agent.protocol import check_id
+    from edge_agent.sources import ZeekFollower, csv_source, json_lines
+    from edge_agent.store import AgentStore
+
+    if not args.broker:
+        raise UsageError("no broker: give --broker mqtt://host:port or set FEDSENTRY_BROKER_URL")
+    try:
+        check_id(args.id, "agent id")
+        parse_broker_url(args.broker)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    for f in (args.csv, args.train, args.ca_cert, args.cert, args.key):
+        if f and not os.path.isfile(f):
+            raise UsageError(f"file not found: {f}")
+    state_dir = args.state_dir or f"fedsentry-agent-{args.id}"
+    if args.csv:
+        source = csv_source(args.csv, args.rate, label_column=args.label_column)
+    elif args.zeek:
+        source = ZeekFollower(args.zeek, AgentStore(state_dir).load_json("zeek", None))
+    elif args.stdin:
+        source = json_lines(iter(sys.stdin.readline, ""))
+    else:
+        source = None
+    cfg = AgentConfig(args.id, args.broker, state_dir, args.username, args.password, args.tls, args.ca_cert,
+                      args.cert, args.key, args.model_job, args.wait_for_model, args.exit_after_replay,
+                      args.scores_out, args.alert_burst, args.alert_window)
+    agent = Agent(cfg, source, training_source(args.train))
+    signal.signal(signal.SIGTERM, lambda *a: agent.stop.set())
+    logging.getLogger("fedsentry").info("agent=%s starting (broker %s, state %s)", args.id, args.broker, state_dir)
+    return agent.run()
