@@ -61,6 +61,8 @@ def command(args: argparse.Namespace) -> str:
             parts.append(f"--{flag.replace('_', '-')} {getattr(args, flag):g}")
     if args.regularizer != "l2":
         parts.append(f"--regularizer {args.regularizer}")
+    if args.user_solver:
+        parts.append(f"--user-solver {args.user_solver}")
     return " ".join(parts)
 
 
@@ -92,7 +94,7 @@ def table(doc: dict[str, Any], png: str) -> str:
         up = r["upload_bytes_per_client_round"]
         upload = "pooled data" if up is None else f"{up / 1024:.1f} KiB"
         fold = r.get("recommendations", {}).get("fold_in", {}).get("seconds")
-        name = r["algorithm"] + (" (l1)" if r.get("regularizer") == "l1" and r["algorithm"] == "fedmc-admm" else "")
+        name = label(r)
         lines.append(f"| {name} | {r['rank']} | {r['test_rmse']:.4f} | {r['test_mae']:.4f} | "
                      f"{best['test_rmse']:.4f} ({best['round']}) | {r['seconds_per_round']:.4f} | {upload} | "
                      f"{'-' if fold is None else f'{1000 * fold:.1f} ms'} |")
@@ -112,8 +114,7 @@ def plot(doc: dict[str, Any], path: Path) -> None:
     for ax, rank in zip(axes[0], ranks):
         for r in (r for r in doc["runs"] if r["rank"] == rank):
             h = r["history"]
-            ax.plot([e["round"] for e in h], [e["test_rmse"] for e in h], label=f"{r['algorithm']} "
-                    f"({r['test_rmse']:.3f})")
+            ax.plot([e["round"] for e in h], [e["test_rmse"] for e in h], label=f"{label(r)} ({r['test_rmse']:.3f})")
         ax.axhline(doc["global_mean_test_rmse"], color="grey", ls=":", label="global mean")
         ax.set_title(f"{doc['dataset']}, rank {rank}")
         ax.set_xlabel("round")
@@ -124,3 +125,8 @@ def plot(doc: dict[str, Any], path: Path) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def label(run: dict[str, Any]) -> str:
+    l1 = run["algorithm"] == "fedmc-admm" and run.get("regularizer") == "l1"
+    return run["algorithm"] + (" (l1)" if l1 else "")

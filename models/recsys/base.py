@@ -1,9 +1,14 @@
 """What every federated recommendation algorithm adds to the generic contract.
 
-Client data are the padded arrays of `models.recsys.data.client_arrays` (ratings centred on the global
-mean). Every algorithm keeps the clients' private *user factors* in their state under ``user_factors``
-(packed ``[u_t, b_t]``, see `models.recsys.factors`) and broadcasts the shared *item factors* under
-``item_factors`` (packed ``[v_j, c_j]``) with ``item_seen`` marking the items some client has trained.
+Client data are the arrays of `models.recsys.data.client_data` (a batch of one per device; `data.stack`
+pads several), ratings centred on the global mean. Every algorithm keeps the clients' private *user
+factors* in their state under ``user_factors`` (packed ``[u_t, b_t]``, see `models.recsys.factors`) and
+broadcasts the shared *item factors* under ``item_factors`` (packed ``[v_j, c_j]``) with ``item_seen``
+marking the items some client has trained. Uploads carry ``items`` / ``item_mask`` (the global item ids
+a client holds) and one row per such item.
+
+One addition to the contract: an optional setup phase of `setup_rounds` rounds in which *every* client
+calls `client_setup` and the server `server_setup`, before round 1 (AltGDMin's spectral initialisation).
 """
 
 from __future__ import annotations

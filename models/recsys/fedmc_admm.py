@@ -19,8 +19,9 @@ Differences from the paper, and why:
   it holds ratings for, and n_j (the number of clients holding item j) replaces p in (68)/(73). Its
   ratings do not depend on the other columns, so their consensus constraints only slow V down (every
   non-rater's stale copy anchors V_j); dropping them leaves the minimisers unchanged, makes uploads sparse
-  and the client step independent of the catalogue size. It reveals which items a client holds, which
-  the dense copy also reveals (its changes are zero elsewhere... only after the first round).
+  and the client step independent of the catalogue size. A sparse upload names the items a client
+  holds; the paper's dense copies reveal them as well (off those columns the update has no data term,
+  which the server can check), as DESIGN.md says.
 - The objective is written as a sum over clients (the paper's average times p): the closed forms are the
   paper's with p = 1 and rho, Y scaled by p.
 - Per-row curvature: (66)/(71) use each user's own Lipschitz constant lambda_max(sum_j d_j d_j') and (67)
@@ -33,6 +34,10 @@ Differences from the paper, and why:
   the server could not know without a round with every client.
 - ``user_solver="exact"`` (l2 only, the default) solves the private user block exactly: a ridge regression
   per user, the fixed point the N steps of (66) converge to, for the cost of one small solve per user.
+  ``user_solver="prox"`` runs the paper's N steps (66) (always used for l1, eq. 71).
+- N = 3 local steps by default (the paper: 10; its sec. 5.3 finds small N faster). On a validation split
+  of movielens-small's training ratings N = 3, 5, 10 and 20 gave the same RMSE to 1e-4; rho = 10 and
+  lam = gamma = 10 (l2) or 1 (l1) were the best of a small grid there (rho <= 3 oscillates).
 """
 
 from __future__ import annotations

@@ -105,6 +105,8 @@ def test_missing_file_unknown_ids_and_impossible_ranks(capsys, tmp_path):
     assert "below --rating-max" in error_line(capsys, "simulate", "recsys", *FAST, "--rating-min", "5")
     assert "unknown dataset" in error_line(capsys, "simulate", "recsys", "--dataset", "netflix")
     assert "--algorithms: unknown sgd" in error_line(capsys, "bench", "recsys", *FAST, "--algorithms", "sgd")
+    assert "fedmc-admm option" in error_line(capsys, "simulate", "recsys", *FAST, "--algorithm", "fedmavg",
+                                             "--regularizer", "l1")
     path = write_csv(tmp_path / "r.csv", "userId,movieId,rating\n1,1,4\n2,2,3\n3,3,5\n")
     assert "larger than the data allows" in error_line(capsys, "simulate", "recsys", "--ratings", path,
                                                        "--clients", "1", "--rank", "3")
@@ -116,12 +118,13 @@ def test_bench_writes_table_plot_and_json(capsys, tmp_path):
                        "--ranks", "3", "--out", str(out), "--json", str(tmp_path / "all.json"))
     assert code == 0, err
     table = (out / "recsys-synthetic.md").read_text()
-    for name in ("fedmc-admm", "fedmavg", "altgdmin", "centralized"):
+    for name in ("fedmc-admm", "fedmc-admm (l1)", "fedmavg", "altgdmin", "centralized"):
         assert f"| {name} | 3 |" in table
     assert "fedsentry bench recsys --dataset synthetic" in table
     assert (out / "recsys-synthetic.png").read_bytes()[:4] == b"\x89PNG"
     doc = json.loads((tmp_path / "all.json").read_text())
-    assert [r["algorithm"] for r in doc["runs"]] == ["fedmc-admm", "fedmavg", "altgdmin", "centralized"]
+    assert [r["algorithm"] for r in doc["runs"]] == ["fedmc-admm", "fedmc-admm", "fedmavg", "altgdmin", "centralized"]
+    assert [r.get("regularizer") for r in doc["runs"][:2]] == ["l2", "l1"]
     assert json.loads((out / "recsys-synthetic.json").read_text())["runs"][0]["rank"] == 3
 
 
