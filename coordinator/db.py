@@ -22,6 +22,7 @@ from sqlalchemy import (
     String,
     create_engine,
     event,
+    text,
 )
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, sessionmaker
@@ -179,6 +180,12 @@ def migrate(engine: Engine) -> None:
     cfg = Config()
     cfg.set_main_option("script_location", str(Path(__file__).parent / "migrations"))
     with engine.begin() as conn:
+        # several processes may start at once (coordinator, API workers, CLI): one migrates at a time
+        if conn.dialect.name == "postgresql":
+            conn.execute(text("SELECT pg_advisory_xact_lock(7270417)"))
+        elif conn.dialect.name == "sqlite":
+            conn.execute(text("CREATE TABLE IF NOT EXISTS fedsentry_migration_lock (n INTEGER)"))
+            conn.execute(text("DELETE FROM fedsentry_migration_lock"))  # holds the write lock until commit
         cfg.attributes["connection"] = conn
         command.upgrade(cfg, "head")
 

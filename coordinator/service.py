@@ -17,7 +17,7 @@ from collections import Counter
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from sqlalchemy import or_, select
+from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError, OperationalError
 
 from coordinator.db import Alert, Device, Job, Rejection, make_engine, migrate, session_factory, utcnow
@@ -40,6 +40,7 @@ class Coordinator:
     def __init__(self, broker: str, db: str | None = None, client_id: str = "fedsentry-coordinator",
                  username: str | None = None, password: str | None = None, tls: bool = False,
                  ca_cert: str | None = None):
+        self.client_id = client_id
         self.instance = f"{client_id}-{uuid.uuid4().hex[:8]}"
         self.engine = make_engine(db)
         self._connect_db()
@@ -138,9 +139,12 @@ class Coordinator:
                     if job.lease_until - now < LEASE / 2:
                         job.lease_until = now + LEASE
                     continue
-                if job.leader is None or job.lease_until is None or job.lease_until < now:
+                # a lease lapses, or was held by an earlier life of this coordinator (same MQTT client id:
+                # the broker would never let both be connected at once)
+                mine = job.leader is not None and job.leader.rsplit("-", 1)[0] == self.client_id
+                if mine or job.leader is None or job.lease_until is None or job.lease_until < now:
                     won = s.execute(Job.__table__.update().where(
-                        Job.id == job.id, or_(Job.leader.is_(None), Job.lease_until < now))
+                        Job.id == job.id, Job.leader.is_(job.leader) if job.leader is None else Job.leader == job.leader)
                         .values(leader=self.instance, lease_until=now + LEASE)).rowcount
                     if won:
                         self.jobs[job.id] = PCAJob(job, self.sessions, self.publish, job_topic(job.id),
@@ -159,7 +163,6 @@ class Coordinator:
 
     # -- messages -------------------------------------------------------------------------------------
     def reject(self, reason: str, detail: str, topic: str) -> None:
-        self.rejected[reason] += 1
         log.warning("rejected message on %s: %s: %s", topic, reason, detail)
         with self.sessions.begin() as s:
             row = s.get(Rejection, reason)
@@ -167,6 +170,7 @@ class Coordinator:
                 s.add(Rejection(reason=reason, count=1))
             else:
                 row.count += 1
+        self.rejected[reason] += 1
 
     def handle(self, topic: str, payload: bytes) -> None:
         try:

@@ -212,6 +212,9 @@ class Agent:
         except SchemaError:
             return 2
         finally:
+            if self.connected.is_set():  # a clean stop sends no last will: say goodbye ourselves
+                off = Envelope("status", "", 0, self.cfg.agent_id, {}, {"online": False})
+                self.client.publish(self.topic("status"), off.encode(), qos=1, retain=True).wait_for_publish(2)
             self.client.disconnect()
             self.client.loop_stop()
             if self._scores:

@@ -67,6 +67,8 @@ def demo(args: argparse.Namespace) -> dict[str, Any]:
             coord = Coordinator(url, args.db).start()
         except ValueError as e:
             raise UsageError(str(e)) from None
+        if not coord.connected.wait(15):
+            raise UsageError(f"cannot reach the MQTT broker at {url} (is it running?)")
         for i in range(args.agents):
             agent_id = f"demo-agent-{i:03d}"
             _write_csv(tmp / f"train-{i}.csv", data.feature_names, parts[i])

@@ -1,0 +1,74 @@
+"""The agent's side of a job, without a broker: idempotent rounds and persistence."""
+
+import numpy as np
+
+from edge_agent.participant import PCAParticipant, TrainingBuffer
+from edge_agent.protocol import Envelope, decode, encode
+from edge_agent.sources import Batch
+from edge_agent.store import AgentStore
+from models.linalg import orth
+
+
+def make(tmp_path, rng, name="dev-1"):
+    store = AgentStore(tmp_path / name)
+    buf = TrainingBuffer(store)
+    buf.add(Batch(["a", "b", "c", "d"], np.abs(rng.standard_normal((50, 4))) * 10))
+    buf.save()
+    return PCAParticipant(name, store, buf), store
+
+
+def round_msg(rnd, sampled, Z, init):
+    meta = {"phase": "train", "algorithm": "fedpg", "rank": 2, "params": {}, "features": ["a", "b", "c", "d"],
+            "sampled": sampled, "mean_count": 50.0, "log_transform": True}
+    arrays = {"Z": Z, "init.Z": init, "mean": np.full(4, 2.0), "scale": np.ones(4)}
+    return decode(encode(Envelope("round", "j", rnd, "coordinator", arrays, meta)))
+
+
+def test_a_redelivered_round_is_answered_identically_and_applied_once(tmp_path, rng):
+    p, store = make(tmp_path, rng)
+    Z0 = orth(rng.standard_normal((4, 2)))
+    first = p.on_round(round_msg(1, ["dev-1"], Z0, Z0))
+    state1 = store.load_arrays("job-j")
+    again = p.on_round(round_msg(1, ["dev-1"], Z0, Z0))
+    assert np.array_equal(first.arrays["U"], again.arrays["U"])
+    assert all(np.array_equal(state1[k], store.load_arrays("job-j")[k]) for k in state1)
+    # the next consensus applies the dual update exactly once, even if that message comes twice
+    Z1 = orth(rng.standard_normal((4, 2)))
+    p.on_round(round_msg(2, [], Z1, Z0))
+    y_once = store.load_arrays("job-j")["Y"]
+    p.on_round(round_msg(2, [], Z1, Z0))
+    assert not np.allclose(y_once, state1["Y"])
+    assert np.array_equal(y_once, store.load_arrays("job-j")["Y"])
+
+
+def test_state_survives_a_restart(tmp_path, rng):
+    p, store = make(tmp_path, rng)
+    Z0 = orth(rng.standard_normal((4, 2)))
+    p.on_round(round_msg(1, ["dev-1"], Z0, Z0))
+    reborn = PCAParticipant("dev-1", AgentStore(tmp_path / "dev-1"), TrainingBuffer(AgentStore(tmp_path / "dev-1")))
+    assert reborn.buffer.seen == 50 and reborn.buffer.X.shape == (50, 4)
+    assert np.array_equal(reborn.on_round(round_msg(1, ["dev-1"], Z0, Z0)).arrays["U"],
+                          p.on_round(round_msg(1, ["dev-1"], Z0, Z0)).arrays["U"])
+
+
+def test_stats_and_schema_errors(tmp_path, rng):
+    p, _ = make(tmp_path, rng)
+    env = decode(encode(Envelope("round", "j", 0, "coordinator", {}, {"phase": "stats", "features": ["a", "b"],
+                                                                     "log_transform": True})))
+    reply = p.on_round(env)
+    assert reply.arrays["count"][0] == 50 and reply.arrays["total"].shape == (2,)
+    bad = decode(encode(Envelope("round", "j2", 0, "coordinator", {}, {"phase": "stats", "features": ["a", "zz"]})))
+    import pytest
+
+    from edge_agent.sources import SchemaError
+
+    with pytest.raises(SchemaError, match="lacks the model's features: zz"):
+        p.on_round(bad)
+
+
+def test_training_buffer_is_a_bounded_uniform_sample(tmp_path, rng):
+    buf = TrainingBuffer(AgentStore(tmp_path / "b"), capacity=100)
+    for _ in range(20):
+        buf.add(Batch(["x"], rng.random((50, 1))))
+    assert buf.X.shape == (100, 1) and buf.seen == 1000
+    assert 0.35 < buf.X.mean() < 0.65

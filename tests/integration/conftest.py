@@ -1,0 +1,120 @@
+"""A real broker for the integration tests: a private Mosquitto on a free port when `mosquitto` is
+installed (CI installs it), the embedded amqtt broker otherwise (the run summary says so)."""
+
+from __future__ import annotations
+
+import shutil
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from coordinator.broker import EmbeddedBroker, Mosquitto
+from coordinator.service import Coordinator
+from edge_agent.agent import Agent, AgentConfig
+from edge_agent.sources import Batch
+from fedsentry.datasets import TrafficData, train_test_split
+from models.partition import partition
+from models.synthetic import generate_traffic
+
+HAVE_MOSQUITTO = shutil.which("mosquitto") is not None or Path("/usr/sbin/mosquitto").exists()
+
+
+def pytest_report_header(config):
+    return "MQTT broker for integration tests: " + ("mosquitto" if HAVE_MOSQUITTO else
+                                                     "embedded amqtt (mosquitto not installed)")
+
+
+@pytest.fixture
+def broker():
+    b = (Mosquitto() if HAVE_MOSQUITTO else EmbeddedBroker()).start()
+    yield b
+    b.stop()
+
+
+@pytest.fixture(scope="session")
+def traffic():
+    t = generate_traffic(n_devices=12, records_per_device=150, seed=1)
+    data = TrafficData("synthetic", t.feature_names, t.X_normal, t.X_attack)
+    return data, train_test_split(data, seed=0)
+
+
+def parts_for(split, n):
+    return [split.X_train[i] for i in partition(split.X_train, n, "noniid", np.random.default_rng(0))]
+
+
+class Fleet:
+    """In-process agents (one thread each) with their own state folders."""
+
+    def __init__(self, url: str, tmp: Path):
+        self.url, self.tmp = url, tmp
+        self.agents: dict[str, Agent] = {}
+        self.threads: dict[str, threading.Thread] = {}
+
+    def add(self, agent_id: str, training: np.ndarray | None, names: list[str], source=None, **cfg) -> Agent:
+        config = AgentConfig(agent_id, self.url, str(self.tmp / agent_id), **cfg)
+        agent = Agent(config, source, iter([Batch(names, training)]) if training is not None else None)
+        th = threading.Thread(target=agent.run, daemon=True)
+        th.start()
+        self.agents[agent_id], self.threads[agent_id] = agent, th
+        return agent
+
+    def stop(self, agent_id: str) -> None:
+        self.agents[agent_id].stop.set()
+        self.threads[agent_id].join(timeout=10)
+
+    def close(self) -> None:
+        for a in list(self.agents):
+            self.stop(a)
+
+
+@pytest.fixture
+def fleet(broker, tmp_path):
+    f = Fleet(broker.url, tmp_path)
+    yield f
+    f.close()
+
+
+@pytest.fixture
+def coordinator(broker, tmp_path):
+    c = Coordinator(broker.url, f"sqlite:///{tmp_path}/coordinator.db").start()
+    yield c
+    c.close()
+
+
+def wait_until(predicate, timeout: float = 30.0, what: str = "condition") -> None:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if predicate():
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def _postgres_reachable() -> bool:
+    import socket
+
+    with socket.socket() as s:
+        s.settimeout(1)
+        return s.connect_ex(("127.0.0.1", 5432)) == 0
+
+
+@pytest.fixture
+def postgres_url():
+    """A fresh PostgreSQL database on 127.0.0.1:5432, dropped afterwards."""
+    if not _postgres_reachable():
+        pytest.skip("no PostgreSQL server on 127.0.0.1:5432")
+    import uuid
+
+    from sqlalchemy import create_engine, text
+
+    name = f"fedsentry_test_{uuid.uuid4().hex[:10]}"
+    admin = create_engine("postgresql+psycopg://postgres@127.0.0.1:5432/postgres", isolation_level="AUTOCOMMIT")
+    with admin.connect() as c:
+        c.execute(text(f'CREATE DATABASE "{name}"'))
+    yield f"postgresql://postgres@127.0.0.1:5432/{name}"
+    with admin.connect() as c:
+        c.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+    admin.dispose()
