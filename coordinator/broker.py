@@ -46,8 +46,8 @@ class EmbeddedBroker:
     def start(self) -> EmbeddedBroker:
         from amqtt.broker import Broker
 
-        for name in ("amqtt", "transitions"):
-            logging.getLogger(name).setLevel(logging.WARNING)
+        for name in ("amqtt", "transitions"):  # amqtt logs every probe of its port as a failed session
+            logging.getLogger(name).setLevel(logging.ERROR)
         config = {
             "listeners": {"default": {"type": "tcp", "bind": f"127.0.0.1:{self.port}", "max_connections": 10000}},
             "plugins": {"amqtt.plugins.authentication.AnonymousAuthPlugin": {"allow_anonymous": True}},

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from coordinator.db import JobState, ModelVersion, Round, pack, unpack
+from coordinator.db import JobState, ModelVersion, Round, pack, unpack, utcnow
 from edge_agent.protocol import Envelope, ProtocolError, expect_arrays
 from models.pca import make_algorithm
 from models.preprocessing import Preprocessor, global_standardisation
@@ -260,6 +260,7 @@ class PCAJob:
                 dev = s.get(Device, a)
                 if dev is not None:
                     dev.rounds += 1
+                    dev.last_seen = utcnow()
 
     def _set_job(self, **fields: Any) -> None:
         from coordinator.db import Job

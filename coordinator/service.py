@@ -143,9 +143,9 @@ class Coordinator:
                 # the broker would never let both be connected at once)
                 mine = job.leader is not None and job.leader.rsplit("-", 1)[0] == self.client_id
                 if mine or job.leader is None or job.lease_until is None or job.lease_until < now:
-                    won = s.execute(Job.__table__.update().where(
-                        Job.id == job.id, Job.leader.is_(job.leader) if job.leader is None else Job.leader == job.leader)
-                        .values(leader=self.instance, lease_until=now + LEASE)).rowcount
+                    same_holder = Job.leader.is_(None) if job.leader is None else Job.leader == job.leader
+                    won = s.execute(Job.__table__.update().where(Job.id == job.id, same_holder)
+                                    .values(leader=self.instance, lease_until=now + LEASE)).rowcount
                     if won:
                         self.jobs[job.id] = PCAJob(job, self.sessions, self.publish, job_topic(job.id),
                                                    model_topic(job.type))
@@ -186,8 +186,7 @@ class Coordinator:
                 runner = self.jobs.get(env.job)
                 if runner is None:
                     raise ProtocolError("unknown_job", f"job {env.job!r} is not led here")
-                runner.accept(env)
-                self._touch(agent)
+                runner.accept(env)  # the device's rounds and last_seen are written with the round
             else:
                 raise ProtocolError("kind", f"{env.kind} on {what}")
             self.accepted += 1
@@ -201,14 +200,6 @@ class Coordinator:
                 s.add(Device(id=agent, online=online))
             else:
                 dev.online, dev.last_seen = online, utcnow()
-
-    def _touch(self, agent: str) -> None:
-        with self.sessions.begin() as s:
-            dev = s.get(Device, agent)
-            if dev is None:
-                s.add(Device(id=agent, online=True))
-            else:
-                dev.last_seen = utcnow()
 
     def _alert(self, agent: str, env) -> None:
         m = env.meta

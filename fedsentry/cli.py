@@ -11,7 +11,8 @@ from fedsentry import __version__
 from fedsentry.errors import UsageError
 
 #: modules that provide register(subparsers_by_verb); imported lazily so the agent stays light
-COMMAND_MODULES = ("fedsentry.cmd_pca", "fedsentry.cmd_recsys", "fedsentry.cmd_agent", "fedsentry.cmd_server")
+COMMAND_MODULES = ("fedsentry.cmd_pca", "fedsentry.cmd_recsys", "fedsentry.cmd_agent", "fedsentry.cmd_server",
+                   "fedsentry.bench_fleet")
 
 
 class _Parser(argparse.ArgumentParser):

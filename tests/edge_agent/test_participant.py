@@ -42,7 +42,7 @@ def test_a_redelivered_round_is_answered_identically_and_applied_once(tmp_path, 
 
 
 def test_state_survives_a_restart(tmp_path, rng):
-    p, store = make(tmp_path, rng)
+    p, _store = make(tmp_path, rng)
     Z0 = orth(rng.standard_normal((4, 2)))
     p.on_round(round_msg(1, ["dev-1"], Z0, Z0))
     reborn = PCAParticipant("dev-1", AgentStore(tmp_path / "dev-1"), TrainingBuffer(AgentStore(tmp_path / "dev-1")))

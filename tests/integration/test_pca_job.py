@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import json
 import time
 
 import numpy as np
-import paho.mqtt.client as mqtt
 import pytest
 
 from coordinator.db import Alert, ModelVersion, Rejection, Round, unpack
@@ -157,7 +155,7 @@ def test_the_same_job_on_postgresql(broker, fleet, traffic, postgres_url):
         start_fleet(fleet, data, parts)
         wait_until(lambda: len(coordinator.online_devices()) == N, what="agents online")
         coordinator.create_job("jp", "pca", "fedmm", job_params(data))
-        Z, threshold = finished_model(coordinator, "jp")
+        _Z, threshold = finished_model(coordinator, "jp")
     finally:
         coordinator.close()
     sim = simulate_pca(parts, split.X_test, split.y_test, data.feature_names, "fedmm", 3, 8, 0.6, seed=0)
