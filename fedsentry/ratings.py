@@ -86,7 +86,7 @@ def load_ratings_csv(path: str | os.PathLike, user_col: str = "userId", item_col
         items.append(i)
     lines = np.array([n for n, _ in body])
     try:
-        return from_triples(_ids(users), _ids(items), values, rating_min, rating_max, name or path.name,
+        return from_triples(_ids(users), _ids(items), values, rating_min, rating_max, name or path.stem,
                             label="line", numbers=lines)
     except ValueError as e:
         hint = " (set --rating-min/--rating-max if the scale differs)" if "range" in str(e) else ""

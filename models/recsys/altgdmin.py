@@ -121,7 +121,3 @@ class AltGDMin(RecsysAlgorithm):
         server["bias_sum"], server["bias_count"] = T, n
         server["item_bias"] = np.where(n > 0, T / (n + self.gamma), 0.0)
         return server, self._broadcast(server)
-
-    def payload_bytes(self, uploads: State) -> np.ndarray:
-        """Item ids (int32), a gradient row of rank and one bias statistic per item the client holds."""
-        return uploads["item_mask"].sum(axis=1) * (4 + 8 * self.width)
