@@ -120,6 +120,7 @@ class ModelVersion(Base):
     arrays: Mapped[bytes] = mapped_column(LargeBinary)  # Z, mean, scale, log_mask
     info: Mapped[dict[str, Any]] = mapped_column(JSON)  # features, threshold, metrics
     promoted: Mapped[bool] = mapped_column(Boolean, default=False)
+    published: Mapped[bool] = mapped_column(Boolean, default=False, server_default="1")  # the coordinator sent it
     created: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
 
 
@@ -145,6 +146,14 @@ class Rejection(Base):
     __tablename__ = "rejections"
     reason: Mapped[str] = mapped_column(String(32), primary_key=True)
     count: Mapped[int] = mapped_column(Integer, default=0)
+
+
+class Secret(Base):
+    """Server secrets generated once (the session-cookie signing key)."""
+
+    __tablename__ = "secrets"
+    name: Mapped[str] = mapped_column(String(32), primary_key=True)
+    value: Mapped[str] = mapped_column(String(128))
 
 
 class ApiKey(Base):

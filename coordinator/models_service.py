@@ -1,10 +1,13 @@
-"""Model versions: agents score with the last *promoted* model, never with a half-trained Z."""
+"""Model versions: agents score with the last *promoted* model, never with a half-trained Z.
+
+Promoting is a database change (the API may do it); the coordinator publishes promoted versions that are
+not yet published, retained, on the model topic, so every agent (and any that joins later) gets them."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
-import numpy as np
+from sqlalchemy import select
 
 from coordinator.db import ModelVersion, unpack
 from edge_agent.protocol import model_topic
@@ -12,24 +15,30 @@ from edge_agent.scorer import model_envelope
 from models.preprocessing import Preprocessor
 
 
-def promote(sessions, publish: Callable[[str, bytes, bool], None], model_id: int) -> ModelVersion:
-    """Mark one version promoted (the only one of its type) and publish it, retained, to every agent."""
+def promote(sessions, model_id: int) -> ModelVersion:
+    """Mark one version promoted (the only one of its type); the coordinator then publishes it."""
     with sessions.begin() as s:
         mv = s.get(ModelVersion, model_id)
         if mv is None:
             raise KeyError(f"no model version {model_id}")
         s.query(ModelVersion).filter(ModelVersion.type == mv.type, ModelVersion.id != mv.id).update(
             {"promoted": False})
-        mv.promoted = True
-    publish(model_topic(mv.type), model_payload(mv), True)
+        mv.promoted, mv.published = True, False
     return mv
+
+
+def publish_promoted(sessions, publish: Callable[[str, bytes, bool], None]) -> int:
+    """Publish promoted versions that are not published yet; returns how many were sent."""
+    with sessions.begin() as s:
+        pending = list(s.scalars(select(ModelVersion).where(ModelVersion.promoted.is_(True),
+                                                            ModelVersion.published.is_(False))))
+        for mv in pending:
+            publish(model_topic(mv.type), model_payload(mv), True)
+            mv.published = True
+    return len(pending)
 
 
 def model_payload(mv: ModelVersion) -> bytes:
     a = unpack(mv.arrays)
     pre = Preprocessor(mv.info["features"], a["log_mask"].astype(bool), a["mean"], a["scale"])
     return model_envelope(mv.job_id, mv.version, a["Z"], pre, mv.info["threshold"]).encode()
-
-
-def consensus_matrix(mv: ModelVersion) -> np.ndarray:
-    return unpack(mv.arrays)["Z"]

@@ -22,6 +22,7 @@ import numpy as np
 
 from coordinator.db import JobState, ModelVersion, Round, pack, unpack, utcnow
 from edge_agent.protocol import Envelope, ProtocolError, expect_arrays
+from models.linalg import subspace_distance
 from models.pca import make_algorithm
 from models.preprocessing import Preprocessor, global_standardisation
 from models.threshold import EDGES, quantile_from_histogram
@@ -176,7 +177,7 @@ class PCAJob:
         if self.phase == "stats":
             self._close_stats(answered)
         elif self.phase == "train":
-            self._close_train(answered)
+            metrics.update(self._close_train(answered))
         else:
             metrics["threshold"] = self._close_threshold(answered)
         self._save(Round(job_id=self.job_id, round=self.round, phase=self.phase, sampled=self.sampled,
@@ -203,14 +204,17 @@ class PCAJob:
         self.info["init_blob"] = pack(self.broadcast).hex()
         self.rng = rng
 
-    def _close_train(self, answered: list[str]) -> None:
+    def _close_train(self, answered: list[str]) -> dict[str, float]:
         alg = self._algorithm()
         index = {a: i for i, a in enumerate(self.participants)}
         ids = np.array([index[a] for a in answered], dtype=int)
         weights = np.array(self.info["counts"])[ids] / self.info["mean_count"] if len(ids) else np.zeros(0)
         uploads = {k: np.stack([self.pending[a].arrays[k] for a in answered]) for k in
                    (self.pending[answered[0]].arrays if answered else {})}
+        before = alg.consensus(self.broadcast)
         self.server, self.broadcast = alg.server_update(self.server, ids, uploads, weights)
+        # how far the consensus moved: a convergence diagnostic that needs nobody's data
+        return {"subspace_change": subspace_distance(alg.consensus(self.broadcast), before)}
 
     def _close_threshold(self, answered: list[str]) -> float:
         counts = np.zeros(len(EDGES) - 1, dtype=np.int64)
@@ -236,7 +240,7 @@ class PCAJob:
 
         with self.sessions() as s:
             mv = s.query(ModelVersion).filter_by(job_id=self.job_id).order_by(ModelVersion.version.desc()).first()
-        promote(self.sessions, self.publish, mv.id)
+        promote(self.sessions, mv.id)
         self.phase = "finished"
         self._set_job(status="finished", phase="finished")
         log.info("job=%s finished: threshold=%.4g", self.job_id, self.info.get("threshold", float("nan")))

@@ -20,7 +20,8 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError, OperationalError
 
-from coordinator.db import Alert, Device, Job, Rejection, make_engine, migrate, session_factory, utcnow
+from coordinator.db import Alert, Device, Job, Rejection, Round, make_engine, migrate, session_factory, utcnow
+from coordinator.models_service import publish_promoted
 from coordinator.pca_job import PCAJob
 from edge_agent.mqtt import make_client, parse_broker_url
 from edge_agent.protocol import (
@@ -39,8 +40,10 @@ LEASE = timedelta(seconds=15)
 class Coordinator:
     def __init__(self, broker: str, db: str | None = None, client_id: str = "fedsentry-coordinator",
                  username: str | None = None, password: str | None = None, tls: bool = False,
-                 ca_cert: str | None = None):
+                 ca_cert: str | None = None, retention_days: float | None = None):
         self.client_id = client_id
+        self.retention_days = retention_days
+        self._pruned = -1e9
         self.instance = f"{client_id}-{uuid.uuid4().hex[:8]}"
         self.engine = make_engine(db)
         self._connect_db()
@@ -124,6 +127,8 @@ class Coordinator:
         if not self.connected.is_set():
             return
         self._claim_jobs()
+        publish_promoted(self.sessions, self.publish)
+        self._prune()
         for job_id, runner in list(self.jobs.items()):
             if runner.phase == "waiting":
                 runner.start(self.online_devices())
@@ -134,7 +139,12 @@ class Coordinator:
     def _claim_jobs(self) -> None:
         now = utcnow()
         with self.sessions.begin() as s:
-            for job in s.scalars(select(Job).where(Job.status.in_(("pending", "running")))):
+            active = list(s.scalars(select(Job).where(Job.status.in_(("pending", "running")))))
+            for gone in set(self.jobs) - {j.id for j in active}:  # cancelled (by the API) or taken over
+                log.info("job=%s no longer led here (status changed)", gone)
+                self.jobs.pop(gone)
+                self.publish(job_topic(gone), b"", True)
+            for job in active:
                 if job.leader == self.instance:
                     if job.lease_until - now < LEASE / 2:
                         job.lease_until = now + LEASE
@@ -151,8 +161,22 @@ class Coordinator:
                                                    model_topic(job.type))
                         log.info("job=%s led by %s", job.id, self.instance)
 
+    def _prune(self) -> None:
+        """Retention: drop anomalies and per-round metrics older than retention_days (checked hourly)."""
+        if self.retention_days is None or time.monotonic() - self._pruned < 3600:
+            return
+        self._pruned = time.monotonic()
+        cutoff = utcnow() - timedelta(days=self.retention_days)
+        with self.sessions.begin() as s:
+            n = s.query(Alert).filter(Alert.ts < cutoff).delete()
+            m = s.query(Round).filter(Round.completed < cutoff).delete()
+        if n or m:
+            log.info("retention: pruned %d anomalies and %d round records older than %s days", n, m,
+                     self.retention_days)
+
     def _release(self, job_id: str) -> None:
         self.jobs.pop(job_id, None)
+        self.publish(job_topic(job_id), b"", True)  # clears the retained round message
         with self.sessions.begin() as s:
             job = s.get(Job, job_id)
             job.leader, job.lease_until = None, None

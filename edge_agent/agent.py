@@ -110,6 +110,8 @@ class Agent:
         if topic == "__resend__":
             self._resend()
             return
+        if not payload:  # a cleared retained message (a job that ended)
+            return
         if topic == "__ack__":
             alert_id = self.inflight.pop(int.from_bytes(payload, "little"), None)
             if alert_id:

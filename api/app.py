@@ -1,0 +1,46 @@
+"""The FastAPI application: REST under /api/v1, /healthz, /metrics and the dashboard."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from fastapi.staticfiles import StaticFiles
+
+from api.routes import anomalies, dashboard, devices, health, jobs, models
+from api.settings import Settings
+from fedsentry import __version__
+
+
+def create_app(settings: Settings | None = None, sessions=None) -> FastAPI:
+    """The app over the database in settings (migrated to the newest schema), or over given sessions."""
+    settings = settings or Settings()
+    if sessions is None:
+        from coordinator.db import make_engine, migrate, session_factory
+
+        engine = make_engine(settings.db_url)
+        migrate(engine)
+        sessions = session_factory(engine)
+    app = FastAPI(title="FedSentry", version=__version__,
+                  description="Federated anomaly detection for IoT networks: jobs, anomalies, devices, models. "
+                              "Every route needs an API key (`Authorization: Bearer <key>`) except /healthz.")
+    app.state.settings, app.state.sessions = settings, sessions
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+        return JSONResponse(status_code=422, content={"detail": [
+            {"field": ".".join(str(p) for p in e.get("loc", ())), "problem": e.get("msg", "invalid")}
+            for e in exc.errors()]})
+
+    for r in (jobs, anomalies, devices, models, health, dashboard):
+        app.include_router(r.router)
+    app.mount("/static", StaticFiles(directory=str(Path(__file__).parent / "static")), name="static")
+    try:
+        from api.routes import recommendations
+
+        app.include_router(recommendations.router)
+    except ImportError:  # the recommendation models are not installed
+        pass
+    return app

@@ -1,0 +1,115 @@
+"""Anomalies (the alerts agents raised): filtered listing, one with its explanation, acknowledgement,
+and a live stream (server-sent events)."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import datetime
+
+from fastapi import APIRouter, Depends, HTTPException, Query, Request
+from fastapi.responses import StreamingResponse
+from sqlalchemy import select, tuple_
+from sqlalchemy.orm import Session
+
+from api.deps import admin, caller, get_db
+from api.pagination import decode_cursor, encode_cursor
+from api.schemas import ID_PATTERN, AnomalyOut, Page
+from coordinator.db import Alert, utcnow
+
+router = APIRouter(prefix="/api/v1/anomalies", tags=["anomalies"])
+
+
+def anomaly_out(a: Alert) -> AnomalyOut:
+    return AnomalyOut.model_validate(a, from_attributes=True)
+
+
+def _filtered(q, device, job, since, until, min_score, acknowledged):
+    if device:
+        q = q.where(Alert.device_id == device)
+    if job:
+        q = q.where(Alert.job_id == job)
+    if since:
+        q = q.where(Alert.ts >= since)
+    if until:
+        q = q.where(Alert.ts < until)
+    if min_score is not None:
+        q = q.where(Alert.score >= min_score)
+    if acknowledged is not None:
+        q = q.where(Alert.acknowledged.is_(acknowledged))
+    return q
+
+
+@router.get("", response_model=Page, dependencies=[Depends(caller)])
+def list_anomalies(
+    device: str | None = Query(None, pattern=ID_PATTERN), job: str | None = Query(None, pattern=ID_PATTERN),
+    since: datetime | None = None, until: datetime | None = None,
+    min_score: float | None = Query(None, ge=0, le=1e300), acknowledged: bool | None = None,
+    limit: int = Query(50, ge=1, le=500), cursor: str | None = None, db: Session = Depends(get_db),
+) -> Page:
+    """Newest first. Pass `next_cursor` back as `cursor` for the next page."""
+    if since and until and since >= until:
+        raise HTTPException(400, [{"field": "query.since", "problem": "since must be before until"}])
+    q = _filtered(select(Alert), device, job, since, until, min_score, acknowledged)
+    if cursor:
+        ts, alert_id = decode_cursor(cursor, 2)
+        try:
+            ts = datetime.fromisoformat(ts)
+        except (TypeError, ValueError):
+            raise HTTPException(400, [{"field": "query.cursor", "problem": "not a cursor this API returned"}]) from None
+        q = q.where(tuple_(Alert.ts, Alert.id) < tuple_(ts, alert_id))
+    rows = list(db.scalars(q.order_by(Alert.ts.desc(), Alert.id.desc()).limit(limit + 1)))
+    nxt = encode_cursor([rows[limit - 1].ts.isoformat(), rows[limit - 1].id]) if len(rows) > limit else None
+    return Page(items=[anomaly_out(a) for a in rows[:limit]], next_cursor=nxt)
+
+
+@router.get("/stream", dependencies=[Depends(caller)], response_class=StreamingResponse,
+            responses={200: {"content": {"text/event-stream": {}}, "description": "one `anomaly` event per alert"}})
+async def stream(request: Request, device: str | None = Query(None, pattern=ID_PATTERN),
+                 min_score: float | None = Query(None, ge=0, le=1e300)) -> StreamingResponse:
+    """Server-sent events: every anomaly stored from now on, as JSON, as it arrives."""
+    sessions = request.app.state.sessions
+    with sessions() as s:
+        start = utcnow()
+        last = s.scalars(select(Alert.received).order_by(Alert.received.desc()).limit(1)).first() or start
+        seen = set(s.scalars(select(Alert.id).where(Alert.received >= last)))  # already there: not news
+
+    async def events():
+        nonlocal last
+        yield "retry: 2000\n\n"
+        while not await request.is_disconnected():
+            with sessions() as s:
+                q = _filtered(select(Alert), device, None, None, None, min_score, None)
+                rows = list(s.scalars(q.where(Alert.received >= last).order_by(Alert.received).limit(200)))
+            for a in rows:
+                if a.id in seen:
+                    continue
+                seen.add(a.id)
+                last = max(last, a.received)
+                yield f"event: anomaly\nid: {a.id}\ndata: {anomaly_out(a).model_dump_json()}\n\n"
+            if len(seen) > 10_000:
+                seen.clear()
+            yield ": keep-alive\n\n"
+            await asyncio.sleep(0.5)
+
+    return StreamingResponse(events(), media_type="text/event-stream",
+                             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+
+
+@router.get("/{alert_id}", response_model=AnomalyOut, dependencies=[Depends(caller)])
+def get_anomaly(alert_id: str, db: Session = Depends(get_db)) -> AnomalyOut:
+    a = db.get(Alert, alert_id)
+    if a is None:
+        raise HTTPException(404, f"no anomaly {alert_id!r}")
+    return anomaly_out(a)
+
+
+@router.post("/{alert_id}/ack", response_model=AnomalyOut, dependencies=[Depends(admin)])
+def acknowledge(alert_id: str, db: Session = Depends(get_db)) -> AnomalyOut:
+    a = db.get(Alert, alert_id)
+    if a is None:
+        raise HTTPException(404, f"no anomaly {alert_id!r}")
+    if not a.acknowledged:
+        a.acknowledged, a.acknowledged_at = True, utcnow()
+        db.commit()
+    return anomaly_out(a)
+

@@ -1,0 +1,94 @@
+"""`fedsentry serve` (API, dashboard and coordinator in one process) and `fedsentry apikey`."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Any
+
+from fedsentry.cmd_common import positive_int
+from fedsentry.errors import UsageError
+
+
+def register(groups: dict[str, Any], verbs: Any) -> None:
+    s = verbs.add_parser("serve", help="REST API, dashboard and coordinator")
+    s.add_argument("--broker", default=os.environ.get("FEDSENTRY_BROKER_URL"),
+                   help="mqtt://host:port (default $FEDSENTRY_BROKER_URL; the embedded broker when unset)")
+    s.add_argument("--db", help="database URL (default $FEDSENTRY_DB_URL or sqlite:///fedsentry.db)")
+    s.add_argument("--host", default="127.0.0.1")
+    s.add_argument("--port", type=positive_int, default=8000)
+    s.add_argument("--no-coordinator", action="store_true", help="API only (another process coordinates)")
+    s.add_argument("--insecure-cookie", action="store_true", help="session cookie without Secure (plain http)")
+    s.set_defaults(func=run_serve)
+
+    k = verbs.add_parser("apikey", help="manage API keys").add_subparsers(dest="action", required=True)
+    c = k.add_parser("create", help="create a key; it is printed once, alone on the last line")
+    c.add_argument("--role", choices=("admin", "viewer"), required=True)
+    c.add_argument("--db")
+    c.set_defaults(func=run_apikey)
+    ls = k.add_parser("list", help="list keys (ids and roles, never the keys)")
+    ls.add_argument("--db")
+    ls.set_defaults(func=run_apikey)
+    rv = k.add_parser("revoke", help="revoke a key by id")
+    rv.add_argument("id")
+    rv.add_argument("--db")
+    rv.set_defaults(func=run_apikey)
+
+
+def run_apikey(args: argparse.Namespace) -> int:
+    from api.security import create_key, list_keys
+    from coordinator.db import ApiKey, make_engine, migrate, session_factory
+
+    engine = make_engine(args.db)
+    migrate(engine)
+    with session_factory(engine).begin() as s:
+        if args.action == "create":
+            key = create_key(s, args.role)
+            print(f"created a {args.role} key (shown once):", file=sys.stderr)
+            print(key)
+        elif args.action == "list":
+            for k in list_keys(s):
+                print(f"{k.id}\t{k.role}\t{k.created:%Y-%m-%d %H:%M}\t{'revoked' if k.revoked else 'active'}")
+        else:
+            row = s.get(ApiKey, args.id)
+            if row is None:
+                raise UsageError(f"no API key with id {args.id!r} (see `fedsentry apikey list`)")
+            row.revoked = True
+            print(f"revoked {args.id}", file=sys.stderr)
+    return 0
+
+
+def run_serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from api.app import create_app
+    from api.settings import Settings
+
+    settings = Settings(db_url=args.db or os.environ.get("FEDSENTRY_DB_URL"), host=args.host, port=args.port)
+    if args.insecure_cookie:
+        settings.cookie_secure = False
+    broker, coord = None, None
+    if not args.no_coordinator:
+        from coordinator.broker import EmbeddedBroker
+        from coordinator.service import Coordinator
+
+        url = args.broker
+        if not url:
+            broker = EmbeddedBroker().start()
+            url = broker.url
+            print(f"embedded MQTT broker on {url}", file=sys.stderr, flush=True)
+        try:
+            coord = Coordinator(url, settings.db_url, retention_days=settings.retention_days).start()
+        except ValueError as e:
+            raise UsageError(str(e)) from None
+    app = create_app(settings)
+    print(f"FedSentry dashboard on http://{args.host}:{args.port}/  (API docs: /docs)", file=sys.stderr, flush=True)
+    try:
+        uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
+    finally:
+        if coord:
+            coord.close()
+        if broker:
+            broker.stop()
+    return 0
