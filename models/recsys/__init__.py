@@ -18,7 +18,8 @@ def make_algorithm(name: str, n_items: int, rank: int, **params) -> RecsysAlgori
         cls = FEDERATED[name]
     except KeyError:
         raise ValueError(f"unknown algorithm {name!r}; choose from {', '.join(ALGORITHMS)}") from None
-    accepted = cls.__init__.__code__.co_varnames
+    code = cls.__init__.__code__
+    accepted = code.co_varnames[:code.co_argcount + code.co_kwonlyargcount]  # parameters, not local names
     return cls(n_items=n_items, rank=rank, **{k: v for k, v in params.items() if k in accepted and v is not None})
 
 
