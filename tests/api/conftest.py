@@ -1,0 +1,55 @@
+from __future__ import annotations
+
+import uuid
+from datetime import timedelta
+
+import numpy as np
+import pytest
+from fastapi.testclient import TestClient
+
+from api.app import create_app
+from api.security import create_key
+from api.settings import Settings
+from coordinator.db import Alert, Device, Job, ModelVersion, Round, pack, utcnow
+
+
+@pytest.fixture
+def app(tmp_path):
+    return create_app(Settings(db_url=f"sqlite:///{tmp_path}/api.db", cookie_secure=False))
+
+
+@pytest.fixture
+def keys(app):
+    with app.state.sessions.begin() as s:
+        return {"admin": create_key(s, "admin"), "viewer": create_key(s, "viewer")}
+
+
+@pytest.fixture
+def client(app):
+    return TestClient(app)
+
+
+def bearer(key: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {key}"}
+
+
+def populate(app, n_alerts: int = 250, devices: int = 5):
+    """Devices, a finished job with rounds and two model versions, and alerts with known scores."""
+    now = utcnow()
+    with app.state.sessions.begin() as s:
+        for d in range(devices):
+            s.add(Device(id=f"dev-{d}", online=d % 2 == 0, rounds=d, alerts=0))
+        s.add(Job(id="job-1", type="pca", algorithm="fedmm", params={"rank": 2, "rounds": 3}, status="finished",
+                  phase="finished", current_round=4))
+        for r in range(1, 4):
+            s.add(Round(job_id="job-1", round=r, phase="train", sampled=["dev-0", "dev-1"], answered=["dev-0"],
+                        metrics={"dropouts": 1, "subspace_change": 10.0 ** -r}, seconds=0.1 * r))
+        for v in (1, 2):
+            s.add(ModelVersion(job_id="job-1", version=v, type="pca", round=3, promoted=v == 2, published=True,
+                               arrays=pack({"Z": np.eye(4)[:, :2], "mean": np.zeros(4), "scale": np.ones(4),
+                                            "log_mask": np.ones(4, np.uint8)}),
+                               info={"features": list("abcd"), "threshold": 3.0}))
+        for i in range(n_alerts):
+            s.add(Alert(id=uuid.uuid4().hex, device_id=f"dev-{i % devices}", job_id="job-1", model_version=2,
+                        ts=now - timedelta(seconds=i), score=float(i), threshold=3.0,
+                        explanation=[{"feature": "a", "share": 0.9, "value": 5.0, "expected": 1.0}]))

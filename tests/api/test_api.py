@@ -1,0 +1,168 @@
+"""The REST API through the real app and a real database."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.api.conftest import bearer, populate
+
+ROUTES = [("GET", "/api/v1/jobs"), ("POST", "/api/v1/jobs"), ("GET", "/api/v1/jobs/job-1"),
+          ("POST", "/api/v1/jobs/job-1/cancel"), ("GET", "/api/v1/anomalies"), ("GET", "/api/v1/anomalies/x"),
+          ("POST", "/api/v1/anomalies/x/ack"), ("GET", "/api/v1/devices"), ("GET", "/api/v1/jobs/job-1/models"),
+          ("GET", "/api/v1/models/1"), ("POST", "/api/v1/models/1/promote"), ("GET", "/metrics"),
+          ("GET", "/charts/alerts-per-device.svg")]
+
+
+@pytest.mark.parametrize(("method", "path"), ROUTES)
+def test_every_route_needs_a_key(client, method, path):
+    r = client.request(method, path)
+    assert r.status_code == 401 and "API key" in r.json()["detail"]
+    r = client.request(method, path, headers=bearer("fsk_nope_nope"))
+    assert r.status_code == 401 and r.json()["detail"] == "unknown or revoked API key"
+
+
+def test_open_routes(client):
+    assert client.get("/healthz").json() == {"status": "ok", "database": "ok"}
+    assert client.get("/openapi.json").status_code == 200 and client.get("/docs").status_code == 200
+    assert client.get("/login").status_code == 200
+    assert client.get("/", follow_redirects=False).headers["location"] == "/login"
+
+
+@pytest.mark.parametrize(("method", "path"), [("POST", "/api/v1/jobs/job-1/cancel"), ("POST", "/api/v1/anomalies/x/ack"),
+                                              ("POST", "/api/v1/models/1/promote")])
+def test_viewers_read_but_do_not_change(app, client, keys, method, path):
+    populate(app, n_alerts=1)
+    r = client.request(method, path, headers=bearer(keys["viewer"]))
+    assert r.status_code == 403 and "admin role" in r.json()["detail"]
+    r = client.post("/api/v1/jobs", json={"features": ["a", "b", "c"]}, headers=bearer(keys["viewer"]))
+    assert r.status_code == 403
+    assert client.get("/api/v1/jobs", headers=bearer(keys["viewer"])).status_code == 200
+
+
+def test_create_get_list_and_cancel_a_job(client, keys):
+    admin = bearer(keys["admin"])
+    r = client.post("/api/v1/jobs", json={"id": "j-a", "features": ["a", "b", "c", "d"], "rank": 2, "rounds": 5,
+                                          "algorithm": "fedpg"}, headers=admin)
+    assert r.status_code == 201 and r.json()["status"] == "pending" and r.json()["params"]["rank"] == 2
+    assert client.post("/api/v1/jobs", json={"id": "j-a", "features": ["a", "b"], "rank": 1},
+                       headers=admin).status_code == 409
+    got = client.get("/api/v1/jobs/j-a", headers=admin).json()
+    assert got["algorithm"] == "fedpg" and got["rounds"] == []
+    assert client.get("/api/v1/jobs/nope", headers=admin).status_code == 404
+    assert client.post("/api/v1/jobs/j-a/cancel", headers=admin).json()["status"] == "cancelled"
+    assert client.post("/api/v1/jobs/j-a/cancel", headers=admin).status_code == 409
+
+
+@pytest.mark.parametrize(("body", "field", "problem"), [
+    ({"features": ["a", "b"], "rank": 2}, "body.rank", "must be smaller than the number of features"),
+    ({"features": ["a", "b", "c"], "fraction": 0}, "body.fraction", "greater than 0"),
+    ({"features": ["a", "b", "c"], "algorithm": "fedavg"}, "body.algorithm", "must be one of"),
+    ({"features": ["a", "a", "b"]}, "body.features", "distinct"),
+    ({"features": ["a", "b", "c"], "type": "graph"}, "body.type", "'pca' or 'recsys'"),
+    ({"features": ["a", "b", "c"], "rounds": "many"}, "body.rounds", "valid integer"),
+    ({"features": ["a", "b", "c"], "colour": "red"}, "body.colour", "Extra inputs are not permitted"),
+    ({}, "body.features", "Field required"),
+])
+def test_invalid_jobs_name_the_field(client, keys, body, field, problem):
+    r = client.post("/api/v1/jobs", json=body, headers=bearer(keys["admin"]))
+    assert r.status_code == 422
+    details = r.json()["detail"]
+    assert any(d["field"] == field and problem in d["problem"] for d in details), details
+
+
+def test_anomalies_filters_pagination_and_acknowledgement(app, client, keys):
+    populate(app)
+    h = bearer(keys["viewer"])
+    seen, cursor = [], None
+    while True:
+        page = client.get("/api/v1/anomalies", params={"limit": 60, **({"cursor": cursor} if cursor else {})},
+                          headers=h).json()
+        seen += page["items"]
+        cursor = page["next_cursor"]
+        if not cursor:
+            break
+    assert len(seen) == 250 and len({a["id"] for a in seen}) == 250
+    assert [a["ts"] for a in seen] == sorted((a["ts"] for a in seen), reverse=True)
+    only = client.get("/api/v1/anomalies", params={"device": "dev-2", "min_score": 100, "limit": 500}, headers=h)
+    items = only.json()["items"]
+    assert items and all(a["device_id"] == "dev-2" and a["score"] >= 100 for a in items)
+    assert len(items) == len([i for i in range(100, 250) if i % 5 == 2])
+    one = items[0]
+    assert client.get(f"/api/v1/anomalies/{one['id']}", headers=h).json()["explanation"][0]["feature"] == "a"
+    acked = client.post(f"/api/v1/anomalies/{one['id']}/ack", headers=bearer(keys["admin"])).json()
+    assert acked["acknowledged"] and acked["acknowledged_at"]
+    unacked = client.get("/api/v1/anomalies", params={"acknowledged": False, "limit": 500}, headers=h).json()
+    assert len(unacked["items"]) == 249
+
+
+@pytest.mark.parametrize(("params", "field"), [
+    ({"limit": 0}, "query.limit"), ({"limit": 501}, "query.limit"), ({"min_score": "high"}, "query.min_score"),
+    ({"since": "yesterday"}, "query.since"), ({"cursor": "garbage"}, "query.cursor"),
+    ({"acknowledged": "maybe"}, "query.acknowledged"), ({"device": "../etc"}, "query.device"),
+])
+def test_malformed_filters_are_4xx_naming_the_field(client, keys, params, field):
+    r = client.get("/api/v1/anomalies", params=params, headers=bearer(keys["viewer"]))
+    assert r.status_code in (400, 422)
+    assert any(d["field"] == field for d in r.json()["detail"]), r.json()
+
+
+def test_devices_models_promotion_and_metrics(app, client, keys):
+    populate(app, n_alerts=3)
+    h = bearer(keys["admin"])
+    devices = client.get("/api/v1/devices", params={"limit": 2}, headers=h).json()
+    assert [d["id"] for d in devices["items"]] == ["dev-0", "dev-1"] and devices["next_cursor"]
+    rest = client.get("/api/v1/devices", params={"cursor": devices["next_cursor"]}, headers=h).json()
+    assert [d["id"] for d in rest["items"]] == ["dev-2", "dev-3", "dev-4"]
+    assert [d["id"] for d in client.get("/api/v1/devices", params={"online": True}, headers=h).json()["items"]] == [
+        "dev-0", "dev-2", "dev-4"]
+    models = client.get("/api/v1/jobs/job-1/models", headers=h).json()
+    assert [(m["version"], m["promoted"]) for m in models] == [(1, False), (2, True)] and models[0]["Z"] is None
+    first = models[0]["id"]
+    assert len(client.get(f"/api/v1/models/{first}", params={"matrix": True}, headers=h).json()["Z"]) == 4
+    back = client.post(f"/api/v1/models/{first}/promote", headers=h).json()
+    assert back["promoted"] and not back["published"]  # the coordinator publishes it next
+    assert [m["promoted"] for m in client.get("/api/v1/jobs/job-1/models", headers=h).json()] == [True, False]
+    job = client.get("/api/v1/jobs/job-1", headers=h).json()
+    assert [r["metrics"]["subspace_change"] for r in job["rounds"]] == [0.1, 0.01, 0.001]
+    text = client.get("/metrics", headers=h).text
+    assert "fedsentry_rounds_total 3.0" in text and "fedsentry_alerts_ingested_total 3.0" in text
+    assert "fedsentry_devices_online 3.0" in text and 'fedsentry_uploads_total{outcome="accepted",reason=""} 3.0' in text
+    svg = client.get("/charts/jobs/job-1/convergence.svg", headers=h)
+    assert svg.headers["content-type"].startswith("image/svg+xml") and "<path" in svg.text
+
+
+def test_dashboard_session_cookie(app, client, keys):
+    r = client.post("/login", data={"key": "fsk_wrong_key"}, follow_redirects=False)
+    assert r.status_code == 401 and "unknown or revoked" in r.text
+    r = client.post("/login", data={"key": keys["viewer"]}, follow_redirects=False)
+    cookie = r.headers["set-cookie"]
+    assert r.status_code == 303 and "HttpOnly" in cookie and "SameSite=strict" in cookie
+    assert client.get("/").status_code == 200
+    assert client.get("/api/v1/devices").status_code == 200  # the cookie authenticates API calls too
+    assert client.post("/api/v1/jobs/job-1/cancel").status_code == 403  # still a viewer
+    # revoking the key ends the session
+    from coordinator.db import ApiKey
+
+    with app.state.sessions.begin() as s:
+        for k in s.query(ApiKey).filter_by(role="viewer"):
+            k.revoked = True
+    assert client.get("/api/v1/devices").status_code == 401
+
+
+def test_apikey_cli_prints_the_key_alone_on_the_last_line(tmp_path):
+    import subprocess
+    import sys
+
+    db = f"sqlite:///{tmp_path}/k.db"
+    out = subprocess.run([sys.executable, "-m", "fedsentry.cli", "apikey", "create", "--role", "admin", "--db", db],
+                         capture_output=True, text=True, timeout=60)
+    key = out.stdout.strip().splitlines()[-1]
+    assert out.returncode == 0 and key.startswith("fsk_") and len(key) > 40
+    listed = subprocess.run([sys.executable, "-m", "fedsentry.cli", "apikey", "list", "--db", db],
+                            capture_output=True, text=True, timeout=60).stdout
+    key_id = key.split("_")[1]
+    assert key_id in listed and key not in listed and "active" in listed
+    subprocess.run([sys.executable, "-m", "fedsentry.cli", "apikey", "revoke", key_id, "--db", db], check=True,
+                   capture_output=True, timeout=60)
+    assert "revoked" in subprocess.run([sys.executable, "-m", "fedsentry.cli", "apikey", "list", "--db", db],
+                                       capture_output=True, text=True, timeout=60).stdout
