@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Depends, HTTPException, Request
+from fastapi import APIRouter, Depends, HTTPException, Path, Request
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
@@ -30,7 +30,8 @@ def job_models(job_id: str, db: Session = Depends(get_db)) -> list[ModelOut]:
 
 
 @router.get("/api/v1/models/{model_id}", response_model=ModelOut, dependencies=[Depends(caller)])
-def get_model(model_id: int, matrix: bool = False, db: Session = Depends(get_db)) -> ModelOut:
+def get_model(model_id: int = Path(..., ge=1, le=2**31 - 1), matrix: bool = False,
+              db: Session = Depends(get_db)) -> ModelOut:
     mv = db.get(ModelVersion, model_id)
     if mv is None:
         raise HTTPException(404, f"no model version {model_id}")
@@ -38,7 +39,8 @@ def get_model(model_id: int, matrix: bool = False, db: Session = Depends(get_db)
 
 
 @router.post("/api/v1/models/{model_id}/promote", response_model=ModelOut, dependencies=[Depends(admin)])
-def promote_model(model_id: int, request: Request, db: Session = Depends(get_db)) -> ModelOut:
+def promote_model(request: Request, model_id: int = Path(..., ge=1, le=2**31 - 1),
+                  db: Session = Depends(get_db)) -> ModelOut:
     """Make this version the one agents score with; the coordinator publishes it to every agent."""
     try:
         promote(request.app.state.sessions, model_id)

@@ -53,3 +53,7 @@ def populate(app, n_alerts: int = 250, devices: int = 5):
             s.add(Alert(id=uuid.uuid4().hex, device_id=f"dev-{i % devices}", job_id="job-1", model_version=2,
                         ts=now - timedelta(seconds=i), score=float(i), threshold=3.0,
                         explanation=[{"feature": "a", "share": 0.9, "value": 5.0, "expected": 1.0}]))
+
+
+# the integration fixtures (broker, fleet, traffic) serve the browser test too
+from tests.integration.conftest import broker, fleet, traffic  # noqa: E402, F401

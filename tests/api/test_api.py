@@ -28,8 +28,11 @@ def test_open_routes(client):
     assert client.get("/", follow_redirects=False).headers["location"] == "/login"
 
 
-@pytest.mark.parametrize(("method", "path"), [("POST", "/api/v1/jobs/job-1/cancel"), ("POST", "/api/v1/anomalies/x/ack"),
-                                              ("POST", "/api/v1/models/1/promote")])
+ADMIN_ONLY = [("POST", "/api/v1/jobs/job-1/cancel"), ("POST", "/api/v1/anomalies/x/ack"),
+              ("POST", "/api/v1/models/1/promote")]
+
+
+@pytest.mark.parametrize(("method", "path"), ADMIN_ONLY)
 def test_viewers_read_but_do_not_change(app, client, keys, method, path):
     populate(app, n_alerts=1)
     r = client.request(method, path, headers=bearer(keys["viewer"]))
@@ -126,7 +129,8 @@ def test_devices_models_promotion_and_metrics(app, client, keys):
     assert [r["metrics"]["subspace_change"] for r in job["rounds"]] == [0.1, 0.01, 0.001]
     text = client.get("/metrics", headers=h).text
     assert "fedsentry_rounds_total 3.0" in text and "fedsentry_alerts_ingested_total 3.0" in text
-    assert "fedsentry_devices_online 3.0" in text and 'fedsentry_uploads_total{outcome="accepted",reason=""} 3.0' in text
+    assert "fedsentry_devices_online 3.0" in text
+    assert 'fedsentry_uploads_total{outcome="accepted",reason=""} 3.0' in text
     svg = client.get("/charts/jobs/job-1/convergence.svg", headers=h)
     assert svg.headers["content-type"].startswith("image/svg+xml") and "<path" in svg.text
 

@@ -1,0 +1,100 @@
+"""The dashboard in headless Chromium over a real stack: broker, coordinator, agents, API.
+
+An admin creates a job through the API over running agents and watches it finish; then, with the
+dashboard open, a device starts raising alerts and they appear without a reload."""
+
+from __future__ import annotations
+
+import shutil
+import threading
+from pathlib import Path
+
+import httpx
+import numpy as np
+import pytest
+import uvicorn
+
+from api.app import create_app
+from api.security import create_key
+from api.settings import Settings
+from coordinator.broker import free_port
+from coordinator.service import Coordinator
+from edge_agent.sources import Batch
+from tests.integration.conftest import parts_for, wait_until
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+ARTIFACTS = Path(__file__).resolve().parent.parent / "artifacts"
+pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed")
+
+
+@pytest.fixture
+def stack(broker, fleet, traffic, tmp_path):
+    db = f"sqlite:///{tmp_path}/serve.db"
+    coordinator = Coordinator(broker.url, db).start()
+    app = create_app(Settings(db_url=db))
+    with app.state.sessions.begin() as s:
+        admin = create_key(s, "admin")
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning",
+                                           timeout_graceful_shutdown=1))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    wait_until(lambda: server.started, 20, "API server")
+    yield {"url": f"http://127.0.0.1:{port}", "admin": admin, "fleet": fleet, "traffic": traffic,
+           "coordinator": coordinator}
+    server.should_exit = True
+    thread.join(timeout=10)
+    coordinator.close()
+
+
+def test_live_dashboard(stack):
+    url, admin, fleet = stack["url"], stack["admin"], stack["fleet"]
+    data, split = stack["traffic"]
+    for i, part in enumerate(parts_for(split, 4)):
+        fleet.add(f"dev-{i}", part, data.feature_names)
+    api = httpx.Client(base_url=url, headers={"Authorization": f"Bearer {admin}"}, timeout=10)
+    wait_until(lambda: len([d for d in api.get("/api/v1/devices").json()["items"] if d["online"]]) == 4, 30,
+               "devices online")
+    r = api.post("/api/v1/jobs", json={"id": "ui-job", "features": data.feature_names, "rank": 3, "rounds": 12,
+                                       "fraction": 0.5, "min_agents": 4, "algorithm": "fedmm"})
+    assert r.status_code == 201, r.text
+    wait_until(lambda: api.get("/api/v1/jobs/ui-job").json()["status"] == "finished", 60, "job finished")
+    assert len([x for x in api.get("/api/v1/jobs/ui-job").json()["rounds"] if x["phase"] == "train"]) == 12
+
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=[
+            "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
+            "--disable-component-update", "--disable-sync"])
+        page = browser.new_page(viewport={"width": 1400, "height": 900})
+        page.goto(f"{url}/")
+        assert page.url.endswith("/login")
+        page.fill("#key", admin)
+        page.click("button[type=submit]")
+        page.wait_for_selector("#live.on", timeout=15_000)
+        assert page.locator("#anomalies tbody tr").count() == 0
+        # a device starts seeing attacks while the page is open
+        attacks = split.X_test[split.y_test == 1][:40]
+        fleet.add("cam-7", None, data.feature_names, source=iter([Batch(data.feature_names, attacks)]),
+                  wait_for_model=True, alert_burst=1000)
+        page.wait_for_selector("#anomalies tbody tr.new", timeout=20_000)
+        wait_until(lambda: page.locator("#anomalies tbody tr").count() >= 10, 20, "alerts on the page")
+        assert "cam-7" in page.inner_text("#anomalies tbody")
+        assert page.evaluate("document.querySelector('#convergence').naturalWidth") > 0
+        page.wait_for_function("document.querySelector('#devices tbody').innerText.includes('cam-7')",
+                               timeout=10_000)
+        # acknowledge the newest from the page; the API agrees
+        first_id = page.get_attribute("#anomalies tbody tr:first-child", "id")[2:]
+        page.click("#anomalies tbody tr:first-child button[data-ack]")
+        wait_until(lambda: api.get(f"/api/v1/anomalies/{first_id}").json()["acknowledged"], 10, "acknowledged")
+        # filters: by device and minimum score, without reloading
+        page.fill("#f-score", "1e300")
+        assert page.locator("#anomalies tbody tr:not([hidden])").count() == 0
+        page.fill("#f-score", "")
+        ARTIFACTS.mkdir(exist_ok=True)
+        page.screenshot(path=str(ARTIFACTS / "dashboard.png"), full_page=True)
+        browser.close()
+    filtered = api.get("/api/v1/anomalies", params={"device": "cam-7", "min_score": 0.0, "limit": 500}).json()
+    assert len(filtered["items"]) >= 10 and all(a["device_id"] == "cam-7" for a in filtered["items"])
+    assert np.isfinite([a["score"] for a in filtered["items"]]).all()
