@@ -12,7 +12,7 @@ from fedsentry.errors import UsageError
 
 #: modules that provide register(subparsers_by_verb); imported lazily so the agent stays light
 COMMAND_MODULES = ("fedsentry.cmd_pca", "fedsentry.cmd_recsys", "fedsentry.cmd_agent", "fedsentry.cmd_server",
-                   "fedsentry.bench_fleet", "fedsentry.cmd_api")
+                   "fedsentry.bench_fleet", "fedsentry.cmd_api", "fedsentry.bench_api")
 
 
 class _Parser(argparse.ArgumentParser):
