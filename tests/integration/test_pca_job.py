@@ -67,13 +67,15 @@ def test_alerts_flow_once_and_a_late_agent_gets_the_model(broker, coordinator, f
     coordinator.create_job("j2", "pca", "fedmm", job_params(data, rounds=4))
     finished_model(coordinator, "j2")
     # a device that joins after training gets the retained model at once, then scores attacks
-    attacks = split.X_test[split.y_test == 1][:30]
+    attacks = split.X_test[split.y_test == 1][:200]
     late = fleet.add("late-1", None, data.feature_names, source=iter([Batch(data.feature_names, attacks)]),
                      wait_for_model=True, alert_burst=1000)
     wait_until(lambda: late.scorer.detector is not None, 10, "late agent model")
-    wait_until(lambda: late.counters["records"] == 30, 10, "late agent scoring")
-    flagged = late.counters["alerts"]
-    assert flagged > 10
+    wait_until(lambda: late.counters["records"] == 200, 10, "late agent scoring")
+    det = late.scorer.detector
+    flagged = int((det.score_samples(attacks) > det.threshold_).sum())
+    assert flagged > 20
+    wait_until(lambda: late.counters["alerts"] == flagged, 10, "every flagged record alerted")
     with coordinator.sessions() as s:
         wait_until(lambda: s.query(Alert).filter_by(device_id="late-1").count() == flagged, 10, "alerts stored")
         a = s.query(Alert).filter_by(device_id="late-1").first()
