@@ -29,11 +29,11 @@ from edge_agent.protocol import (
     ProtocolError,
     decode,
     job_topic,
-    model_topic,
     parse_agent_topic,
 )
 
 log = logging.getLogger("fedsentry.coordinator")
+RUNNERS = {"pca": PCAJob}
 LEASE = timedelta(seconds=15)
 
 
@@ -157,8 +157,7 @@ class Coordinator:
                     won = s.execute(Job.__table__.update().where(Job.id == job.id, same_holder)
                                     .values(leader=self.instance, lease_until=now + LEASE)).rowcount
                     if won:
-                        self.jobs[job.id] = PCAJob(job, self.sessions, self.publish, job_topic(job.id),
-                                                   model_topic(job.type))
+                        self.jobs[job.id] = RUNNERS[job.type](job, self.sessions, self.publish, job_topic(job.id))
                         log.info("job=%s led by %s", job.id, self.instance)
 
     def _prune(self) -> None:

@@ -1,0 +1,179 @@
+"""The round machinery every job shares: phases, sampling, deadlines, validation, persistence, resume.
+
+A job is a sequence of phases, each made of rounds driven by a retained message on the job's topic.
+Subclasses say what a phase broadcasts (`content`), what a reply must look like (`validate`), what
+closing a round does (`close`) and what follows (`follow`); they contain no algorithm math, only calls
+to the algorithm's server steps.
+
+After each completed round the whole resumable state (server arrays, the generator's state, the
+broadcast) is written in the same transaction as the round's record, so a coordinator killed at any
+moment resumes from the last completed round and samples exactly the same clients again.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from typing import Any, ClassVar
+
+import numpy as np
+
+from coordinator.db import Device, Job, JobState, Round, pack, unpack, utcnow
+from edge_agent.protocol import Envelope, ProtocolError
+
+log = logging.getLogger("fedsentry.coordinator")
+
+
+class JobRunner(ABC):
+    type: str = ""
+    #: phase -> the kind of reply it expects
+    replies: ClassVar[dict[str, str]] = {}
+
+    def __init__(self, job, sessions, publish: Callable[[str, bytes, bool], None], job_topic: str):
+        self.job_id = job.id
+        self.params: dict[str, Any] = dict(job.params)
+        self.algorithm_name = job.algorithm
+        self.sessions, self.publish, self.job_topic = sessions, publish, job_topic
+        self.deadline_s = float(self.params.get("deadline", 10.0))
+        self.phase = "waiting"
+        self.round = 0
+        self.participants: list[str] = []
+        self.info: dict[str, Any] = {}
+        self.server: dict[str, np.ndarray] = {}
+        self.broadcast: dict[str, np.ndarray] = {}
+        self.pending: dict[str, Envelope] = {}
+        self.sampled: list[str] = []
+        self.started_at = self.deadline = 0.0
+        self.rng: np.random.Generator | None = None
+
+    # -- what a job type decides ----------------------------------------------------------------------
+    @abstractmethod
+    def content(self, phase: str) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+        """Arrays and metadata the round message of `phase` carries (besides phase, type and sampled)."""
+
+    @abstractmethod
+    def validate(self, env: Envelope) -> None:
+        """Raise ProtocolError for a reply that must not touch the model."""
+
+    @abstractmethod
+    def close(self, answered: list[str]) -> dict[str, Any]:
+        """Aggregate the replies of the round just closed; return its metrics."""
+
+    @abstractmethod
+    def follow(self) -> None:
+        """Start what comes after the last completed round (or finish)."""
+
+    # -- lifecycle ------------------------------------------------------------------------------------
+    def start(self, online: list[str]) -> None:
+        """Begin with the devices online now (or resume from the stored state)."""
+        with self.sessions() as s:
+            st = s.get(JobState, self.job_id)
+        if st is not None:
+            self.round, self.phase = st.round, st.phase
+            self.participants, self.info = list(st.participants), dict(st.info)
+            self.server, self.broadcast = unpack(st.server), unpack(st.broadcast)
+            if "rng" in self.info:
+                self.rng = np.random.default_rng()
+                self.rng.bit_generator.state = self.info["rng"]
+            log.info("job=%s resuming after round=%s phase=%s", self.job_id, self.round, self.phase)
+            self.follow()
+            return
+        if len(online) < int(self.params.get("min_agents", 1)):
+            return
+        self.participants = sorted(online)[: int(self.params.get("max_agents", 10**9))]
+        self.begin("stats", 0, self.participants)
+
+    def begin(self, phase: str, rnd: int, sampled: list[str]) -> None:
+        self.phase, self.round, self.sampled, self.pending = phase, rnd, sampled, {}
+        self.started_at = time.monotonic()
+        self.deadline = self.started_at + self.deadline_s
+        arrays, meta = self.content(phase)
+        meta.update(phase=phase, type=self.type, sampled=sampled, algorithm=self.algorithm_name)
+        self.publish(self.job_topic, Envelope("round", self.job_id, rnd, "coordinator", arrays, meta).encode(), True)
+        self.set_job(status="running", phase=phase, current_round=rnd)
+        log.info("job=%s round=%s phase=%s sampled=%d", self.job_id, rnd, phase, len(sampled))
+
+    def sample(self, phase: str, rnd: int) -> None:
+        """Start a round with the job's seeded share of the participants."""
+        N = len(self.participants)
+        per_round = max(1, round(float(self.params["fraction"]) * N))
+        idx = np.sort(self.rng.choice(N, per_round, replace=False))
+        self.begin(phase, rnd, [self.participants[i] for i in idx])
+
+    def weights(self, answered: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        """Participant indices and data shares (n_i / mean n, from the statistics phase) of those who answered."""
+        index = {a: i for i, a in enumerate(self.participants)}
+        ids = np.array([index[a] for a in answered], dtype=int)
+        counts = np.array(self.info["counts"], dtype=float)
+        return ids, (counts[ids] / counts.mean() if len(ids) else np.zeros(0))
+
+    # -- messages -------------------------------------------------------------------------------------
+    def accept(self, env: Envelope) -> None:
+        """Validate a reply for this job; raise ProtocolError (with a reason) to reject it."""
+        if env.round < self.round:
+            raise ProtocolError("stale", f"round {env.round} < current {self.round}")
+        if env.round > self.round:
+            raise ProtocolError("future", f"round {env.round} > current {self.round}")
+        if env.kind != self.replies.get(self.phase):
+            raise ProtocolError("kind", f"{env.kind} during phase {self.phase}")
+        if env.sender not in self.sampled:
+            raise ProtocolError("not_sampled", f"{env.sender} was not asked in round {self.round}")
+        if env.sender in self.pending:
+            raise ProtocolError("duplicate", f"{env.sender} already answered round {self.round}")
+        self.validate(env)
+        self.pending[env.sender] = env
+
+    def tick(self) -> bool:
+        """Close the round if everyone answered or the deadline passed; True when the job is over."""
+        if self.phase in ("waiting", "finished", "failed"):
+            return self.phase in ("finished", "failed")
+        if len(self.pending) < len(self.sampled) and time.monotonic() < self.deadline:
+            return False
+        answered = [a for a in self.sampled if a in self.pending]
+        seconds = time.monotonic() - self.started_at
+        metrics: dict[str, Any] = {"sampled": len(self.sampled), "answered": len(answered),
+                                   "dropouts": len(self.sampled) - len(answered)}
+        metrics.update(self.close(answered))
+        if self.phase == "failed":
+            return True
+        self.save(Round(job_id=self.job_id, round=self.round, phase=self.phase, sampled=self.sampled,
+                        answered=answered, metrics=metrics, seconds=seconds))
+        self.follow()
+        return self.phase in ("finished", "failed")
+
+    def fail(self, why: str) -> None:
+        self.phase = "failed"
+        self.set_job(status="failed", phase="failed", error=why[:500])
+        log.error("job=%s failed: %s", self.job_id, why)
+
+    # -- persistence ----------------------------------------------------------------------------------
+    def save(self, rnd: Round) -> None:
+        if self.rng is not None:
+            self.info["rng"] = self.rng.bit_generator.state
+        with self.sessions.begin() as s:
+            s.merge(rnd)
+            s.merge(JobState(job_id=self.job_id, round=self.round, phase=self.phase, participants=self.participants,
+                             info=_jsonable(self.info), server=pack(self.server), broadcast=pack(self.broadcast)))
+            for a in rnd.answered:
+                dev = s.get(Device, a)
+                if dev is not None:
+                    dev.rounds += 1
+                    dev.last_seen = utcnow()
+
+    def set_job(self, **fields: Any) -> None:
+        with self.sessions.begin() as s:
+            job = s.get(Job, self.job_id)
+            for k, v in fields.items():
+                setattr(job, k, v)
+
+
+def _jsonable(o: Any) -> Any:
+    if isinstance(o, dict):
+        return {k: _jsonable(v) for k, v in o.items()}
+    if isinstance(o, list | tuple):
+        return [_jsonable(v) for v in o]
+    if isinstance(o, np.generic):
+        return o.item()
+    return o
