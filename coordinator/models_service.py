@@ -33,7 +33,8 @@ def publish_promoted(sessions, publish: Callable[[str, bytes, bool], None]) -> i
         pending = list(s.scalars(select(ModelVersion).where(ModelVersion.promoted.is_(True),
                                                             ModelVersion.published.is_(False))))
         for mv in pending:
-            publish(model_topic(mv.type), model_payload(mv), True)
+            if mv.type == "pca":  # agents score with it; recommendation models are served by the API
+                publish(model_topic(mv.type), model_payload(mv), True)
             mv.published = True
     return len(pending)
 

@@ -23,6 +23,7 @@ from sqlalchemy.exc import IntegrityError, OperationalError
 from coordinator.db import Alert, Device, Job, Rejection, Round, make_engine, migrate, session_factory, utcnow
 from coordinator.models_service import publish_promoted
 from coordinator.pca_job import PCAJob
+from coordinator.recsys_job import RecsysJob
 from edge_agent.mqtt import make_client, parse_broker_url
 from edge_agent.protocol import (
     AGENT_SUBSCRIPTION,
@@ -33,7 +34,7 @@ from edge_agent.protocol import (
 )
 
 log = logging.getLogger("fedsentry.coordinator")
-RUNNERS = {"pca": PCAJob}
+RUNNERS = {"pca": PCAJob, "recsys": RecsysJob}
 LEASE = timedelta(seconds=15)
 
 
@@ -51,6 +52,7 @@ class Coordinator:
         self.inbox: queue.Queue[tuple[str, bytes]] = queue.Queue()
         self.jobs: dict[str, PCAJob] = {}
         self.rejected: Counter[str] = Counter()
+        self.capabilities: dict[str, tuple[str, ...]] = {}  # from the agents' retained status messages
         self.accepted = 0
         self.alerts_ingested = 0
         self.stop_event = threading.Event()
@@ -131,7 +133,7 @@ class Coordinator:
         self._prune()
         for job_id, runner in list(self.jobs.items()):
             if runner.phase == "waiting":
-                runner.start(self.online_devices())
+                runner.start(self.online_devices(runner.type))
                 continue
             if runner.tick():
                 self._release(job_id)
@@ -180,9 +182,13 @@ class Coordinator:
             job = s.get(Job, job_id)
             job.leader, job.lease_until = None, None
 
-    def online_devices(self) -> list[str]:
+    def online_devices(self, job_type: str | None = None) -> list[str]:
+        """Devices online now; with a job type, those that said they can take part in it."""
         with self.sessions() as s:
-            return list(s.scalars(select(Device.id).where(Device.online.is_(True))))
+            online = list(s.scalars(select(Device.id).where(Device.online.is_(True))))
+        if job_type is None:
+            return online
+        return [d for d in online if job_type in self.capabilities.get(d, ("pca",))]
 
     # -- messages -------------------------------------------------------------------------------------
     def reject(self, reason: str, detail: str, topic: str) -> None:
@@ -202,6 +208,9 @@ class Coordinator:
             if env.sender != agent:
                 raise ProtocolError("sender", f"{env.sender!r} published under {agent!r}")
             if what == "status" and env.kind == "status":
+                jobs = env.meta.get("jobs")
+                if isinstance(jobs, list):
+                    self.capabilities[agent] = tuple(str(j) for j in jobs)
                 self._status(agent, bool(env.meta.get("online")))
             elif what == "alerts" and env.kind == "alert":
                 self._alert(agent, env)

@@ -16,6 +16,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import paho.mqtt.client as mqtt
@@ -58,7 +59,7 @@ class AgentConfig:
 
 class Agent:
     def __init__(self, cfg: AgentConfig, source: Iterator[Batch] | ZeekFollower | None = None,
-                 training: Iterator[Batch] | None = None):
+                 training: Iterator[Batch] | None = None, ratings: tuple[Any, Any] | None = None):
         self.cfg = cfg
         self.store = AgentStore(cfg.state_dir)
         self.buffer = TrainingBuffer(self.store)
@@ -66,7 +67,11 @@ class Agent:
             for b in training:
                 self.buffer.add(b)
             self.buffer.save()
-        self.participant = PCAParticipant(cfg.agent_id, self.store, self.buffer)
+        self.participants: dict[str, Any] = {"pca": PCAParticipant(cfg.agent_id, self.store, self.buffer)}
+        if ratings is not None:  # a ratings shard: this agent takes part in recommendation jobs
+            from edge_agent.recsys_participant import RecsysParticipant
+
+            self.participants["recsys"] = RecsysParticipant(cfg.agent_id, self.store, *ratings)
         self.scorer = Scorer(cfg.agent_id, cfg.alert_burst, cfg.alert_window)
         saved = self.store.load_bytes("model.bin")
         if saved:
@@ -96,7 +101,8 @@ class Agent:
             log.error("agent=%s broker refused the connection: %s", self.cfg.agent_id, reason_code)
             return
         client.subscribe([(JOB_SUBSCRIPTION, 1), (model_topic("pca"), 1)])
-        status = Envelope("status", "", 0, self.cfg.agent_id, {}, {"online": True, "records": self.buffer.seen})
+        status = Envelope("status", "", 0, self.cfg.agent_id, {}, {"online": True, "records": self.buffer.seen,
+                                                                  "jobs": sorted(self.participants)})
         client.publish(self.topic("status"), status.encode(), qos=1, retain=True)
         self.connected.set()
         self.inbox.put(("__resend__", b""))
@@ -135,8 +141,11 @@ class Agent:
             self.store.save_bytes("model.bin", payload)
             log.info("agent=%s model job=%s version=%s loaded", self.cfg.agent_id, env.job, env.meta.get("version"))
         elif env.kind == "round":
+            participant = self.participants.get(env.meta.get("type", "pca"))
+            if participant is None:
+                return  # a job of a kind this agent has no data for
             try:
-                reply = self.participant.on_round(env)
+                reply = participant.on_round(env)
             except (KeyError, ValueError) as e:  # includes SchemaError: the data lacks the job's features
                 self.counters["rejected"] += 1
                 log.error("agent=%s cannot take part in job=%s round=%s: %s", self.cfg.agent_id, env.job,

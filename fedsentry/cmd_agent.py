@@ -24,6 +24,13 @@ def register(groups: dict[str, Any], verbs: Any) -> None:
     src.add_argument("--stdin", action="store_true", help="read JSON records, one per line, from stdin")
     p.add_argument("--rate", type=positive_float, help="--csv: records per second (default: as fast as possible)")
     p.add_argument("--train", metavar="F", help="CSV of normal traffic to learn from (loaded once)")
+    p.add_argument("--ratings", metavar="F", help="a ratings shard (CSV): take part in recommendation jobs")
+    p.add_argument("--test-ratings", metavar="F", help="held-out ratings of the same users (evaluation)")
+    p.add_argument("--user-col", default="userId", help="--ratings: user id column (default userId)")
+    p.add_argument("--item-col", default="movieId", help="--ratings: item id column (default movieId)")
+    p.add_argument("--rating-col", default="rating", help="--ratings: rating column (default rating)")
+    p.add_argument("--rating-min", type=float, default=0.5, help="--ratings: lowest valid rating (default 0.5)")
+    p.add_argument("--rating-max", type=float, default=5.0, help="--ratings: highest valid rating (default 5)")
     p.add_argument("--label-column", help="evaluation only: a label column in --csv, never used by the model")
     p.add_argument("--state-dir", help="where the agent keeps its state (default ./fedsentry-agent-ID)")
     p.add_argument("--username")
@@ -56,7 +63,7 @@ def run_agent(args: argparse.Namespace) -> int:
         parse_broker_url(args.broker)
     except ValueError as e:
         raise UsageError(str(e)) from None
-    for f in (args.csv, args.train, args.ca_cert, args.cert, args.key):
+    for f in (args.csv, args.train, args.ratings, args.test_ratings, args.ca_cert, args.cert, args.key):
         if f and not os.path.isfile(f):
             raise UsageError(f"file not found: {f}")
     state_dir = args.state_dir or f"fedsentry-agent-{args.id}"
@@ -71,7 +78,16 @@ def run_agent(args: argparse.Namespace) -> int:
     cfg = AgentConfig(args.id, args.broker, state_dir, args.username, args.password, args.tls, args.ca_cert,
                       args.cert, args.key, args.model_job, args.wait_for_model, args.exit_after_replay,
                       args.scores_out, args.alert_burst, args.alert_window)
-    agent = Agent(cfg, source, training_source(args.train))
+    ratings = None
+    if args.test_ratings and not args.ratings:
+        raise UsageError("--test-ratings needs --ratings")
+    if args.ratings:
+        from fedsentry.ratings import load_ratings_csv
+
+        cols = (args.user_col, args.item_col, args.rating_col, args.rating_min, args.rating_max)
+        ratings = (load_ratings_csv(args.ratings, *cols),
+                   load_ratings_csv(args.test_ratings, *cols) if args.test_ratings else None)
+    agent = Agent(cfg, source, training_source(args.train), ratings)
     signal.signal(signal.SIGTERM, lambda *a: agent.stop.set())
     logging.getLogger("fedsentry").info("agent=%s starting (broker %s, state %s)", args.id, args.broker, state_dir)
     return agent.run()

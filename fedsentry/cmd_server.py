@@ -12,6 +12,7 @@ from fedsentry.cmd_common import add_federation_args, positive_float, positive_i
 from fedsentry.cmd_pca import add_data_args, add_pca_args
 from fedsentry.errors import UsageError
 from models.pca import FEDERATED
+from models.recsys import FEDERATED as RECSYS
 
 
 def register(groups: dict[str, Any], verbs: Any) -> None:
@@ -38,10 +39,12 @@ def register(groups: dict[str, Any], verbs: Any) -> None:
     add_data_args(demo)
     add_federation_args(demo, rounds=30)
     add_pca_args(demo)
-    demo.set_defaults(fraction=0.3)
+    demo.set_defaults(fraction=0.3, rank=None, local_steps=None)
     demo.add_argument("--job", choices=("pca", "recsys"), default="pca", help="job type (default pca)")
     demo.add_argument("--agents", type=positive_int, default=10, help="agent processes (default 10)")
-    demo.add_argument("--algorithm", choices=sorted(FEDERATED), default="fedmm")
+    demo.add_argument("--algorithm", choices=sorted(FEDERATED) + sorted(RECSYS),
+                      help="default fedmm for pca, fedmc-admm for recsys")
+    demo.add_argument("--regularizer", choices=("l2", "l1"), default="l2", help="recsys fedmc-admm: l2 or l1")
     demo.add_argument("--broker", help="use this broker instead of the embedded one")
     demo.add_argument("--db", help="database URL (default $FEDSENTRY_DB_URL or sqlite:///fedsentry.db)")
     demo.add_argument("--json", metavar="PATH", help="write the outcome as JSON (- for stdout)")
@@ -123,6 +126,14 @@ def run_job_create(args: argparse.Namespace) -> int:
 def run_demo(args: argparse.Namespace) -> int:
     from fedsentry.demo import demo
 
+    pca = args.job == "pca"
+    args.algorithm = args.algorithm or ("fedmm" if pca else "fedmc-admm")
+    if args.algorithm not in (FEDERATED if pca else RECSYS):
+        raise UsageError(f"--algorithm {args.algorithm} is not a {args.job} algorithm; choose from "
+                         f"{', '.join(sorted(FEDERATED if pca else RECSYS))}")
+    args.rank = args.rank or (3 if pca else 10)
+    if pca:
+        args.local_steps = args.local_steps or 10
     result = demo(args)
     write_json(result, args.json)
     return 0

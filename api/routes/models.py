@@ -18,7 +18,13 @@ def model_out(mv: ModelVersion, matrix: bool = False) -> ModelOut:
     return ModelOut(id=mv.id, job_id=mv.job_id, version=mv.version, type=mv.type, round=mv.round,
                     promoted=mv.promoted, published=mv.published, created=mv.created,
                     features=mv.info["features"], threshold=mv.info["threshold"],
-                    Z=unpack(mv.arrays)["Z"].tolist() if matrix else None)
+                    Z=_matrix(mv).tolist() if matrix else None)
+
+
+def _matrix(mv: ModelVersion):
+    """The model's matrix: Z (d x k) of a PCA model, the item factors of a recommendation model."""
+    arrays = unpack(mv.arrays)
+    return arrays["Z"] if "Z" in arrays else arrays["item_factors"]
 
 
 @router.get("/api/v1/jobs/{job_id}/models", response_model=list[ModelOut], dependencies=[Depends(caller)])

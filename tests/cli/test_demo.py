@@ -49,3 +49,13 @@ def test_demo_reports_an_unreachable_broker(tmp_path):
                           "--broker", f"mqtt://127.0.0.1:{free_port()}", "--db", f"sqlite:///{tmp_path}/d.db"],
                          capture_output=True, text=True, cwd=tmp_path, timeout=300)
     assert out.returncode == 2 and "cannot reach the MQTT broker" in out.stderr
+
+
+def test_recsys_demo_matches_simulate(tmp_path):
+    settings = ["--dataset", "synthetic", "--rounds", "6", "--fraction", "0.5", "--algorithm", "fedmc-admm",
+                "--rank", "5"]
+    demo = run("demo", "--job", "recsys", "--agents", "4", *settings, "--db", f"sqlite:///{tmp_path}/d.db",
+               "--json", "-", cwd=tmp_path)
+    sim = run("simulate", "recsys", "--clients", "4", *settings, "--json", "-", cwd=tmp_path)
+    assert demo["rounds_completed"] == 6 and demo["agents"] == 4
+    assert abs(demo["test_rmse"] - sim["test_rmse"]) < 1e-9

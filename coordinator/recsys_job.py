@@ -1,0 +1,145 @@
+"""A federated recommendation job on the coordinator.
+
+    stats        every participant sends its rating count and sum -> the global mean
+    setup 1..S   every participant runs the algorithm's setup step (AltGDMin's spectral start; S may be 0)
+    train        a seeded sample uploads item-side rows; the algorithm's server step aggregates
+    eval         every participant sends the squared error and count of its held-out ratings -> test RMSE
+    finished     the item model is stored as a model version and promoted (the recommendations API serves
+                 new users from it by fold-in)
+
+The server keeps what the algorithm's server state holds (FedMC-ADMM: the item factors, a running sum
+and counts; nothing per client) and the uploads of the round in progress.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, ClassVar
+
+import numpy as np
+
+from coordinator.db import ModelVersion, pack, unpack
+from coordinator.job_runner import JobRunner
+from edge_agent.protocol import Envelope, ProtocolError
+from models.recsys import make_algorithm
+from models.recsys.data import global_mean, stack
+
+log = logging.getLogger("fedsentry.coordinator")
+
+MAX_UPLOAD_NORM = 1e9
+
+
+class RecsysJob(JobRunner):
+    type = "recsys"
+    replies: ClassVar[dict[str, str]] = {"stats": "stats", "setup": "setup", "train": "upload", "eval": "eval"}
+
+    def algorithm(self):
+        return make_algorithm(self.algorithm_name, len(self.params["items"]), int(self.params["rank"]),
+                              **self.params.get("algorithm_params", {}))
+
+    @property
+    def setup_rounds(self) -> int:
+        return int(self.algorithm().setup_rounds)
+
+    def content(self, phase: str) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+        meta = {"rank": int(self.params["rank"]), "params": self.params.get("algorithm_params", {}),
+                "n_items": len(self.params["items"])}
+        if phase == "stats":
+            return {}, {**meta, "items": self.params["items"]}
+        arrays = dict(self.broadcast)
+        if self.round <= self.setup_rounds + 1:  # until every participant has initialised its state
+            arrays.update({f"init.{k}": v for k, v in unpack(bytes.fromhex(self.info["init_blob"])).items()})
+        return arrays, {**meta, "mean": self.info["mean"]}
+
+    def follow(self) -> None:
+        rounds, S = int(self.params["rounds"]), self.setup_rounds
+        if self.phase == "stats":
+            if S:
+                self.begin("setup", 1, self.participants)
+            else:
+                self.sample("train", 1)
+        elif self.phase == "setup" and self.round < S:
+            self.begin("setup", self.round + 1, self.participants)
+        elif self.phase == "setup" or (self.phase == "train" and self.round < S + rounds):
+            self.sample("train", self.round + 1)
+        elif self.phase == "train":
+            self.begin("eval", S + rounds + 1, self.participants)
+        elif self.phase == "eval":
+            self.finish()
+
+    # -- replies --------------------------------------------------------------------------------------
+    def validate(self, env: Envelope) -> None:
+        a = env.arrays
+        if self.phase == "stats":
+            if set(a) != {"count", "sum"} or a["count"].shape != (1,) or a["sum"].shape != (1,) or a["count"][0] < 0:
+                raise ProtocolError("shape", "stats need count (1,) >= 0 and sum (1,)")
+            return
+        if self.phase == "eval":
+            if set(a) != {"sq_error", "count"} or a["sq_error"][0] < 0 or a["count"][0] < 0:
+                raise ProtocolError("shape", "eval needs sq_error (1,) >= 0 and count (1,) >= 0")
+            return
+        items = a.get("items")
+        if items is None or items.ndim != 1 or items.dtype.kind not in "iu":
+            raise ProtocolError("shape", "an upload needs a 1-d integer array 'items'")
+        if len(items) and (items.min() < 0 or items.max() >= len(self.params["items"])):
+            raise ProtocolError("value", "item ids outside the catalogue")
+        for name, arr in a.items():
+            if name != "items" and arr.ndim >= 1 and arr.shape[0] != len(items):
+                raise ProtocolError("shape", f"array {name!r} has {arr.shape[0]} rows for {len(items)} items")
+            if arr.dtype.kind == "f" and float(np.linalg.norm(arr)) > MAX_UPLOAD_NORM:
+                raise ProtocolError("norm", f"array {name!r} has an implausible norm")
+
+    # -- closing rounds -------------------------------------------------------------------------------
+    def close(self, answered: list[str]) -> dict[str, Any]:
+        if self.phase == "stats":
+            return self.close_stats(answered)
+        if self.phase == "eval":
+            sq = sum(float(self.pending[a].arrays["sq_error"][0]) for a in answered)
+            n = sum(int(self.pending[a].arrays["count"][0]) for a in answered)
+            self.info["test_rmse"] = float(np.sqrt(sq / n)) if n else None
+            return {"test_rmse": self.info["test_rmse"], "test_ratings": n}
+        if not answered:
+            return {"item_change": 0.0}
+        uploads = stack([{k: v[None] for k, v in self.pending[a].arrays.items()} for a in answered])
+        before = self.broadcast["item_factors"]
+        if self.phase == "setup":
+            self.server, self.broadcast = self.algorithm().server_setup(self.server, uploads)
+        else:
+            ids, weights = self.weights(answered)
+            self.server, self.broadcast = self.algorithm().server_update(self.server, ids, uploads, weights)
+        after = self.broadcast["item_factors"]
+        # relative change of the item model: the convergence signal the coordinator can compute
+        return {"item_change": float(np.linalg.norm(after - before) / max(np.linalg.norm(before), 1e-12))}
+
+    def close_stats(self, answered: list[str]) -> dict[str, Any]:
+        if not answered:
+            self.fail("no agent answered the statistics phase")
+            return {}
+        self.participants = answered
+        counts = np.array([int(self.pending[a].arrays["count"][0]) for a in answered], dtype=float)
+        sums = np.array([float(self.pending[a].arrays["sum"][0]) for a in answered])
+        self.info = {"mean": global_mean(counts, sums), "counts": counts.tolist()}
+        self.rng = np.random.default_rng(int(self.params.get("seed", 0)))
+        self.server, self.broadcast = self.algorithm().init_server(len(answered), self.rng)
+        self.info["init_blob"] = pack(self.broadcast).hex()
+        return {"ratings": int(counts.sum()), "mean": self.info["mean"]}
+
+    def finish(self) -> None:
+        from coordinator.models_service import promote
+
+        alg = self.algorithm()
+        with self.sessions.begin() as s:
+            version = s.query(ModelVersion).filter_by(job_id=self.job_id).count() + 1
+            mv = ModelVersion(job_id=self.job_id, version=version, type="recsys", round=int(self.params["rounds"]),
+                              arrays=pack({"item_factors": alg.item_factors(self.broadcast)}), published=False,
+                              info={"items": self.params["items"], "mean": self.info["mean"],
+                                    "rating_min": self.params.get("rating_min", 0.5),
+                                    "rating_max": self.params.get("rating_max", 5.0), "lam": alg.lam,
+                                    "test_rmse": self.info.get("test_rmse"), "threshold": 0.0, "features": []})
+            s.add(mv)
+            s.flush()
+            model_id = mv.id
+        promote(self.sessions, model_id)
+        self.phase = "finished"
+        self.set_job(status="finished", phase="finished")
+        log.info("job=%s finished: test_rmse=%s", self.job_id, self.info.get("test_rmse"))

@@ -1,0 +1,101 @@
+"""What both demos stand on: a broker (embedded unless --broker), the coordinator, agent processes."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from fedsentry.errors import UsageError
+
+
+class Stack:
+    def __init__(self, broker_url: str | None, db: str | None, label: str):
+        self.broker_url, self.db, self.label = broker_url, db, label
+        self.tmp = Path(tempfile.mkdtemp(prefix="fedsentry-demo-"))
+        self.job_id = f"demo-{uuid.uuid4().hex[:8]}"
+        self.broker = self.coordinator = None
+        self.procs: list[subprocess.Popen] = []
+        self.ids: list[str] = []
+
+    def __enter__(self) -> Stack:
+        from coordinator.broker import EmbeddedBroker
+        from coordinator.service import Coordinator
+
+        if not self.broker_url:
+            self.broker = EmbeddedBroker().start()
+            self.broker_url = self.broker.url
+        print(f"fedsentry demo: {self.label}; broker {self.broker_url}; work folder {self.tmp}", file=sys.stderr,
+              flush=True)
+        try:
+            self.coordinator = Coordinator(self.broker_url, self.db).start()
+        except ValueError as e:
+            raise UsageError(str(e)) from None
+        if not self.coordinator.connected.wait(15):
+            raise UsageError(f"cannot reach the MQTT broker at {self.broker_url} (is it running?)")
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        for p in self.procs:
+            if p.poll() is None:
+                p.terminate()
+        if self.coordinator:
+            self.coordinator.close()
+        if self.broker:
+            self.broker.stop()
+
+    def agent(self, i: int, *args: str) -> None:
+        """Start agent i (`fedsentry agent` in its own process) with extra arguments."""
+        agent_id = f"demo-agent-{i:03d}"
+        self.ids.append(agent_id)
+        log = open(self.tmp / f"agent-{i}.log", "w")  # noqa: SIM115 - the process owns it
+        self.procs.append(subprocess.Popen(
+            [sys.executable, "-m", "fedsentry.cli", "agent", "--broker", self.broker_url, "--id", agent_id,
+             "--state-dir", str(self.tmp / f"agent-{i}"), *args], stdout=subprocess.DEVNULL, stderr=log))
+
+    def wait_online(self, job_type: str, timeout: float = 120) -> None:
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            dead = [i for i, p in enumerate(self.procs) if p.poll() is not None]
+            if dead:
+                err = (self.tmp / f"agent-{dead[0]}.log").read_text().strip().splitlines()[-1:]
+                raise UsageError(f"agent {dead[0]} exited: {err[0] if err else 'no output'}")
+            if set(self.ids) <= set(self.coordinator.online_devices(job_type)):
+                return
+            time.sleep(0.1)
+        raise UsageError(f"the agents did not come online within {timeout:.0f} s")
+
+    def run_job(self, job_type: str, algorithm: str, params: dict[str, Any], rounds: int) -> float:
+        """Create the job, show its progress, return the seconds it took."""
+        from coordinator.db import Job
+
+        self.wait_online(job_type)
+        self.coordinator.create_job(self.job_id, job_type, algorithm, params)
+        t0, last = time.monotonic(), -1
+        while True:
+            with self.coordinator.sessions() as s:
+                job = s.get(Job, self.job_id)
+                status, cur, error = job.status, job.current_round, job.error
+            if cur != last:
+                last = cur
+                print(f"\rfedsentry demo: round {cur} ({job.phase})", end="", file=sys.stderr, flush=True)
+            if status == "finished":
+                print(file=sys.stderr)
+                return time.monotonic() - t0
+            if status == "failed":
+                raise UsageError(f"job {self.job_id} failed: {error}")
+            time.sleep(0.1)
+
+    def round_seconds(self) -> list[float]:
+        from coordinator.db import Round
+
+        with self.coordinator.sessions() as s:
+            return [r.seconds for r in s.query(Round).filter_by(job_id=self.job_id, phase="train")]
+
+    def wait_agents(self, timeout: float = 600) -> None:
+        for p in self.procs:
+            p.wait(timeout=timeout)
