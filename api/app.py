@@ -14,6 +14,15 @@ from api.settings import Settings
 from fedsentry import __version__
 
 
+def _problem(e: dict) -> dict[str, str]:
+    """One validation error as {field, problem}; checks across fields name the field they are about."""
+    loc = [str(p) for p in e.get("loc", ())]
+    ctx = e.get("ctx") or {}
+    if e.get("type") == "job" and "field" in ctx:
+        return {"field": ".".join([*loc, str(ctx["field"])]), "problem": str(ctx["problem"])}
+    return {"field": ".".join(loc), "problem": e.get("msg", "invalid")}
+
+
 def create_app(settings: Settings | None = None, sessions=None) -> FastAPI:
     """The app over the database in settings (migrated to the newest schema), or over given sessions."""
     settings = settings or Settings()
@@ -30,9 +39,7 @@ def create_app(settings: Settings | None = None, sessions=None) -> FastAPI:
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
-        return JSONResponse(status_code=422, content={"detail": [
-            {"field": ".".join(str(p) for p in e.get("loc", ())), "problem": e.get("msg", "invalid")}
-            for e in exc.errors()]})
+        return JSONResponse(status_code=422, content={"detail": [_problem(e) for e in exc.errors()]})
 
     for r in (jobs, anomalies, devices, models, health, dashboard):
         app.include_router(r.router)

@@ -5,58 +5,82 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic_core import PydanticCustomError
 
 from edge_agent.protocol import ID_RE
 from models.pca import FEDERATED
+from models.recsys import FEDERATED as RECSYS
 
 ID_PATTERN = ID_RE.pattern
 
 
 class JobCreate(BaseModel):
+    """A training job. `pca` jobs name the features the agents provide; `recsys` jobs the item catalogue."""
+
     model_config = ConfigDict(extra="forbid")
 
     type: Literal["pca", "recsys"] = "pca"
     id: str | None = Field(None, pattern=ID_PATTERN, description="job id (generated when absent)")
-    features: list[str] = Field(..., min_length=2, max_length=1000, description="feature names the agents provide")
-    algorithm: str = "fedmm"
-    rank: int = Field(3, ge=1, le=1000)
+    features: list[str] | None = Field(None, min_length=2, max_length=1000,
+                                       description="pca: feature names the agents provide")
+    items: list[int | str] | None = Field(None, min_length=2, max_length=1_000_000,
+                                          description="recsys: the item catalogue (ids)")
+    algorithm: str | None = Field(None, description="default fedmm (pca) or fedmc-admm (recsys)")
+    rank: int | None = Field(None, ge=1, le=1000, description="default 3 (pca) or 10 (recsys)")
     rounds: int = Field(30, ge=1, le=100_000)
     fraction: float = Field(0.3, gt=0, le=1)
     seed: int = Field(0, ge=0, le=2**31 - 1)
-    quantile: float = Field(0.99, gt=0, lt=1)
+    quantile: float = Field(0.99, gt=0, lt=1, description="pca: threshold quantile")
     min_agents: int = Field(1, ge=1, le=1_000_000)
     deadline: float = Field(10.0, gt=0, le=3600, description="seconds to wait for a round's uploads")
-
-    @field_validator("type")
-    @classmethod
-    def _supported(cls, v: str) -> str:
-        if v == "recsys":
-            raise ValueError("recsys jobs run through `fedsentry demo --job recsys`; they cannot be created through "
-                             "this API yet")
-        return v
+    rating_min: float = Field(0.5, description="recsys: lowest valid rating")
+    rating_max: float = Field(5.0, description="recsys: highest valid rating")
 
     @field_validator("features")
     @classmethod
-    def _distinct(cls, v: list[str]) -> list[str]:
-        if len(set(v)) != len(v) or not all(0 < len(f) <= 128 for f in v):
+    def _distinct(cls, v: list[str] | None) -> list[str] | None:
+        if v is not None and (len(set(v)) != len(v) or not all(0 < len(f) <= 128 for f in v)):
             raise ValueError("features must be distinct non-empty names of at most 128 characters")
         return v
 
-    @field_validator("algorithm")
+    @field_validator("items")
     @classmethod
-    def _known(cls, v: str) -> str:
-        if v not in FEDERATED:
-            raise ValueError(f"algorithm must be one of {', '.join(sorted(FEDERATED))} for a pca job")
+    def _catalogue(cls, v: list | None) -> list | None:
+        if v is not None and len({str(i) for i in v}) != len(v):
+            raise ValueError("item ids must be distinct")
         return v
 
-    @field_validator("rank")
-    @classmethod
-    def _rank(cls, v: int, info: ValidationInfo) -> int:
-        features = info.data.get("features")
-        if features and v >= len(features):
-            raise ValueError(f"rank ({v}) must be smaller than the number of features ({len(features)})")
-        return v
+    @model_validator(mode="after")
+    def _consistent(self) -> JobCreate:
+        def bad(field: str, problem: str):
+            raise PydanticCustomError("job", "{field}: {problem}", {"field": field, "problem": problem})
+
+        if self.type == "pca":
+            self.algorithm = self.algorithm or "fedmm"
+            self.rank = self.rank or 3
+            if self.features is None:
+                bad("features", "a pca job needs the feature names its agents provide")
+            if self.items is not None:
+                bad("items", "an item catalogue belongs to a recsys job")
+            if self.algorithm not in FEDERATED:
+                bad("algorithm", f"must be one of {', '.join(sorted(FEDERATED))} for a pca job")
+            if self.rank >= len(self.features):
+                bad("rank", f"({self.rank}) must be smaller than the number of features ({len(self.features)})")
+        else:
+            self.algorithm = self.algorithm or "fedmc-admm"
+            self.rank = self.rank or 10
+            if self.items is None:
+                bad("items", "a recsys job needs the item catalogue")
+            if self.features is not None:
+                bad("features", "features belong to a pca job")
+            if self.algorithm not in RECSYS:
+                bad("algorithm", f"must be one of {', '.join(sorted(RECSYS))} for a recsys job")
+            if self.rank >= len(self.items):
+                bad("rank", f"({self.rank}) must be smaller than the number of items ({len(self.items)})")
+            if not self.rating_min < self.rating_max:
+                bad("rating_min", "must be below rating_max")
+        return self
 
 
 class RoundOut(BaseModel):
@@ -131,5 +155,6 @@ class ModelOut(BaseModel):
 class RecommendRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    ratings: dict[str, float] = Field(..., min_length=1, max_length=10_000, description="item id -> rating")
+    ratings: dict[str, float] = Field(..., min_length=1, max_length=10_000,
+                                      description="the new user's ratings: item id -> rating")
     n: int = Field(10, ge=1, le=1000)

@@ -25,7 +25,7 @@ def create_job(body: JobCreate, db: Session = Depends(get_db)) -> JobOut:
     job_id = body.id or f"{body.type}-{uuid.uuid4().hex[:8]}"
     if db.get(Job, job_id) is not None:
         raise HTTPException(409, [{"field": "body.id", "problem": f"job {job_id!r} exists already"}])
-    params = body.model_dump(exclude={"type", "id", "algorithm"})
+    params = body.model_dump(exclude={"type", "id", "algorithm"}, exclude_none=True)
     job = Job(id=job_id, type=body.type, algorithm=body.algorithm, params=params, status="pending")
     db.add(job)
     db.commit()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from tests.api.conftest import bearer, populate
@@ -60,11 +61,15 @@ def test_create_get_list_and_cancel_a_job(client, keys):
     ({"features": ["a", "b"], "rank": 2}, "body.rank", "must be smaller than the number of features"),
     ({"features": ["a", "b", "c"], "fraction": 0}, "body.fraction", "greater than 0"),
     ({"features": ["a", "b", "c"], "algorithm": "fedavg"}, "body.algorithm", "must be one of"),
+    ({"features": ["a", "b", "c"], "rank": 0}, "body.rank", "greater than or equal to 1"),
     ({"features": ["a", "a", "b"]}, "body.features", "distinct"),
     ({"features": ["a", "b", "c"], "type": "graph"}, "body.type", "'pca' or 'recsys'"),
+    ({"type": "recsys", "features": ["a", "b", "c"]}, "body.items", "needs the item catalogue"),
+    ({"type": "recsys", "items": [1, 2, 3], "rank": 3}, "body.rank", "smaller than the number of items"),
+    ({"type": "recsys", "items": [1, 2, 3], "algorithm": "fedmm", "rank": 1}, "body.algorithm", "recsys job"),
     ({"features": ["a", "b", "c"], "rounds": "many"}, "body.rounds", "valid integer"),
     ({"features": ["a", "b", "c"], "colour": "red"}, "body.colour", "Extra inputs are not permitted"),
-    ({}, "body.features", "Field required"),
+    ({}, "body.features", "needs the feature names"),
 ])
 def test_invalid_jobs_name_the_field(client, keys, body, field, problem):
     r = client.post("/api/v1/jobs", json=body, headers=bearer(keys["admin"]))
@@ -170,3 +175,30 @@ def test_apikey_cli_prints_the_key_alone_on_the_last_line(tmp_path):
                    capture_output=True, timeout=60)
     assert "revoked" in subprocess.run([sys.executable, "-m", "fedsentry.cli", "apikey", "list", "--db", db],
                                        capture_output=True, text=True, timeout=60).stdout
+
+
+def test_recommendations_for_a_new_user_by_fold_in(app, client, keys):
+    from coordinator.db import Job, ModelVersion, pack
+
+    h = bearer(keys["viewer"])
+    body = {"ratings": {"10": 5.0, "20": 1.0}, "n": 3}
+    assert client.post("/api/v1/recommendations", json=body, headers=h).status_code == 409  # no model yet
+    rng = np.random.default_rng(0)
+    items = list(range(10, 110, 10))
+    V = np.column_stack([rng.standard_normal((10, 2)), np.linspace(-1, 1, 10)])
+    with app.state.sessions.begin() as s:
+        s.add(Job(id="rs", type="recsys", algorithm="fedmc-admm", params={}, status="finished"))
+        s.add(ModelVersion(job_id="rs", version=1, type="recsys", round=5, promoted=True, published=True,
+                           arrays=pack({"item_factors": V}),
+                           info={"items": items, "mean": 3.5, "rating_min": 0.5, "rating_max": 5.0, "lam": 1.0,
+                                 "threshold": 0.0, "features": []}))
+    r = client.post("/api/v1/recommendations", json=body, headers=h)
+    assert r.status_code == 200, r.text
+    got = r.json()
+    assert len(got["items"]) == 3 and {x["item"] for x in got["items"]}.isdisjoint({10, 20})
+    scores = [x["predicted_rating"] for x in got["items"]]
+    assert scores == sorted(scores, reverse=True) and all(0.5 <= x <= 5 for x in scores)
+    for bad, problem in (({"999": 4.0}, "unknown item id 999"), ({"10": 9.0}, "outside the range")):
+        r = client.post("/api/v1/recommendations", json={"ratings": bad}, headers=h)
+        assert r.status_code == 422 and problem in r.json()["detail"][0]["problem"]
+    assert client.post("/api/v1/recommendations", json={"ratings": {}}, headers=h).status_code == 422

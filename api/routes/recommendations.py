@@ -1,0 +1,59 @@
+"""Recommendations for a new user, folded in from the ratings sent with the request (nothing stored).
+
+Known users' factors live on their devices, so their recommendations are computed there; the server
+can only serve users it has never seen, from the promoted recommendation model's item factors."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+from fastapi import APIRouter, Depends, HTTPException
+from pydantic import BaseModel
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from api.deps import caller, get_db
+from api.schemas import RecommendRequest
+from coordinator.db import ModelVersion, unpack
+from models.recsys.recommend import ItemModel, fold_in
+
+router = APIRouter(prefix="/api/v1/recommendations", tags=["recommendations"])
+
+
+class Recommended(BaseModel):
+    item: str | int
+    predicted_rating: float
+
+
+class RecommendResponse(BaseModel):
+    model_id: int
+    job_id: str
+    items: list[Recommended]
+    seconds: float
+
+
+def _item_model(mv: ModelVersion) -> ItemModel:
+    ids = mv.info["items"]
+    item_ids = np.array(ids) if ids and all(isinstance(i, int) for i in ids) else np.array([str(i) for i in ids])
+    return ItemModel(item_ids, unpack(mv.arrays)["item_factors"], float(mv.info["mean"]),
+                     float(mv.info["rating_min"]), float(mv.info["rating_max"]), float(mv.info["lam"]))
+
+
+@router.post("", response_model=RecommendResponse, dependencies=[Depends(caller)])
+def recommend(body: RecommendRequest, db: Session = Depends(get_db)) -> RecommendResponse:
+    """Top-N items for a new user from `ratings` ({item id: rating}); the rated items are left out."""
+    mv = db.scalars(select(ModelVersion).where(ModelVersion.type == "recsys", ModelVersion.promoted.is_(True))
+                    ).first()
+    if mv is None:
+        raise HTTPException(409, "no recommendation model yet: finish a recsys job first")
+    model = _item_model(mv)
+    keys = list(body.ratings)
+    ids = [int(k) if model.item_ids.dtype.kind in "iu" and k.lstrip("-").isdigit() else k for k in keys]
+    t0 = time.perf_counter()
+    try:
+        found = fold_in(model, ids, [body.ratings[k] for k in keys], body.n)
+    except ValueError as e:
+        raise HTTPException(422, [{"field": "body.ratings", "problem": str(e)}]) from None
+    return RecommendResponse(model_id=mv.id, job_id=mv.job_id, seconds=time.perf_counter() - t0,
+                             items=[Recommended(**x) for x in found.as_list()])
