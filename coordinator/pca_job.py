@@ -18,7 +18,7 @@ from coordinator.job_runner import JobRunner
 from edge_agent.protocol import Envelope, ProtocolError, expect_arrays
 from models.linalg import subspace_distance
 from models.pca import make_algorithm
-from models.preprocessing import Preprocessor, global_standardisation
+from models.preprocessing import Preprocessor, global_standardisation, trace_from_summary
 from models.threshold import EDGES, quantile_from_histogram
 
 log = logging.getLogger("fedsentry.coordinator")
@@ -100,8 +100,10 @@ class PCAJob(JobRunner):
         self.info = {"features": list(self.params["features"]), "mean": mean.tolist(), "scale": scale.tolist(),
                      "counts": counts.tolist(), "mean_count": float(counts.mean())}
         self.rng = np.random.default_rng(int(self.params.get("seed", 0)))
-        self.server, self.broadcast = self.algorithm().init_server(len(answered), self.rng)
+        alg = self.algorithm()
+        self.server, self.broadcast = alg.init_server(len(answered), self.rng)
         self.info["init_blob"] = pack(self.broadcast).hex()
+        self.server = alg.attach_traces(self.server, [trace_from_summary(s, mean, scale) for s in summaries])
         return {"records": int(counts.sum())}
 
     def close_train(self, answered: list[str]) -> dict[str, Any]:
@@ -110,9 +112,11 @@ class PCAJob(JobRunner):
         uploads = {k: np.stack([self.pending[a].arrays[k] for a in answered]) for k in
                    (self.pending[answered[0]].arrays if answered else {})}
         before = alg.consensus(self.broadcast)
+        refused = float(self.server.get("rejected", 0))
         self.server, self.broadcast = alg.server_update(self.server, ids, uploads, weights)
         # how far the consensus moved: a convergence signal that needs nobody's data
-        return {"subspace_change": subspace_distance(alg.consensus(self.broadcast), before)}
+        return {"subspace_change": subspace_distance(alg.consensus(self.broadcast), before),
+                "implausible_uploads": int(float(self.server.get("rejected", 0)) - refused)}
 
     def close_threshold(self, answered: list[str]) -> float:
         counts = np.zeros(len(EDGES) - 1, dtype=np.int64)

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from models.attacks import poison
 from models.detector import PCADetector
 from models.federated import State, put, take
 from models.linalg import subspace_distance
@@ -92,26 +93,43 @@ def run_federated(
     trim: float = 0.0,
     reference: np.ndarray | None = None,
     on_round: Callable[[dict[str, float]], None] | None = None,
+    byzantine: float = 0.0,
+    attack: str = "random",
+    dropout: float = 0.0,
 ) -> FederatedRun:
-    """Drive an algorithm for `rounds` rounds with a fraction of the clients sampled each round."""
+    """Drive an algorithm for `rounds` rounds with a fraction of the clients sampled each round.
+
+    byzantine: share of the clients that send poisoned uploads (models.attacks) every round they are
+    sampled; dropout: share of the sampled clients that never answer (chosen afresh each round)."""
     rng = np.random.default_rng(seed)
+    chaos = np.random.default_rng(seed + 7919)  # attacks and dropouts do not disturb the sampling
     N = len(clients.X)
     per_round = max(1, int(round(fraction * N)))
     data = {"C": clients.C.copy(), "weight": clients.weight}
     C = data["C"]
     pooled = clients.pooled
     server, broadcast = algorithm.init_server(N, rng)
+    server = algorithm.attach_traces(server, np.trace(clients.C, axis1=1, axis2=2))
     state = algorithm.init_clients(data, broadcast)
     history: list[dict[str, float]] = []
     train_time = 0.0
+    bad = set(chaos.choice(N, int(round(byzantine * N)), replace=False).tolist()) if byzantine > 0 else set()
     for r in range(1, rounds + 1):
         idx = np.sort(rng.choice(N, per_round, replace=False))
+        if dropout > 0:
+            idx = np.sort(chaos.choice(idx, max(len(idx) - int(round(dropout * len(idx))), 0), replace=False))
         if trim > 0 and clients.keep is None and r > 1:  # residual trim, re-evaluated with the current Z
             Zc = algorithm.consensus(broadcast)
             for i in idx:
                 C[i] = second_moment(clients.X[i][residual_mask(clients.X[i], Zc, trim)])
         t0 = time.perf_counter()
         sub, uploads = algorithm.client_update(take(state, idx), take(data, idx), broadcast)
+        evil = np.array([i in bad for i in idx], dtype=bool)
+        if evil.any():
+            fake = poison(take(uploads, evil), broadcast, attack, chaos)
+            uploads = {k: np.where(evil.reshape(-1, *([1] * (v.ndim - 1))), 0, v) for k, v in uploads.items()}
+            for k in uploads:
+                uploads[k][evil] = fake[k]
         server, broadcast = algorithm.server_update(server, idx, uploads, clients.weight[idx])
         put(state, idx, algorithm.client_finish(sub, broadcast))
         train_time += time.perf_counter() - t0

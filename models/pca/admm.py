@@ -15,8 +15,9 @@ from abc import abstractmethod
 
 import numpy as np
 
+from models.aggregation import AGGREGATORS, aggregate, clip_norms
 from models.federated import State
-from models.linalg import orth
+from models.linalg import orth, procrustes_align
 from models.pca.base import PCAAlgorithm
 from models.pca.objective import reconstruction_gradient
 
@@ -26,8 +27,13 @@ class ConsensusADMM(PCAAlgorithm):
     curvature = 4.0
 
     def __init__(self, n_features: int, rank: int = 3, rho: float | None = None, local_steps: int = 10,
-                 lr: float | None = None):
+                 lr: float | None = None, aggregator: str = "mean", trim: float = 0.2):
         super().__init__(n_features, rank)
+        if aggregator not in AGGREGATORS:
+            raise ValueError(f"unknown aggregator {aggregator!r}; choose from {', '.join(AGGREGATORS)}")
+        if not 0 <= trim < 0.5:
+            raise ValueError("trim must be in [0, 0.5)")
+        self.aggregator, self.trim = aggregator, float(trim)
         if rho is not None and rho <= 0:
             raise ValueError("rho must be positive")
         if local_steps < 1:
@@ -88,7 +94,11 @@ class ConsensusADMM(PCAAlgorithm):
     ) -> tuple[State, State]:
         if len(client_ids) == 0:
             return server, {"Z": server["Z"]}
-        Z = uploads["U"].mean(axis=0)
+        if self.aggregator == "mean":  # the paper's eq. (8)
+            Z = uploads["U"].mean(axis=0)
+        else:  # align each upload to the consensus (U and UR span the same subspace), clip, combine robustly
+            X = clip_norms(procrustes_align(uploads["U"], orth(server["Z"])))
+            Z = aggregate(X, weight, self.aggregator, self.trim)
         return {"Z": Z}, {"Z": Z}
 
     def consensus(self, broadcast: State) -> np.ndarray:

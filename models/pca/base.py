@@ -19,6 +19,10 @@ class PCAAlgorithm(FederatedAlgorithm):
         self.n_features = int(n_features)
         self.rank = int(rank)
 
+    def attach_traces(self, server: State, traces: np.ndarray) -> State:
+        """Give the server each client's tr(C_i) from the statistics phase (used to validate uploads)."""
+        return server
+
     @abstractmethod
     def consensus(self, broadcast: State) -> np.ndarray:
         """The orthonormal d x k basis Z that the detector scores with."""

@@ -39,6 +39,26 @@ def completion(S: np.ndarray, Q: np.ndarray) -> np.ndarray:
     return SQt + np.swapaxes(SQt, -1, -2) - Q @ QtS @ Qt
 
 
+def plausible(S: np.ndarray, Q: np.ndarray, trace: np.ndarray, tol: float = 1e-8) -> np.ndarray:
+    """Which uploads S_i = C_i Q could come from a positive semi-definite C_i with trace tr(C_i).
+
+    In the basis [Q, Q_perp], C_i = [[B, X'], [X, D]] with B = Q'S_i and X = (I - QQ')S_i, so an honest
+    statistic has B symmetric and PSD, tr B <= tr C_i, and ||X||_F^2 <= tr(B) ||D|| <= tr(B)(tr C_i - tr B).
+    Noise fails the symmetry, a scaled-up statistic the trace, one rotated away from Q the last bound.
+    The server knows tr C_i from the statistics phase, so no data is needed to check."""
+    Qt = np.swapaxes(Q, -1, -2)
+    B = Qt @ S
+    X = S - Q @ B
+    size = np.linalg.norm(S, axis=(-2, -1))
+    slack = 10 * tol * size
+    asym = np.linalg.norm(B - np.swapaxes(B, -1, -2), axis=(-2, -1))
+    lam_min = np.linalg.eigvalsh((B + np.swapaxes(B, -1, -2)) / 2)[..., 0]
+    tb = np.trace(B, axis1=-2, axis2=-1)
+    cross = np.linalg.norm(X, axis=(-2, -1)) ** 2
+    return ((asym <= slack) & (lam_min >= -slack) & (tb <= trace * (1 + 10 * tol) + slack)
+            & (cross <= np.maximum(tb, 0) * np.maximum(trace - tb, 0) * (1 + 10 * tol) + slack * size))
+
+
 class FedMM(PCAAlgorithm):
     name = "fedmm"
 
@@ -92,6 +112,12 @@ class FedMM(PCAAlgorithm):
         server = {k: v.copy() for k, v in server.items()}
         Q = server["Q"]
         ids = np.asarray(client_ids)
+        if "trace" in server:  # drop statistics no honest client could have sent (see `plausible`)
+            keep = plausible(S, Q, server["trace"][ids], self.tolerance)
+            server["rejected"] = server["rejected"] + np.count_nonzero(~keep)
+            ids, S, weight = ids[keep], S[keep], np.asarray(weight)[keep]
+            if len(ids) == 0:
+                return server, {"Q": Q}
         old = server["seen"][ids]
         if self.transport:
             w_old = server["weight"][ids][old]
@@ -118,6 +144,15 @@ class FedMM(PCAAlgorithm):
             Q_new = orth(A @ V)
         server["Q"] = Q_new
         return server, {"Q": Q_new}
+
+    @property
+    def tolerance(self) -> float:
+        """Relative slack of the plausibility checks: float rounding, or the quantisation step."""
+        return 1e-8 if self.bits is None else 2.0 / (2 ** (self.bits - 1) - 1)
+
+    def attach_traces(self, server: State, traces: np.ndarray) -> State:
+        """Each client's tr(C_i), known from the statistics phase: what makes uploads checkable."""
+        return {**server, "trace": np.asarray(traces, dtype=float), "rejected": np.zeros(())}
 
     def refresh(self, server: State) -> State:
         """Recompute the running sum from the table (removes accumulated rounding)."""

@@ -164,3 +164,34 @@ def test_fedpg_fast_step_is_the_projected_riemannian_gradient_step(clients, rng)
     G = G - U @ (np.swapaxes(U, 1, 2) @ G)
     slow = orth(U - state["step"][:, None, None] * G)
     assert np.allclose(fast, slow)
+
+
+@pytest.mark.parametrize("attack", ["random", "scaled", "rotated"])
+def test_fedmm_refuses_poisoned_statistics_and_learns_the_honest_clients_subspace(clients, attack):
+    """With every poisoned upload refused, FedMM converges to centralised PCA of the honest clients."""
+    from models.linalg import subspace_distance
+    from models.pca.fedmm import plausible
+
+    honest_run = run_federated(FedMM(D, K), clients, 40, 0.5, seed=1)
+    attacked = run_federated(FedMM(D, K), clients, 40, 0.5, seed=1, byzantine=0.2, attack=attack)
+    chaos = np.random.default_rng(1 + 7919)
+    bad = chaos.choice(10, 2, replace=False)
+    good = np.setdiff1d(np.arange(10), bad)
+    honest_ref = centralized_pca(clients.C[good], clients.weight[good], K)
+    assert subspace_distance(attacked.Z, honest_ref) < 1e-4
+    assert subspace_distance(honest_run.Z, centralized_pca(clients.C, clients.weight, K)) < 1e-4
+    # and the check never refuses an honest statistic
+    Q = np.linalg.qr(np.random.default_rng(0).standard_normal((D, 9)))[0]
+    S = clients.C @ Q
+    assert plausible(S, np.broadcast_to(Q, S.shape), np.trace(clients.C, axis1=1, axis2=2)).all()
+
+
+def test_robust_aggregators_are_plain_functions():
+    from models.aggregation import clip_norms, coordinate_median, trimmed_mean
+
+    X = np.stack([np.full((2, 2), v) for v in (1.0, 2.0, 3.0, 4.0, 1000.0)])
+    assert np.allclose(coordinate_median(X), 3.0)
+    assert np.allclose(trimmed_mean(X, 0.2), 3.0)
+    clipped = clip_norms(X, factor=2.0)
+    assert np.linalg.norm(clipped[-1]) <= 2.0 * np.median(np.linalg.norm(X.reshape(5, -1), axis=1)) + 1e-9
+    assert np.array_equal(clipped[:4], X[:4])

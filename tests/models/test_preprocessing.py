@@ -48,3 +48,13 @@ def test_preprocessor_round_trips_through_dict(rng):
     assert np.allclose(again.transform(X), pre.transform(X))
     with pytest.raises(ValueError, match="version"):
         Preprocessor.from_dict({**pre.to_dict(), "version": 99})
+
+
+def test_trace_from_the_statistics_summary_equals_the_second_moments_trace(rng):
+    from models.preprocessing import trace_from_summary
+
+    parts = [rng.standard_normal((n, 4)) * [1, 5, 2, 3] + 2 for n in (20, 7)]
+    moments = [Moments.of(p) for p in parts]
+    mean, scale, _ = global_standardisation([m.summary() for m in moments])
+    for m in moments:
+        assert np.isclose(trace_from_summary(m.summary(), mean, scale), np.trace(m.second_moment(mean, scale)))

@@ -1,0 +1,49 @@
+"""Aggregation arithmetic as plain functions over stacked uploads (the first axis is the client).
+
+`mean` is what the papers do; `median` (coordinate-wise) and `trimmed` (coordinate-wise trimmed mean)
+tolerate a minority of clients that send garbage or adversarial matrices. `clip_norms` bounds each
+upload's influence before any of them.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+AGGREGATORS = ("mean", "median", "trimmed")
+
+
+def weighted_mean(X: np.ndarray, w: np.ndarray) -> np.ndarray:
+    w = np.asarray(w, dtype=float)
+    return np.tensordot(w / w.sum(), X, axes=1)
+
+
+def coordinate_median(X: np.ndarray) -> np.ndarray:
+    return np.median(X, axis=0)
+
+
+def trimmed_mean(X: np.ndarray, trim: float = 0.2) -> np.ndarray:
+    """Per coordinate, the mean after dropping the `trim` share of lowest and of highest values."""
+    n = X.shape[0]
+    k = int(np.floor(trim * n))
+    if k == 0 or n - 2 * k < 1:
+        return X.mean(axis=0)
+    S = np.sort(X, axis=0)
+    return S[k:n - k].mean(axis=0)
+
+
+def clip_norms(X: np.ndarray, factor: float = 3.0, reference: float | None = None) -> np.ndarray:
+    """Scale down uploads whose Frobenius norm exceeds `factor` times the median norm (or `reference`)."""
+    norms = np.sqrt((X.reshape(len(X), -1) ** 2).sum(axis=1))
+    bound = factor * (np.median(norms) if reference is None else reference)
+    scale = np.where(norms > bound, bound / np.maximum(norms, 1e-300), 1.0)
+    return X * scale.reshape((-1,) + (1,) * (X.ndim - 1))
+
+
+def aggregate(X: np.ndarray, w: np.ndarray, how: str = "mean", trim: float = 0.2) -> np.ndarray:
+    if how == "mean":
+        return weighted_mean(X, w)
+    if how == "median":
+        return coordinate_median(X)
+    if how == "trimmed":
+        return trimmed_mean(X, trim)
+    raise ValueError(f"unknown aggregator {how!r}; choose from {', '.join(AGGREGATORS)}")
