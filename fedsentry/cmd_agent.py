@@ -17,7 +17,8 @@ def register(groups: dict[str, Any], verbs: Any) -> None:
     p = verbs.add_parser("agent", help="run an edge agent")
     p.add_argument("--broker", default=os.environ.get("FEDSENTRY_BROKER_URL"),
                    help="mqtt://host:port or mqtts://host:port (default $FEDSENTRY_BROKER_URL)")
-    p.add_argument("--id", required=True, help="this device's id (letters, digits, . _ -)")
+    p.add_argument("--id", default=os.environ.get("FEDSENTRY_AGENT_ID"),
+                   help="this device's id (letters, digits, . _ -; default $FEDSENTRY_AGENT_ID)")
     src = p.add_mutually_exclusive_group()
     src.add_argument("--csv", metavar="F", help="replay this CSV of records")
     src.add_argument("--zeek", metavar="PATH", help="follow a Zeek conn.log (TSV or JSON) as it grows")
@@ -33,11 +34,13 @@ def register(groups: dict[str, Any], verbs: Any) -> None:
     p.add_argument("--rating-max", type=float, default=5.0, help="--ratings: highest valid rating (default 5)")
     p.add_argument("--label-column", help="evaluation only: a label column in --csv, never used by the model")
     p.add_argument("--state-dir", help="where the agent keeps its state (default ./fedsentry-agent-ID)")
-    p.add_argument("--username")
+    p.add_argument("--username", default=os.environ.get("FEDSENTRY_MQTT_USERNAME"),
+                   help="broker username (default $FEDSENTRY_MQTT_USERNAME, else the id when a password is set)")
     p.add_argument("--password", default=os.environ.get("FEDSENTRY_MQTT_PASSWORD"),
                    help="default $FEDSENTRY_MQTT_PASSWORD")
     p.add_argument("--tls", action="store_true", help="connect with TLS")
-    p.add_argument("--ca-cert", help="CA certificate for TLS")
+    p.add_argument("--ca-cert", default=os.environ.get("FEDSENTRY_CA_CERT"),
+                   help="CA certificate for TLS (default $FEDSENTRY_CA_CERT; implies --tls)")
     p.add_argument("--cert", help="client certificate for TLS")
     p.add_argument("--key", help="client key for TLS")
     p.add_argument("--model-job", help="only score with models promoted by this job")
@@ -58,6 +61,10 @@ def run_agent(args: argparse.Namespace) -> int:
 
     if not args.broker:
         raise UsageError("no broker: give --broker mqtt://host:port or set FEDSENTRY_BROKER_URL")
+    if not args.id:
+        raise UsageError("no agent id: give --id or set FEDSENTRY_AGENT_ID")
+    if args.password and not args.username:
+        args.username = args.id
     try:
         check_id(args.id, "agent id")
         parse_broker_url(args.broker)

@@ -12,10 +12,10 @@ from fedsentry.errors import UsageError
 
 
 def register(groups: dict[str, Any], verbs: Any) -> None:
+    from fedsentry.cmd_server import add_service_args
+
     s = verbs.add_parser("serve", help="REST API, dashboard and coordinator")
-    s.add_argument("--broker", default=os.environ.get("FEDSENTRY_BROKER_URL"),
-                   help="mqtt://host:port (default $FEDSENTRY_BROKER_URL; the embedded broker when unset)")
-    s.add_argument("--db", help="database URL (default $FEDSENTRY_DB_URL or sqlite:///fedsentry.db)")
+    add_service_args(s)
     s.add_argument("--host", default="127.0.0.1")
     s.add_argument("--port", type=positive_int, default=8000)
     s.add_argument("--no-coordinator", action="store_true", help="API only (another process coordinates)")
@@ -79,7 +79,8 @@ def run_serve(args: argparse.Namespace) -> int:
             url = broker.url
             print(f"embedded MQTT broker on {url}", file=sys.stderr, flush=True)
         try:
-            coord = Coordinator(url, settings.db_url, retention_days=settings.retention_days).start()
+            coord = Coordinator(url, settings.db_url, username=args.username, password=args.password, tls=args.tls,
+                                ca_cert=args.ca_cert, retention_days=settings.retention_days).start()
         except ValueError as e:
             raise UsageError(str(e)) from None
     app = create_app(settings)

@@ -56,8 +56,10 @@ def add_service_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--broker", default=os.environ.get("FEDSENTRY_BROKER_URL"),
                    help="mqtt://host:port (default $FEDSENTRY_BROKER_URL; the embedded broker when unset)")
     p.add_argument("--db", help="database URL (default $FEDSENTRY_DB_URL or sqlite:///fedsentry.db)")
-    p.add_argument("--username")
-    p.add_argument("--password", default=os.environ.get("FEDSENTRY_MQTT_PASSWORD"))
+    p.add_argument("--username", default=os.environ.get("FEDSENTRY_MQTT_USERNAME"),
+                   help="broker username (default $FEDSENTRY_MQTT_USERNAME)")
+    p.add_argument("--password", default=os.environ.get("FEDSENTRY_MQTT_PASSWORD"),
+                   help="broker password (default $FEDSENTRY_MQTT_PASSWORD)")
     p.add_argument("--tls", action="store_true")
     p.add_argument("--ca-cert")
 

@@ -1,0 +1,168 @@
+"""The shipped broker configuration (deploy/mosquitto), run by a real Mosquitto: credentials, ACLs,
+revocation and TLS, and a whole job through it."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import paho.mqtt.client as mqtt
+import pytest
+
+from coordinator.broker import Mosquitto, free_port
+from coordinator.service import Coordinator
+from edge_agent.agent import Agent, AgentConfig
+from edge_agent.protocol import Envelope, agent_topic
+from edge_agent.sources import Batch
+from tests.integration.conftest import HAVE_MOSQUITTO, parts_for, wait_until
+
+DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
+pytestmark = pytest.mark.skipif(not HAVE_MOSQUITTO, reason="mosquitto is not installed")
+
+
+def env_file(path: Path) -> dict[str, str]:
+    return dict(line.split("=", 1) for line in path.read_text().splitlines() if "=" in line)
+
+
+def readable(*paths: Path) -> None:
+    """Mosquitto started as root drops to its own user: let it read the test's files."""
+    for p in paths:
+        p.chmod(0o777 if p.is_dir() else 0o644)
+
+
+@pytest.fixture
+def secure(tmp_path):
+    tmp_path = Path(tempfile.mkdtemp(prefix="fedsentry-secure-"))
+    certs, devices = tmp_path / "certs", tmp_path / "devices"
+    subprocess.run([str(DEPLOY / "gen-certs.sh"), str(certs), "localhost"], check=True, capture_output=True)
+    passwd = tmp_path / "passwd"
+    subprocess.run(["mosquitto_passwd", "-c", "-b", str(passwd), "fedsentry-coordinator", "coord-secret"], check=True)
+    for dev in ("dev-a", "dev-b", "dev-c"):
+        subprocess.run([str(DEPLOY / "enrol-device.sh"), dev, "--passwd", str(passwd), "--out", str(devices),
+                        "--ca", str(certs / "ca.crt")], check=True, capture_output=True)
+    plain, tls = free_port(), free_port()
+    (tmp_path / "data").mkdir()
+    readable(tmp_path, certs, *certs.iterdir(), passwd, tmp_path / "data")
+    conf = (DEPLOY / "mosquitto" / "mosquitto.conf").read_text()
+    for a, b in (("/mosquitto/config/passwd", str(passwd)), ("/mosquitto/config/acl", str(DEPLOY / "mosquitto/acl")),
+                 ("/mosquitto/data/", f"{tmp_path}/data/"), ("/mosquitto/certs/", f"{certs}/"),
+                 ("listener 1883 127.0.0.1", f"listener {plain} 127.0.0.1"),
+                 ("listener 8883", f"listener {tls} 127.0.0.1")):
+        assert a in conf
+        conf = conf.replace(a, b)
+    broker = Mosquitto(port=plain, config=conf).start()
+    yield {"broker": broker, "plain": plain, "tls": tls, "certs": certs, "passwd": passwd, "devices": devices,
+           "secret": {d: env_file(devices / f"{d}.env")["FEDSENTRY_MQTT_PASSWORD"] for d in ("dev-a", "dev-b", "dev-c")}}
+    broker.stop()
+
+
+def connect(port, user, password, ca=None, protocol=mqtt.MQTTv311):
+    """A connected client and its CONNACK reason (None if refused)."""
+    c = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=f"t-{user}-{time.monotonic_ns()}", protocol=protocol)
+    c.username_pw_set(user, password)
+    if ca:
+        c.tls_set(ca_certs=str(ca))
+    result = {}
+    done = threading.Event()
+
+    def on_connect(client, userdata, flags, reason, props=None):
+        result["reason"] = reason
+        done.set()
+
+    c.on_connect = on_connect
+    c.connect("127.0.0.1", port)
+    c.loop_start()
+    done.wait(10)
+    return c, result.get("reason")
+
+
+def test_wrong_or_missing_credentials_are_refused_at_connect(secure):
+    c, reason = connect(secure["plain"], "dev-a", "wrong")
+    assert reason is not None and reason.is_failure
+    c.loop_stop()
+    c, reason = connect(secure["tls"], "dev-a", secure["secret"]["dev-a"], ca=secure["certs"] / "ca.crt")
+    assert reason is not None and not reason.is_failure
+    c.disconnect()
+    c.loop_stop()
+
+
+def test_a_device_cannot_publish_under_another_id(secure):
+    received: list[str] = []
+    sub, reason = connect(secure["plain"], "fedsentry-coordinator", "coord-secret")
+    assert not reason.is_failure
+    sub.on_message = lambda c, u, m: received.append(m.topic)
+    sub.subscribe("fedsentry/v1/agents/+/+", qos=1)
+    time.sleep(0.3)
+    a, _ = connect(secure["tls"], "dev-a", secure["secret"]["dev-a"], ca=secure["certs"] / "ca.crt")
+    payload = Envelope("status", "", 0, "dev-b", {}, {"online": True}).encode()
+    a.publish(agent_topic("dev-b", "status"), payload, qos=1).wait_for_publish(5)  # MQTT 3.1.1: dropped silently
+    a.publish(agent_topic("dev-a", "status"), payload, qos=1).wait_for_publish(5)  # its own topic: allowed
+    wait_until(lambda: agent_topic("dev-a", "status") in received, 5, "the allowed message")
+    time.sleep(0.5)
+    assert agent_topic("dev-b", "status") not in received
+    # MQTT 5 says why: the broker answers the QoS 1 publish with reason code 135, not authorized
+    a5, reason = connect(secure["tls"], "dev-a", secure["secret"]["dev-a"], ca=secure["certs"] / "ca.crt",
+                         protocol=mqtt.MQTTv5)
+    codes = []
+    a5.on_publish = lambda c, u, mid, rc, props=None: codes.append(rc.value)
+    a5.publish(agent_topic("dev-b", "upload"), payload, qos=1).wait_for_publish(5)
+    wait_until(lambda: codes, 5, "PUBACK")
+    assert codes == [135]
+    # nor may it write to the coordinator's topics
+    a.publish("fedsentry/v1/models/pca", b"forged", qos=1, retain=True).wait_for_publish(5)
+    time.sleep(0.5)
+    got = []
+    sub.on_message = lambda c, u, m: got.append(m.payload)
+    sub.subscribe("fedsentry/v1/models/pca", qos=1)
+    time.sleep(0.5)
+    assert b"forged" not in got
+    for c in (sub, a, a5):
+        c.disconnect()
+        c.loop_stop()
+
+
+def test_a_revoked_device_can_no_longer_connect(secure):
+    c, reason = connect(secure["tls"], "dev-c", secure["secret"]["dev-c"], ca=secure["certs"] / "ca.crt")
+    assert not reason.is_failure
+    c.disconnect()
+    c.loop_stop()
+    subprocess.run([str(DEPLOY / "enrol-device.sh"), "dev-c", "--passwd", str(secure["passwd"]), "--revoke"],
+                   check=True, capture_output=True)
+    readable(secure["passwd"])
+    secure["broker"].proc.send_signal(signal.SIGHUP)  # what --reload PID does
+    time.sleep(0.5)
+    c, reason = connect(secure["tls"], "dev-c", secure["secret"]["dev-c"], ca=secure["certs"] / "ca.crt")
+    assert reason is not None and reason.is_failure
+    c.loop_stop()
+
+
+def test_a_whole_job_through_the_secured_broker(secure, traffic, tmp_path):
+    data, split = traffic
+    coordinator = Coordinator(f"mqtt://127.0.0.1:{secure['plain']}", f"sqlite:///{tmp_path}/c.db",
+                              username="fedsentry-coordinator", password="coord-secret").start()
+    agents, threads = [], []
+    try:
+        for dev, part in zip(("dev-a", "dev-b", "dev-c"), parts_for(split, 3)):
+            cfg = AgentConfig(dev, f"mqtts://localhost:{secure['tls']}", str(tmp_path / dev), username=dev,
+                              password=secure["secret"][dev], ca_cert=str(secure["certs"] / "ca.crt"))
+            a = Agent(cfg, None, iter([Batch(data.feature_names, part)]))
+            t = threading.Thread(target=a.run, daemon=True)
+            t.start()
+            agents.append(a)
+            threads.append(t)
+        wait_until(lambda: len(coordinator.online_devices()) == 3, 20, "devices online over TLS")
+        coordinator.create_job("sec", "pca", "fedmm", {"features": data.feature_names, "rank": 3, "rounds": 5,
+                                                       "fraction": 1.0, "seed": 0, "min_agents": 3})
+        wait_until(lambda: coordinator.job_status("sec") == "finished", 60, "job over the secured broker")
+        wait_until(lambda: all(a.scorer.detector is not None for a in agents), 10, "model at every device")
+        assert not coordinator.rejected
+    finally:
+        for a in agents:
+            a.stop.set()
+        for t in threads:
+            t.join(timeout=10)
+        coordinator.close()
