@@ -52,6 +52,7 @@ class Coordinator:
         self.inbox: queue.Queue[tuple[str, bytes]] = queue.Queue()
         self.jobs: dict[str, PCAJob] = {}
         self.rejected: Counter[str] = Counter()
+        self._saved_rejections: Counter[str] = Counter()
         self.capabilities: dict[str, tuple[str, ...]] = {}  # from the agents' retained status messages
         self.accepted = 0
         self.alerts_ingested = 0
@@ -98,6 +99,7 @@ class Coordinator:
         self.stop_event.set()
         if self.thread:
             self.thread.join(timeout=10)
+        self._flush_rejections()
         self.client.disconnect()
         self.client.loop_stop()
         self.engine.dispose()
@@ -129,6 +131,7 @@ class Coordinator:
         if not self.connected.is_set():
             return
         self._claim_jobs()
+        self._flush_rejections()
         publish_promoted(self.sessions, self.publish)
         self._prune()
         for job_id, runner in list(self.jobs.items()):
@@ -192,14 +195,23 @@ class Coordinator:
 
     # -- messages -------------------------------------------------------------------------------------
     def reject(self, reason: str, detail: str, topic: str) -> None:
+        """Count and log; the counts reach the database at most once per tick (a flood of garbage must not
+        turn into a flood of writes)."""
         log.warning("rejected message on %s: %s: %s", topic, reason, detail)
-        with self.sessions.begin() as s:
-            row = s.get(Rejection, reason)
-            if row is None:
-                s.add(Rejection(reason=reason, count=1))
-            else:
-                row.count += 1
         self.rejected[reason] += 1
+
+    def _flush_rejections(self) -> None:
+        unsaved = self.rejected - self._saved_rejections
+        if not unsaved:
+            return
+        with self.sessions.begin() as s:
+            for reason, n in unsaved.items():
+                row = s.get(Rejection, reason)
+                if row is None:
+                    s.add(Rejection(reason=reason, count=n))
+                else:
+                    row.count += n
+        self._saved_rejections = self.rejected.copy()
 
     def handle(self, topic: str, payload: bytes) -> None:
         try:

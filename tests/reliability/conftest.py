@@ -1,0 +1,1 @@
+from tests.integration.conftest import broker, coordinator, fleet, traffic  # noqa: F401
