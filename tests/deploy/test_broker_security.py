@@ -55,8 +55,9 @@ def secure(tmp_path):
         assert a in conf
         conf = conf.replace(a, b)
     broker = Mosquitto(port=plain, config=conf).start()
+    secrets = {d: env_file(devices / f"{d}.env")["FEDSENTRY_MQTT_PASSWORD"] for d in ("dev-a", "dev-b", "dev-c")}
     yield {"broker": broker, "plain": plain, "tls": tls, "certs": certs, "passwd": passwd, "devices": devices,
-           "secret": {d: env_file(devices / f"{d}.env")["FEDSENTRY_MQTT_PASSWORD"] for d in ("dev-a", "dev-b", "dev-c")}}
+           "secret": secrets}
     broker.stop()
 
 
