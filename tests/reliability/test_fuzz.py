@@ -79,9 +79,9 @@ def test_ten_thousand_malformed_envelopes(tmp_path):
     c.engine.dispose()
 
 
-json_values = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20),
-                           lambda inner: st.lists(inner, max_size=5) | st.dictionaries(st.text(max_size=10), inner,
-                                                                                      max_size=5), max_leaves=20)
+scalars = st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20)
+json_values = st.recursive(scalars, lambda inner: st.lists(inner, max_size=5)
+                           | st.dictionaries(st.text(max_size=10), inner, max_size=5), max_leaves=20)
 
 
 def test_thousands_of_malformed_api_bodies_and_queries(tmp_path):
