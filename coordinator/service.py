@@ -17,8 +17,8 @@ from collections import Counter
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from sqlalchemy import select
-from sqlalchemy.exc import IntegrityError, OperationalError
+from sqlalchemy import insert, select
+from sqlalchemy.exc import OperationalError
 
 from coordinator.db import Alert, Device, Job, Rejection, Round, make_engine, migrate, session_factory, utcnow
 from coordinator.models_service import publish_promoted
@@ -49,7 +49,7 @@ class Coordinator:
         self.engine = make_engine(db)
         self._connect_db()
         self.sessions = session_factory(self.engine)
-        self.inbox: queue.Queue[tuple[str, bytes]] = queue.Queue()
+        self.inbox: queue.Queue[tuple[str, bytes, int, int]] = queue.Queue()
         self.jobs: dict[str, PCAJob] = {}
         self.rejected: Counter[str] = Counter()
         self._saved_rejections: Counter[str] = Counter()
@@ -62,7 +62,11 @@ class Coordinator:
         self.client, self.broker = make_client(client_id, broker, username, password, tls, ca_cert)
         self.client.on_connect = self._on_connect
         self.client.on_disconnect = lambda *a: self.connected.clear()
-        self.client.on_message = lambda c, u, m: self.inbox.put((m.topic, m.payload))
+        # acknowledge a message only once it is handled (alerts: once stored), so a crash loses nothing:
+        # the broker redelivers what was not acknowledged
+        self.client.manual_ack_set(True)
+        self.client.on_message = lambda c, u, m: self.inbox.put((m.topic, m.payload, m.mid, m.qos))
+        self._alerts: list[tuple[dict[str, Any], int, int]] = []
         self.thread: threading.Thread | None = None
 
     def _connect_db(self) -> None:
@@ -99,6 +103,8 @@ class Coordinator:
         self.stop_event.set()
         if self.thread:
             self.thread.join(timeout=10)
+        if self._alerts:
+            self._flush_alerts()
         self._flush_rejections()
         self.client.disconnect()
         self.client.loop_stop()
@@ -108,10 +114,11 @@ class Coordinator:
         last_tick = 0.0
         while not self.stop_event.is_set():
             try:
-                topic, payload = self.inbox.get(timeout=0.02)
-                self.handle(topic, payload)
-                if not self.inbox.empty():
-                    continue
+                topic, payload, mid, qos = self.inbox.get(timeout=0.02)
+                if self.handle(topic, payload, mid, qos) != "buffered":
+                    self.client.ack(mid, qos)
+                if len(self._alerts) >= 500 or (self._alerts and self.inbox.empty()):
+                    self._flush_alerts()
             except queue.Empty:
                 pass
             except OperationalError as e:
@@ -213,7 +220,8 @@ class Coordinator:
                     row.count += n
         self._saved_rejections = self.rejected.copy()
 
-    def handle(self, topic: str, payload: bytes) -> None:
+    def handle(self, topic: str, payload: bytes, mid: int = 0, qos: int = 0) -> str:
+        """Validate and dispatch one message; "buffered" when it is acknowledged later (alerts)."""
         try:
             agent, what = parse_agent_topic(topic)
             env = decode(payload)
@@ -225,7 +233,9 @@ class Coordinator:
                     self.capabilities[agent] = tuple(str(j) for j in jobs)
                 self._status(agent, bool(env.meta.get("online")))
             elif what == "alerts" and env.kind == "alert":
-                self._alert(agent, env)
+                self._alerts.append((self._alert_row(agent, env), mid, qos))
+                self.accepted += 1
+                return "buffered"
             elif what == "upload":
                 runner = self.jobs.get(env.job)
                 if runner is None:
@@ -236,6 +246,7 @@ class Coordinator:
             self.accepted += 1
         except ProtocolError as e:
             self.reject(e.reason, e.detail, topic)
+        return "done"
 
     def _status(self, agent: str, online: bool) -> None:
         with self.sessions.begin() as s:
@@ -245,28 +256,38 @@ class Coordinator:
             else:
                 dev.online, dev.last_seen = online, utcnow()
 
-    def _alert(self, agent: str, env) -> None:
+    def _alert_row(self, agent: str, env) -> dict[str, Any]:
         m = env.meta
         try:
-            alert = Alert(id=str(m["id"])[:64], device_id=agent, job_id=env.job, model_version=int(env.round),
-                          ts=datetime.fromtimestamp(float(m["ts"]), timezone.utc).replace(tzinfo=None),
-                          score=float(m["score"]), threshold=float(m["threshold"]), count=int(m.get("count", 1)),
-                          explanation=list(m.get("explanation", [])))
+            return {"id": str(m["id"])[:64], "device_id": agent, "job_id": env.job, "model_version": int(env.round),
+                    "ts": datetime.fromtimestamp(float(m["ts"]), timezone.utc).replace(tzinfo=None),
+                    "received": utcnow(), "score": float(m["score"]), "threshold": float(m["threshold"]),
+                    "count": int(m.get("count", 1)), "explanation": list(m.get("explanation", [])),
+                    "acknowledged": False}
         except (KeyError, TypeError, ValueError, OverflowError) as e:
             raise ProtocolError("alert", f"malformed alert: {e}") from None
-        try:
-            with self.sessions.begin() as s:
-                s.add(alert)
-                s.flush()
-                dev = s.get(Device, agent)
+
+    def _flush_alerts(self) -> None:
+        """Store buffered alerts in one transaction (an alert id already stored is a redelivery: skipped),
+        then acknowledge them to the broker."""
+        batch, self._alerts = self._alerts, []
+        rows = {r["id"]: r for r, _, _ in batch}  # the same alert twice in one batch: once
+        with self.sessions.begin() as s:
+            known = set(s.scalars(select(Alert.id).where(Alert.id.in_(list(rows)))))
+            fresh = [r for i, r in rows.items() if i not in known]
+            if fresh:
+                s.execute(insert(Alert), fresh)
+            per_device = Counter(r["device_id"] for r in fresh)
+            for dev_id, n in per_device.items():
+                dev = s.get(Device, dev_id)
                 if dev is None:
-                    s.add(Device(id=agent, online=True, alerts=1))
+                    s.add(Device(id=dev_id, online=True, alerts=n))
                 else:
-                    dev.alerts += 1
+                    dev.alerts += n
                     dev.last_seen = utcnow()
-            self.alerts_ingested += 1
-        except IntegrityError:
-            pass  # a redelivered alert: stored once
+        self.alerts_ingested += len(fresh)
+        for _, mid, qos in batch:
+            self.client.ack(mid, qos)
 
     # -- jobs API used by the CLI, the demo and the REST API --------------------------------------------
     def create_job(self, job_id: str, type_: str, algorithm: str, params: dict[str, Any]) -> None:
