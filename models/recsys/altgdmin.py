@@ -67,8 +67,7 @@ class AltGDMin(RecsysAlgorithm):
     def client_setup(self, state: State, data: State, broadcast: State) -> State:
         batch = RatingBatch.of(data)
         Z = broadcast["item_factors"][batch.item_ids, :-1]
-        A = batch.matrix(batch.target)
-        power = np.asarray(A.T @ (A @ Z))
+        power = batch.item_sums(batch.target, batch.user_sums(batch.target, Z))  # Y_i'(Y_i Z)
         return {"items": data["items"], "item_mask": data["item_mask"], "power": batch.scatter(power),
                 "ratings": data["mask"].sum(axis=1).astype(float),
                 "users": data["user_mask"].sum(axis=1).astype(float)}

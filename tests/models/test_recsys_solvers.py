@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from models.recsys.batch import RatingBatch
+from models.recsys.batch import Groups, RatingBatch
 from models.recsys.data import client_arrays, split_users
 from models.recsys.factors import (
     grouped_grams,
@@ -109,6 +109,36 @@ def test_user_gradient_and_curvature_bound(rng):
         raters = batch.rows[batch.cols == s]
         H = E[raters].T @ E[raters]
         assert np.linalg.eigvalsh(H)[-1] <= L[s] + 1e-9
+
+
+def test_batch_sums_are_the_sparse_products(rng):
+    batch, _ = _batch(seed=3, n_clients=5)
+    A = np.zeros((batch.n_clients * batch.M, batch.n_slots))  # (users x item slots), dense
+    A[batch.rows, batch.cols] = batch.target
+    U, V = rng.normal(size=(len(A), 4)), rng.normal(size=(batch.n_slots, 4))
+    np.testing.assert_allclose(batch.user_sums(batch.target, V), A @ V, atol=1e-12)
+    np.testing.assert_allclose(batch.item_sums(batch.target, U), A.T @ U, atol=1e-12)
+    assert np.all(batch.user_sums(batch.target, V)[~batch.user_valid] == 0)  # padding users
+
+
+@pytest.mark.parametrize("sizes", [[3, 0, 1, 2, 1, 0, 1, 1, 2, 1], [40, 0, 25, 7]], ids=["levels", "segments"])
+@pytest.mark.parametrize("weighted", [False, True])
+def test_group_sums(sizes, weighted, rng):
+    group = rng.permutation(np.repeat(np.arange(len(sizes)), sizes))
+    X, w = rng.normal(size=(len(group), 3)), rng.normal(size=len(group))
+    g = Groups(group, len(sizes))
+    assert g.levels == (sizes[0] == 3)
+    expected = np.zeros((len(sizes), 3))
+    for e in range(len(group)):  # each group in its entries' original order, one by one (as CSR)
+        expected[group[e]] += w[e] * X[e] if weighted else X[e]
+    for _ in range(2):  # the level layout reuses its work arrays: a second call gives the same
+        got = g.sum(X[g.order], w[g.order] if weighted else None)
+        if g.levels:
+            np.testing.assert_array_equal(got, expected)  # same order of additions: same bits
+        else:
+            np.testing.assert_allclose(got, expected, rtol=1e-12, atol=1e-12)
+    assert np.all(got[np.array(sizes) == 0] == 0)
+    np.testing.assert_array_equal(Groups(np.zeros(0, dtype=np.int64), 4).sum(np.zeros((0, 2))), np.zeros((4, 2)))
 
 
 def test_packed_prediction_is_uv_plus_both_biases(rng):
