@@ -201,16 +201,16 @@ class Agent:
         exhausted = False
         try:
             while not self.stop.is_set():
-                try:
-                    topic, payload = self.inbox.get(timeout=0.02)
+                idle = exhausted or (self.cfg.wait_for_model and self.scorer.detector is None)
+                try:  # with no traffic to read, sleep on the inbox: many idle agents cost no CPU
+                    topic, payload = self.inbox.get(timeout=0.25 if idle else 0.002)
                     self.handle(topic, payload)
                     continue
                 except queue.Empty:
                     pass
-                if exhausted or (self.cfg.wait_for_model and self.scorer.detector is None):
+                if idle:
                     if exhausted and self.cfg.exit_after_replay and len(self.outbox) == 0:
                         break
-                    time.sleep(0.05)
                     continue
                 b = self._next_batch()
                 if b is False:
