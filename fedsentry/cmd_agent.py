@@ -9,7 +9,7 @@ import signal
 import sys
 from typing import Any
 
-from fedsentry.cmd_common import positive_float, positive_int
+from fedsentry.cmd_common import add_rating_columns, positive_float, positive_int
 from fedsentry.errors import UsageError
 
 
@@ -27,11 +27,7 @@ def register(groups: dict[str, Any], verbs: Any) -> None:
     p.add_argument("--train", metavar="F", help="CSV of normal traffic to learn from (loaded once)")
     p.add_argument("--ratings", metavar="F", help="a ratings shard (CSV): take part in recommendation jobs")
     p.add_argument("--test-ratings", metavar="F", help="held-out ratings of the same users (evaluation)")
-    p.add_argument("--user-col", default="userId", help="--ratings: user id column (default userId)")
-    p.add_argument("--item-col", default="movieId", help="--ratings: item id column (default movieId)")
-    p.add_argument("--rating-col", default="rating", help="--ratings: rating column (default rating)")
-    p.add_argument("--rating-min", type=float, default=0.5, help="--ratings: lowest valid rating (default 0.5)")
-    p.add_argument("--rating-max", type=float, default=5.0, help="--ratings: highest valid rating (default 5)")
+    add_rating_columns(p)
     p.add_argument("--label-column", help="evaluation only: a label column in --csv, never used by the model")
     p.add_argument("--state-dir", help="where the agent keeps its state (default ./fedsentry-agent-ID)")
     p.add_argument("--username", default=os.environ.get("FEDSENTRY_MQTT_USERNAME"),

@@ -68,6 +68,15 @@ def add_federation_args(p: argparse.ArgumentParser, rounds: int = 100) -> None:
     p.add_argument("--seed", type=int, default=0, help="seed for split, partition, sampling and init (default 0)")
 
 
+def add_rating_columns(g) -> None:
+    """Columns and scale of a ratings CSV (simulate/bench recsys, and the agent's ratings shard)."""
+    g.add_argument("--user-col", default="userId", help="ratings CSV: user id column (default userId)")
+    g.add_argument("--item-col", default="movieId", help="ratings CSV: item id column (default movieId)")
+    g.add_argument("--rating-col", default="rating", help="ratings CSV: rating column (default rating)")
+    g.add_argument("--rating-min", type=float, default=0.5, help="lowest valid rating (default 0.5)")
+    g.add_argument("--rating-max", type=float, default=5.0, help="highest valid rating (default 5)")
+
+
 def write_json(result: dict[str, Any], target: str | None) -> None:
     if target is None:
         return

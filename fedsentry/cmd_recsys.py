@@ -12,7 +12,15 @@ from typing import Any
 import numpy as np
 
 from fedsentry import ratings as ratings_io
-from fedsentry.cmd_common import add_federation_args, positive_float, positive_int, progress, unit_open, write_json
+from fedsentry.cmd_common import (
+    add_federation_args,
+    add_rating_columns,
+    positive_float,
+    positive_int,
+    progress,
+    unit_open,
+    write_json,
+)
 from fedsentry.errors import UsageError
 from models.recsys import ALGORITHMS
 from models.recsys.base import REGULARIZERS
@@ -58,11 +66,7 @@ def add_data_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--dataset", help=f"named dataset: {', '.join(ratings_io.DATASETS)} (default movielens-small "
                    "where the shared data is present, synthetic otherwise)")
     g.add_argument("--ratings", metavar="CSV", help="any ratings CSV with a header")
-    g.add_argument("--user-col", default="userId", help="--ratings: user id column (default userId)")
-    g.add_argument("--item-col", default="movieId", help="--ratings: item id column (default movieId)")
-    g.add_argument("--rating-col", default="rating", help="--ratings: rating column (default rating)")
-    g.add_argument("--rating-min", type=float, default=0.5, help="lowest valid rating (default 0.5)")
-    g.add_argument("--rating-max", type=float, default=5.0, help="highest valid rating (default 5)")
+    add_rating_columns(g)
     g.add_argument("--data-dir", help="where named datasets live (default $FEDSENTRY_DATA_DIR or ../shared/data)")
     g.add_argument("--test-share", type=unit_open, default=0.2, help="share of the ratings held out (default 0.2)")
 

@@ -18,6 +18,7 @@ from fedsentry.demo_stack import Stack
 def demo_recsys(args: argparse.Namespace) -> dict[str, Any]:
     from coordinator.db import ModelVersion
     from fedsentry.cmd_recsys import algorithm_params, prepare
+    from models.federated import accepted_params
     from models.recsys import FEDERATED
 
     algorithm = args.algorithm
@@ -42,8 +43,7 @@ def demo_recsys(args: argparse.Namespace) -> dict[str, Any]:
             st.agent(i, "--ratings", str(st.tmp / f"train-{i}.csv"), "--test-ratings", str(st.tmp / f"test-{i}.csv"),
                      "--item-col", "itemId", "--rating-min", str(train.rating_min), "--rating-max",
                      str(train.rating_max))
-        code = FEDERATED[algorithm].__init__.__code__
-        accepted = code.co_varnames[:code.co_argcount]
+        accepted = accepted_params(FEDERATED[algorithm])
         params = {"items": train.item_ids.tolist(), "rank": args.rank, "rounds": args.rounds,
                   "fraction": args.fraction, "seed": args.seed, "min_agents": args.agents, "deadline": 60.0,
                   "rating_min": train.rating_min, "rating_max": train.rating_max,

@@ -53,6 +53,22 @@ class FederatedAlgorithm(ABC):
         return 0
 
 
+def accepted_params(cls: type) -> tuple[str, ...]:
+    """The names a class's constructor takes (its parameters, not its local variables)."""
+    code = cls.__init__.__code__
+    return code.co_varnames[1:code.co_argcount + code.co_kwonlyargcount]
+
+
+def make(registry: dict[str, type], name: str, names: tuple[str, ...], **params):
+    """Instantiate registry[name], passing only the parameters it takes (None means its default)."""
+    try:
+        cls = registry[name]
+    except KeyError:
+        raise ValueError(f"unknown algorithm {name!r}; choose from {', '.join(names)}") from None
+    keep = accepted_params(cls)
+    return cls(**{k: v for k, v in params.items() if k in keep and v is not None})
+
+
 def take(state: State, idx: np.ndarray) -> State:
     """The sub-batch of a batched dict at positions idx."""
     return {k: v[idx] for k, v in state.items()}

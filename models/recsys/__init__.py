@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from models.federated import make
 from models.recsys.altgdmin import AltGDMin
 from models.recsys.base import RecsysAlgorithm
 from models.recsys.fedmavg import FedMAvg
@@ -14,13 +15,7 @@ ALGORITHMS = (*FEDERATED, *BASELINES)
 
 def make_algorithm(name: str, n_items: int, rank: int, **params) -> RecsysAlgorithm:
     """Instantiate a federated recommendation algorithm by name, ignoring parameters it does not take."""
-    try:
-        cls = FEDERATED[name]
-    except KeyError:
-        raise ValueError(f"unknown algorithm {name!r}; choose from {', '.join(ALGORITHMS)}") from None
-    code = cls.__init__.__code__
-    accepted = code.co_varnames[:code.co_argcount + code.co_kwonlyargcount]  # parameters, not local names
-    return cls(n_items=n_items, rank=rank, **{k: v for k, v in params.items() if k in accepted and v is not None})
+    return make(FEDERATED, name, ALGORITHMS, **{**params, "n_items": n_items, "rank": rank})
 
 
 __all__ = ["ALGORITHMS", "BASELINES", "FEDERATED", "AltGDMin", "FedMAvg", "FedMCADMM", "RecsysAlgorithm",
