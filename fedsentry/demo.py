@@ -79,6 +79,7 @@ def demo(args: argparse.Namespace) -> dict[str, Any]:
             "threshold": threshold, "seconds_per_round": float(np.mean(rounds)) if rounds else None,
             "median_round_seconds": float(np.median(rounds)) if rounds else None, "training_seconds": seconds,
             "rejected": dict(st.coordinator.rejected), "broker": st.broker_url, "work_folder": str(st.tmp),
+            "dashboard": st.dashboard,
         }
         print(f"fedsentry demo: {result['rounds_completed']} rounds, {alerts} alerts stored, AUC "
               f"{result['auc_roc']:.4f}, subspace distance {result['subspace_distance']:.4f}", file=sys.stderr)

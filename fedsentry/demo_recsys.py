@@ -58,7 +58,8 @@ def demo_recsys(args: argparse.Namespace) -> dict[str, Any]:
                   "rank": args.rank, "rounds_completed": len(rounds), "test_rmse": test_rmse,
                   "test_ratings": len(test), "seconds_per_round": float(np.mean(rounds)) if rounds else None,
                   "median_round_seconds": float(np.median(rounds)) if rounds else None, "training_seconds": seconds,
-                  "rejected": dict(st.coordinator.rejected), "broker": st.broker_url, "work_folder": str(st.tmp)}
+                  "rejected": dict(st.coordinator.rejected), "broker": st.broker_url, "work_folder": str(st.tmp),
+                  "dashboard": st.dashboard}
         print(f"fedsentry demo: {len(rounds)} rounds, test RMSE {test_rmse:.4f}", file=sys.stderr)
         keep_serving(args)
         return result

@@ -37,9 +37,37 @@ class Stack:
             raise UsageError(str(e)) from None
         if not self.coordinator.connected.wait(15):
             raise UsageError(f"cannot reach the MQTT broker at {self.broker_url} (is it running?)")
+        self._serve_dashboard()
         return self
 
+    def _serve_dashboard(self) -> None:
+        """The API and dashboard over the demo's database, on 127.0.0.1:8000 (or a free port)."""
+        import socket
+        import threading
+
+        import uvicorn
+
+        from api.app import create_app
+        from api.security import create_key
+        from api.settings import Settings
+        from coordinator.broker import free_port, wait_for_port
+
+        app = create_app(Settings(db_url=self.db, cookie_secure=False))
+        with app.state.sessions.begin() as s:
+            key = create_key(s, "admin")
+        with socket.socket() as probe:
+            port = 8000 if probe.connect_ex(("127.0.0.1", 8000)) != 0 else free_port()
+        self.api = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning",
+                                                 timeout_graceful_shutdown=1))
+        threading.Thread(target=self.api.run, daemon=True).start()
+        wait_for_port(port)
+        self.dashboard = f"http://127.0.0.1:{port}/"
+        print(f"fedsentry demo: dashboard {self.dashboard} (sign in with the admin key {key})", file=sys.stderr,
+              flush=True)
+
     def __exit__(self, *exc: Any) -> None:
+        if getattr(self, "api", None) is not None:
+            self.api.should_exit = True
         for p in self.procs:
             if p.poll() is None:
                 p.terminate()

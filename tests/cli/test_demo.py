@@ -27,6 +27,11 @@ def test_demo_matches_simulate_on_the_embedded_broker(tmp_path):
     assert abs(demo["auc_roc"] - sim["auc_roc"]) < 1e-9
     assert abs(demo["subspace_distance"] - sim["subspace_distance"]) < 1e-6
     assert demo["seconds_per_round"] > 0
+    import httpx
+
+    assert demo["dashboard"].startswith("http://127.0.0.1:")  # served while the demo ran (stopped now)
+    with pytest.raises(httpx.ConnectError):
+        httpx.get(demo["dashboard"] + "healthz", timeout=2)
 
 
 @pytest.mark.skipif(not HAVE_MOSQUITTO, reason="mosquitto is not installed")
