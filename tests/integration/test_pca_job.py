@@ -22,9 +22,12 @@ def job_params(data, **kw):
             "min_agents": N, "deadline": 10.0, **kw}
 
 
-def start_fleet(fleet, data, parts, **cfg):
+def launch(coordinator, fleet, data, parts, job_id, algorithm, **params):
+    """Agents holding the parts, all online, then a job over them."""
     for i, p in enumerate(parts):
-        fleet.add(f"dev-{i}", p, data.feature_names, **cfg)
+        fleet.add(f"dev-{i}", p, data.feature_names)
+    wait_until(lambda: len(coordinator.online_devices()) == N, what="agents online")
+    coordinator.create_job(job_id, "pca", algorithm, job_params(data, **params))
 
 
 def finished_model(coordinator, job_id):
@@ -39,9 +42,7 @@ def finished_model(coordinator, job_id):
 def test_deployed_model_equals_the_simulators(broker, coordinator, fleet, traffic, algorithm):
     data, split = traffic
     parts = parts_for(split, N)
-    start_fleet(fleet, data, parts)
-    wait_until(lambda: len(coordinator.online_devices()) == N, what="agents online")
-    coordinator.create_job("j1", "pca", algorithm, job_params(data))
+    launch(coordinator, fleet, data, parts, "j1", algorithm)
     Z, threshold = finished_model(coordinator, "j1")
     sim = simulate_pca(parts, split.X_test, split.y_test, data.feature_names, algorithm, 3, 8, 0.6, seed=0)
     # same sampling, same client and server steps: the same subspace and threshold
@@ -62,9 +63,7 @@ def test_deployed_model_equals_the_simulators(broker, coordinator, fleet, traffi
 def test_alerts_flow_once_and_a_late_agent_gets_the_model(broker, coordinator, fleet, traffic, tmp_path):
     data, split = traffic
     parts = parts_for(split, N)
-    start_fleet(fleet, data, parts)
-    wait_until(lambda: len(coordinator.online_devices()) == N, what="agents online")
-    coordinator.create_job("j2", "pca", "fedmm", job_params(data, rounds=4))
+    launch(coordinator, fleet, data, parts, "j2", "fedmm", rounds=4)
     finished_model(coordinator, "j2")
     # a device that joins after training gets the retained model at once, then scores attacks
     attacks = split.X_test[split.y_test == 1][:200]
@@ -104,9 +103,7 @@ def publish_as(url, agent_id, what, payload, times=1):
 def test_dropouts_mid_round_do_not_stop_the_job(broker, coordinator, fleet, traffic):
     data, split = traffic
     parts = parts_for(split, N)
-    start_fleet(fleet, data, parts)
-    wait_until(lambda: len(coordinator.online_devices()) == N, what="agents online")
-    coordinator.create_job("j3", "pca", "fedmm", job_params(data, rounds=6, fraction=1.0, deadline=1.0))
+    launch(coordinator, fleet, data, parts, "j3", "fedmm", rounds=6, fraction=1.0, deadline=1.0)
     with coordinator.sessions() as s:
         wait_until(lambda: s.query(Round).filter_by(job_id="j3", phase="train").count() >= 2, what="two rounds")
     fleet.stop("dev-0")
@@ -121,9 +118,7 @@ def test_dropouts_mid_round_do_not_stop_the_job(broker, coordinator, fleet, traf
 def test_bad_messages_are_rejected_counted_and_change_nothing(broker, coordinator, fleet, traffic):
     data, split = traffic
     parts = parts_for(split, N)
-    start_fleet(fleet, data, parts)
-    wait_until(lambda: len(coordinator.online_devices()) == N, what="agents online")
-    coordinator.create_job("j4", "pca", "fedpg", job_params(data, rounds=30, fraction=1.0, deadline=30.0))
+    launch(coordinator, fleet, data, parts, "j4", "fedpg", rounds=30, fraction=1.0, deadline=30.0)
     with coordinator.sessions() as s:
         wait_until(lambda: s.query(Round).filter_by(job_id="j4", phase="train").count() >= 1, what="a round")
     runner = coordinator.jobs["j4"]
@@ -157,9 +152,7 @@ def test_the_same_job_on_postgresql(broker, fleet, traffic, postgres_url):
     parts = parts_for(split, N)
     coordinator = Coordinator(broker.url, postgres_url).start()
     try:
-        start_fleet(fleet, data, parts)
-        wait_until(lambda: len(coordinator.online_devices()) == N, what="agents online")
-        coordinator.create_job("jp", "pca", "fedmm", job_params(data))
+        launch(coordinator, fleet, data, parts, "jp", "fedmm")
         _Z, threshold = finished_model(coordinator, "jp")
     finally:
         coordinator.close()
