@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from importlib.metadata import version
 from pathlib import Path
 
 from fastapi import FastAPI, Request
@@ -11,7 +12,6 @@ from fastapi.staticfiles import StaticFiles
 
 from api.routes import anomalies, dashboard, devices, health, jobs, models
 from api.settings import Settings
-from fedsentry import __version__
 
 
 def _problem(e: dict) -> dict[str, str]:
@@ -32,7 +32,7 @@ def create_app(settings: Settings | None = None, sessions=None) -> FastAPI:
         engine = make_engine(settings.db_url)
         migrate(engine)
         sessions = session_factory(engine)
-    app = FastAPI(title="FedSentry", version=__version__,
+    app = FastAPI(title="FedSentry", version=version("fedsentry"),
                   description="Federated anomaly detection for IoT networks: jobs, anomalies, devices, models. "
                               "Every route needs an API key (`Authorization: Bearer <key>`) except /healthz.")
     app.state.settings, app.state.sessions = settings, sessions

@@ -8,9 +8,9 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
-from edge_agent.protocol import ID_RE
 from models.pca import FEDERATED
 from models.recsys import FEDERATED as RECSYS
+from wire.protocol import ID_RE
 
 ID_PATTERN = ID_RE.pattern
 

@@ -21,7 +21,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from coordinator.db import Device, Job, JobState, Round, pack, unpack, utcnow
-from edge_agent.protocol import Envelope, ProtocolError
+from wire.protocol import Envelope, ProtocolError
 
 log = logging.getLogger("fedsentry.coordinator")
 

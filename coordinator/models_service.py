@@ -10,9 +10,9 @@ from collections.abc import Callable
 from sqlalchemy import select
 
 from coordinator.db import ModelVersion, unpack
-from edge_agent.protocol import model_topic
-from edge_agent.scorer import model_envelope
 from models.preprocessing import Preprocessor
+from wire.model import model_envelope
+from wire.protocol import model_topic
 
 
 def promote(sessions, model_id: int) -> ModelVersion:

@@ -15,11 +15,11 @@ import numpy as np
 
 from coordinator.db import ModelVersion, pack
 from coordinator.job_runner import JobRunner
-from edge_agent.protocol import Envelope, ProtocolError, expect_arrays
 from models.linalg import subspace_distance
 from models.pca import make_algorithm
 from models.preprocessing import Preprocessor, global_standardisation, trace_from_summary
 from models.threshold import EDGES, quantile_from_histogram
+from wire.protocol import Envelope, ProtocolError, expect_arrays
 
 log = logging.getLogger("fedsentry.coordinator")
 

@@ -20,9 +20,9 @@ import numpy as np
 
 from coordinator.db import ModelVersion, pack, unpack
 from coordinator.job_runner import JobRunner
-from edge_agent.protocol import Envelope, ProtocolError
 from models.recsys import make_algorithm
 from models.recsys.data import global_mean, stack
+from wire.protocol import Envelope, ProtocolError
 
 log = logging.getLogger("fedsentry.coordinator")
 

@@ -24,8 +24,8 @@ from coordinator.db import Alert, Device, Job, Rejection, Round, make_engine, mi
 from coordinator.models_service import publish_promoted
 from coordinator.pca_job import PCAJob
 from coordinator.recsys_job import RecsysJob
-from edge_agent.mqtt import make_client, parse_broker_url
-from edge_agent.protocol import (
+from wire.mqtt import make_client, parse_broker_url
+from wire.protocol import (
     AGENT_SUBSCRIPTION,
     ProtocolError,
     decode,

@@ -1,1 +1,1 @@
-"""The device side of FedSentry: a light agent (numpy + paho-mqtt) and the wire protocol."""
+"""The device side of FedSentry: a light agent (numpy + paho-mqtt) that trains, scores and alerts."""

@@ -21,9 +21,12 @@ from typing import Any
 import numpy as np
 import paho.mqtt.client as mqtt
 
-from edge_agent.mqtt import make_client
 from edge_agent.participant import PCAParticipant, TrainingBuffer
-from edge_agent.protocol import (
+from edge_agent.scorer import Scorer
+from edge_agent.sources import Batch, SchemaError, ZeekFollower, csv_source, select
+from edge_agent.store import AgentStore, Outbox
+from wire.mqtt import make_client
+from wire.protocol import (
     JOB_SUBSCRIPTION,
     Envelope,
     ProtocolError,
@@ -31,9 +34,6 @@ from edge_agent.protocol import (
     decode,
     model_topic,
 )
-from edge_agent.scorer import Scorer
-from edge_agent.sources import Batch, SchemaError, ZeekFollower, csv_source, select
-from edge_agent.store import AgentStore, Outbox
 
 log = logging.getLogger("fedsentry.agent")
 
@@ -233,7 +233,7 @@ class Agent:
         return 0
 
     def _address(self) -> tuple[str, int]:
-        from edge_agent.mqtt import parse_broker_url
+        from wire.mqtt import parse_broker_url
 
         b = parse_broker_url(self.cfg.broker)
         return b.host, b.port

@@ -18,13 +18,13 @@ import logging
 
 import numpy as np
 
-from edge_agent.protocol import Envelope
 from edge_agent.sources import Batch, select
 from edge_agent.store import AgentStore
 from models.pca import make_algorithm
 from models.preprocessing import Moments, Preprocessor, signed_log1p
 from models.robust import residuals
 from models.threshold import error_histogram
+from wire.protocol import Envelope
 
 log = logging.getLogger("fedsentry.agent")
 
@@ -72,7 +72,7 @@ class PCAParticipant:
         phase = meta.get("phase")
         cached = self.store.load_bytes(f"reply-{env.job}-{phase}-{env.round}.bin")
         if cached is not None:
-            from edge_agent.protocol import decode
+            from wire.protocol import decode
 
             return decode(cached)
         if phase == "stats":

@@ -18,11 +18,11 @@ import logging
 
 import numpy as np
 
-from edge_agent.protocol import Envelope, decode
 from edge_agent.store import AgentStore
 from models.recsys import make_algorithm
 from models.recsys.data import Ratings, client_data
 from models.recsys.factors import predict_pairs
+from wire.protocol import Envelope, decode
 
 log = logging.getLogger("fedsentry.agent")
 

@@ -14,23 +14,9 @@ from typing import Any
 
 import numpy as np
 
-from edge_agent.protocol import Envelope
 from models.detector import PCADetector
-from models.preprocessing import Preprocessor
-
-
-def detector_from_envelope(env: Envelope) -> PCADetector:
-    """The promoted model as published on the model topic."""
-    meta, a = env.meta, env.arrays
-    pre = Preprocessor(list(meta["features"]), a["log_mask"].astype(bool), a["mean"], a["scale"])
-    return PCADetector.from_model(a["Z"], pre, float(meta["threshold"]))
-
-
-def model_envelope(job: str, version: int, Z: np.ndarray, pre: Preprocessor, threshold: float,
-                   sender: str = "coordinator") -> Envelope:
-    return Envelope("model", job, version, sender,
-                    {"Z": Z, "mean": pre.mean, "scale": pre.scale, "log_mask": pre.log_mask.astype(np.uint8)},
-                    {"features": list(pre.feature_names), "threshold": float(threshold), "version": int(version)})
+from wire.model import detector_from_envelope
+from wire.protocol import Envelope
 
 
 @dataclass

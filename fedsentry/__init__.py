@@ -1,3 +1,2 @@
-"""FedSentry application layer: command line, settings and data files (numpy only)."""
-
-__version__ = "0.1.0"
+"""FedSentry application layer: the command line (cli/), the demo (demo/), benchmarks (bench/) and data
+files (data/). The version is the installed distribution's (`importlib.metadata`), set once in pyproject.toml."""

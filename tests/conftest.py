@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fedsentry import datasets
+from fedsentry.data import datasets
 
 
 @pytest.fixture

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from fedsentry.datasets import load_named, train_test_split
+from fedsentry.data.datasets import load_named, train_test_split
 from models.partition import partition
 from models.simulator import simulate_pca
 from tests.conftest import needs_dataset

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from fedsentry.cli import main
-from fedsentry.ratings import load_named, load_ratings_csv, movielens_available
+from fedsentry.data.ratings import load_named, load_ratings_csv, movielens_available
 from models.recsys.data import train_test_split
 from models.recsys.synthetic import generate_ratings
 

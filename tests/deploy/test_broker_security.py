@@ -16,9 +16,9 @@ import pytest
 from coordinator.broker import Mosquitto, free_port
 from coordinator.service import Coordinator
 from edge_agent.agent import Agent, AgentConfig
-from edge_agent.protocol import Envelope, agent_topic
 from edge_agent.sources import Batch
 from tests.integration.conftest import HAVE_MOSQUITTO, parts_for, wait_until
+from wire.protocol import Envelope, agent_topic
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 pytestmark = pytest.mark.skipif(not HAVE_MOSQUITTO, reason="mosquitto is not installed")

@@ -3,10 +3,10 @@
 import numpy as np
 
 from edge_agent.participant import PCAParticipant, TrainingBuffer
-from edge_agent.protocol import Envelope, decode, encode
 from edge_agent.sources import Batch
 from edge_agent.store import AgentStore
 from models.linalg import orth
+from wire.protocol import Envelope, decode, encode
 
 
 def make(tmp_path, rng, name="dev-1"):

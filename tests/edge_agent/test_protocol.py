@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from edge_agent.protocol import (
+from wire.protocol import (
     Envelope,
     ProtocolError,
     agent_topic,

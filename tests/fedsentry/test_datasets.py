@@ -3,7 +3,7 @@ import logging
 import numpy as np
 import pytest
 
-from fedsentry import datasets
+from fedsentry.data import datasets
 from fedsentry.errors import UsageError
 
 

@@ -15,7 +15,7 @@ from coordinator.broker import EmbeddedBroker, Mosquitto
 from coordinator.service import Coordinator
 from edge_agent.agent import Agent, AgentConfig
 from edge_agent.sources import Batch
-from fedsentry.datasets import TrafficData, train_test_split
+from fedsentry.data.datasets import TrafficData, train_test_split
 from models.partition import partition
 from models.synthetic import generate_traffic
 

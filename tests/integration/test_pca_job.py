@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 
 from coordinator.db import Alert, ModelVersion, Rejection, Round, unpack
-from edge_agent.protocol import Envelope, agent_topic, encode
 from edge_agent.sources import Batch
 from models.linalg import subspace_distance
 from models.simulator import simulate_pca
 from tests.integration.conftest import parts_for, wait_until
+from wire.protocol import Envelope, agent_topic, encode
 
 N = 5
 
@@ -89,7 +89,7 @@ def test_alerts_flow_once_and_a_late_agent_gets_the_model(broker, coordinator, f
 
 
 def publish_as(url, agent_id, what, payload, times=1):
-    from edge_agent.mqtt import make_client
+    from wire.mqtt import make_client
 
     client, b = make_client(f"test-{agent_id}-{time.monotonic_ns()}", url, clean_session=True)
     client.connect(b.host, b.port)

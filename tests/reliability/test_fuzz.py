@@ -17,7 +17,7 @@ from api.settings import Settings
 from coordinator.broker import free_port
 from coordinator.db import Job, ModelVersion
 from coordinator.service import Coordinator
-from edge_agent.protocol import Envelope, agent_topic, encode
+from wire.protocol import Envelope, agent_topic, encode
 
 D, K = 11, 3
 

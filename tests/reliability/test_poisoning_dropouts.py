@@ -10,12 +10,12 @@ import pytest
 
 from coordinator.db import ModelVersion, Round, unpack
 from edge_agent.participant import PCAParticipant
-from edge_agent.protocol import Envelope
 from models.attacks import poison
 from models.linalg import subspace_distance
 from models.pca.baselines import centralized_pca
 from models.simulator import prepare_clients
 from tests.integration.conftest import parts_for, wait_until
+from wire.protocol import Envelope
 
 N = 20
 

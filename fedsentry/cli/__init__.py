@@ -6,13 +6,13 @@ import argparse
 import logging
 import sys
 from collections.abc import Sequence
+from importlib.metadata import version
 
-from fedsentry import __version__
 from fedsentry.errors import UsageError
 
 #: modules that provide register(subparsers_by_verb); imported lazily so the agent stays light
-COMMAND_MODULES = ("fedsentry.cmd_pca", "fedsentry.cmd_recsys", "fedsentry.cmd_agent", "fedsentry.cmd_server",
-                   "fedsentry.bench_fleet", "fedsentry.cmd_api", "fedsentry.bench_api")
+COMMAND_MODULES = ("fedsentry.cli.pca", "fedsentry.cli.recsys", "fedsentry.cli.agent", "fedsentry.cli.server",
+                   "fedsentry.cli.api", "fedsentry.cli.bench")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -24,7 +24,7 @@ def build_parser() -> argparse.ArgumentParser:
     import importlib
 
     parser = _Parser(prog="fedsentry", description="Federated anomaly detection for IoT networks.")
-    parser.add_argument("--version", action="version", version=f"fedsentry {__version__}")
+    parser.add_argument("--version", action="version", version=f"fedsentry {version('fedsentry')}")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging on stderr")
     verbs = parser.add_subparsers(dest="verb", required=True, parser_class=_Parser)
     groups = {

@@ -20,22 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from fedsentry.cmd_common import write_json
-
-
-def register(groups: dict[str, Any], verbs: Any) -> None:
-    from fedsentry.cmd_common import positive_int
-
-    p = groups["bench"].add_parser("fleet", help="round time with many agents on one broker; agent memory")
-    p.add_argument("--agents", type=positive_int, default=100)
-    p.add_argument("--rounds", type=positive_int, default=20)
-    p.add_argument("--fraction", type=float, default=0.1)
-    p.add_argument("--algorithm", default="fedmm")
-    p.add_argument("--broker", help="use this broker (default: a private Mosquitto, else the embedded one)")
-    p.add_argument("--db", help="database URL (default: SQLite in a temporary folder)")
-    p.add_argument("--out", default="benchmarks/results")
-    p.add_argument("--json", metavar="PATH")
-    p.set_defaults(func=run)
+from fedsentry.output import write_json
 
 
 def run(args: argparse.Namespace) -> int:
@@ -142,8 +127,8 @@ def alert_ingestion(coord, url: str, n_devices: int, per_agent: int = 50) -> dic
     import uuid
 
     from coordinator.db import Alert
-    from edge_agent.mqtt import make_client
-    from edge_agent.protocol import Envelope, agent_topic
+    from wire.mqtt import make_client
+    from wire.protocol import Envelope, agent_topic
 
     with coord.sessions() as s:
         before = s.query(Alert).count()
@@ -175,11 +160,11 @@ def alert_ingestion(coord, url: str, n_devices: int, per_agent: int = 50) -> dic
 def agent_memory(records: int = 200_000) -> dict[str, Any]:
     """Peak resident memory of a real `fedsentry agent` process scoring a CSV replay with a model."""
     from coordinator.broker import EmbeddedBroker
-    from edge_agent.mqtt import make_client
-    from edge_agent.protocol import model_topic
-    from edge_agent.scorer import model_envelope
     from models.detector import PCADetector
     from models.synthetic import generate_traffic
+    from wire.model import model_envelope
+    from wire.mqtt import make_client
+    from wire.protocol import model_topic
 
     tmp = Path(tempfile.mkdtemp(prefix="fedsentry-agentmem-"))
     t = generate_traffic(n_devices=40, records_per_device=500, seed=3)

@@ -7,12 +7,12 @@ import os
 import sys
 from typing import Any
 
-from fedsentry.cmd_common import positive_int
+from fedsentry.cli.common import positive_int
 from fedsentry.errors import UsageError
 
 
 def register(groups: dict[str, Any], verbs: Any) -> None:
-    from fedsentry.cmd_server import add_service_args
+    from fedsentry.cli.server import add_service_args
 
     s = verbs.add_parser("serve", help="REST API, dashboard and coordinator")
     add_service_args(s)

@@ -4,7 +4,7 @@ PCA (default): each agent gets one partition of the training records (exactly th
 would give client i with the same settings) and a share of the test traffic. The job trains, its model is
 promoted, and the agents replay their test traffic and publish alerts. For evaluation only, agents also
 write the score of every replayed record, so AUC is computed over all records; labels never reach the
-model. `--job recsys`: see fedsentry.demo_recsys.
+model. `--job recsys`: see fedsentry.demo.recsys.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from fedsentry.demo_stack import Stack
+from fedsentry.demo.stack import Stack
 
 
 def write_csv(path: Path, header: list[str], rows) -> None:
@@ -30,11 +30,11 @@ def write_csv(path: Path, header: list[str], rows) -> None:
 
 def demo(args: argparse.Namespace) -> dict[str, Any]:
     if args.job == "recsys":
-        from fedsentry.demo_recsys import demo_recsys
+        from fedsentry.demo.recsys import demo_recsys
 
         return demo_recsys(args)
     from coordinator.db import Alert, ModelVersion, unpack
-    from fedsentry.cmd_pca import algorithm_params, prepare
+    from fedsentry.runs.pca import algorithm_params, prepare
     from models.linalg import subspace_distance
     from models.metrics import auc_roc
     from models.pca import FEDERATED

@@ -9,15 +9,15 @@ from typing import Any
 
 import numpy as np
 
-from fedsentry.cmd_common import write_json
 from fedsentry.errors import UsageError
+from fedsentry.output import write_json
 
 log = logging.getLogger("fedsentry.recsys")
 
 
 def bench(args: argparse.Namespace, prep, algorithms: list[str], ranks: list[int]) -> dict[str, Any]:
     """Run everything, write recsys-<dataset>.md/.png/.json under --out and return the JSON document."""
-    from fedsentry.cmd_recsys import simulate
+    from fedsentry.runs.recsys import simulate
 
     new_user = _new_user(prep)
     runs = []

@@ -11,13 +11,13 @@ from typing import Any
 
 import numpy as np
 
-from fedsentry.demo import keep_serving, write_csv
-from fedsentry.demo_stack import Stack
+from fedsentry.demo.pca import keep_serving, write_csv
+from fedsentry.demo.stack import Stack
 
 
 def demo_recsys(args: argparse.Namespace) -> dict[str, Any]:
     from coordinator.db import ModelVersion
-    from fedsentry.cmd_recsys import algorithm_params, prepare
+    from fedsentry.runs.recsys import algorithm_params, prepare
     from models.federated import accepted_params
     from models.recsys import FEDERATED
 

@@ -11,19 +11,8 @@ import time
 import uuid
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
 
-from fedsentry.cmd_common import positive_int, write_json
-
-
-def register(groups: dict[str, Any], verbs: Any) -> None:
-    p = groups["bench"].add_parser("api", help="anomaly listing speed over many stored alerts")
-    p.add_argument("--alerts", type=positive_int, default=100_000)
-    p.add_argument("--devices", type=positive_int, default=200)
-    p.add_argument("--db", help="database URL (default: SQLite in a temporary folder)")
-    p.add_argument("--out", default="benchmarks/results")
-    p.add_argument("--json", metavar="PATH")
-    p.set_defaults(func=run)
+from fedsentry.output import write_json
 
 
 def run(args: argparse.Namespace) -> int:

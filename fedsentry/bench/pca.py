@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from fedsentry import datasets
+from fedsentry.data import datasets
 from models.detector import PCADetector
 from models.metrics import detection_report
 from models.partition import partition
@@ -42,7 +42,7 @@ VARIANTS: list[tuple[str, str, dict[str, Any], dict[str, Any]]] = [
 
 
 def bench(args: argparse.Namespace, data: datasets.TrafficData, split: datasets.Split, parts: list[np.ndarray]):
-    from fedsentry.cmd_pca import simulate
+    from fedsentry.runs.pca import simulate
 
     command = shlex.join(["fedsentry", *sys.argv[1:]])
     rows: list[dict[str, Any]] = []
@@ -85,7 +85,7 @@ def isolation_forest(args, split) -> dict[str, Any]:
 
 def contamination_study(args, data, share: float = 0.05) -> list[dict[str, Any]]:
     """Training normals with a share of attacks mixed in: fedmm without and with --trim."""
-    from fedsentry.cmd_pca import simulate
+    from fedsentry.runs.pca import simulate
 
     split = datasets.train_test_split(data, seed=args.seed, contamination=share)
     idx = partition(split.X_train, args.clients, args.partition, np.random.default_rng(args.seed))

@@ -9,7 +9,7 @@ import signal
 import sys
 from typing import Any
 
-from fedsentry.cmd_common import add_rating_columns, positive_float, positive_int
+from fedsentry.cli.common import add_rating_columns, positive_float, positive_int
 from fedsentry.errors import UsageError
 
 
@@ -50,10 +50,10 @@ def register(groups: dict[str, Any], verbs: Any) -> None:
 
 def run_agent(args: argparse.Namespace) -> int:
     from edge_agent.agent import Agent, AgentConfig, training_source
-    from edge_agent.mqtt import parse_broker_url
-    from edge_agent.protocol import check_id
     from edge_agent.sources import ZeekFollower, csv_source, json_lines
     from edge_agent.store import AgentStore
+    from wire.mqtt import parse_broker_url
+    from wire.protocol import check_id
 
     if not args.broker:
         raise UsageError("no broker: give --broker mqtt://host:port or set FEDSENTRY_BROKER_URL")
@@ -85,7 +85,7 @@ def run_agent(args: argparse.Namespace) -> int:
     if args.test_ratings and not args.ratings:
         raise UsageError("--test-ratings needs --ratings")
     if args.ratings:
-        from fedsentry.ratings import load_ratings_csv
+        from fedsentry.data.ratings import load_ratings_csv
 
         cols = (args.user_col, args.item_col, args.rating_col, args.rating_min, args.rating_max)
         ratings = (load_ratings_csv(args.ratings, *cols),

@@ -8,9 +8,10 @@ import signal
 import threading
 from typing import Any
 
-from fedsentry.cmd_common import add_federation_args, positive_float, positive_int, write_json
-from fedsentry.cmd_pca import add_data_args, add_pca_args
+from fedsentry.cli.common import add_federation_args, positive_float, positive_int
+from fedsentry.cli.pca import add_data_args, add_pca_args
 from fedsentry.errors import UsageError
+from fedsentry.output import write_json
 from models.pca import FEDERATED
 from models.recsys import FEDERATED as RECSYS
 
@@ -97,7 +98,7 @@ def run_job_create(args: argparse.Namespace) -> int:
     import uuid
 
     from coordinator.db import Job, make_engine, migrate, session_factory
-    from edge_agent.protocol import check_id
+    from wire.protocol import check_id
 
     features = [f.strip() for f in args.features.split(",") if f.strip()]
     if len(features) < 2 or len(set(features)) != len(features):
@@ -126,7 +127,7 @@ def run_job_create(args: argparse.Namespace) -> int:
 
 
 def run_demo(args: argparse.Namespace) -> int:
-    from fedsentry.demo import demo
+    from fedsentry.demo.pca import demo
 
     pca = args.job == "pca"
     args.algorithm = args.algorithm or ("fedmm" if pca else "fedmc-admm")

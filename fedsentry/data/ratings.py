@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from fedsentry.datasets import data_dir
+from fedsentry.data.datasets import data_dir
 from fedsentry.errors import UsageError
 from models.recsys.data import Ratings, from_triples
 from models.recsys.synthetic import generate_ratings

@@ -3,14 +3,8 @@
 from __future__ import annotations
 
 import argparse
-import json
-import sys
-from pathlib import Path
-from typing import Any
 
 import numpy as np
-
-from fedsentry.errors import UsageError
 
 
 def fraction(text: str) -> float:
@@ -77,35 +71,3 @@ def add_rating_columns(g) -> None:
     g.add_argument("--rating-max", type=float, default=5.0, help="highest valid rating (default 5)")
 
 
-def write_json(result: dict[str, Any], target: str | None) -> None:
-    if target is None:
-        return
-    text = json.dumps(result, indent=2, default=_jsonable)
-    if target == "-":
-        sys.stdout.write(text + "\n")
-        return
-    path = Path(target)
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(path.suffix + ".tmp")
-        tmp.write_text(text + "\n")
-        tmp.replace(path)
-    except OSError as e:
-        raise UsageError(f"cannot write {target}: {e.strerror}") from None
-
-
-def _jsonable(o: Any) -> Any:
-    if isinstance(o, np.generic):
-        return o.item()
-    if isinstance(o, np.ndarray):
-        return o.tolist()
-    raise TypeError(f"not JSON serialisable: {type(o).__name__}")
-
-
-def progress(total: int, desc: str):
-    """A progress bar on stderr (tqdm when installed, silent otherwise)."""
-    try:
-        from tqdm import tqdm
-    except ModuleNotFoundError:  # base install: no progress bar
-        return None
-    return tqdm(total=total, desc=desc, file=sys.stderr, leave=False, disable=None)

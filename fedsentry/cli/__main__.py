@@ -1,0 +1,5 @@
+import sys
+
+from fedsentry.cli import main
+
+sys.exit(main())

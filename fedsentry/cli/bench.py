@@ -1,0 +1,38 @@
+"""`fedsentry bench fleet` and `fedsentry bench api` (bench pca / recsys sit with their simulate commands)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fedsentry.bench import api, fleet
+from fedsentry.cli.common import positive_int
+
+
+def register(groups: dict[str, Any], verbs: Any) -> None:
+    register_fleet(groups)
+    register_api(groups)
+
+
+def register_fleet(groups: dict[str, Any]) -> None:
+    p = groups["bench"].add_parser("fleet", help="round time with many agents on one broker; agent memory")
+    p.add_argument("--agents", type=positive_int, default=100)
+    p.add_argument("--rounds", type=positive_int, default=20)
+    p.add_argument("--fraction", type=float, default=0.1)
+    p.add_argument("--algorithm", default="fedmm")
+    p.add_argument("--broker", help="use this broker (default: a private Mosquitto, else the embedded one)")
+    p.add_argument("--db", help="database URL (default: SQLite in a temporary folder)")
+    p.add_argument("--out", default="benchmarks/results")
+    p.add_argument("--json", metavar="PATH")
+    p.set_defaults(func=fleet.run)
+
+
+
+def register_api(groups: dict[str, Any]) -> None:
+    p = groups["bench"].add_parser("api", help="anomaly listing speed over many stored alerts")
+    p.add_argument("--alerts", type=positive_int, default=100_000)
+    p.add_argument("--devices", type=positive_int, default=200)
+    p.add_argument("--db", help="database URL (default: SQLite in a temporary folder)")
+    p.add_argument("--out", default="benchmarks/results")
+    p.add_argument("--json", metavar="PATH")
+    p.set_defaults(func=api.run)
+

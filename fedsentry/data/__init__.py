@@ -1,0 +1,1 @@
+"""Data files: named datasets, CSV loaders, ratings."""

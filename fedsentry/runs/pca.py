@@ -1,0 +1,88 @@
+"""A federated PCA run in one process from command-line settings: load, split, partition, simulate.
+
+Used by `fedsentry simulate pca`, `bench pca` and the demo (which compares its MQTT run with it)."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+import numpy as np
+
+from fedsentry.data import datasets
+from fedsentry.errors import UsageError
+from fedsentry.output import progress
+from models.partition import partition
+
+
+def load_data(args: argparse.Namespace) -> datasets.TrafficData:
+    given = [n for n, v in (("--dataset", args.dataset), ("--normal/--abnormal", args.normal or args.abnormal),
+                            ("--csv", args.csv)) if v]
+    if len(given) > 1:
+        raise UsageError(f"give only one of {', '.join(given)}")
+    if args.normal or args.abnormal:
+        if not (args.normal and args.abnormal):
+            raise UsageError("--normal and --abnormal go together")
+        return datasets.load_pair(args.normal, args.abnormal, label_column=args.label_column)
+    if args.csv:
+        return datasets.load_labelled_csv(args.csv, args.label_column, args.normal_value)
+    name = args.dataset or ("nsl-kdd" if datasets.shared_data_available("nsl-kdd", args.data_dir) else "synthetic")
+    return datasets.load_named(name, args.data_dir, seed=args.seed)
+
+
+def prepare(args: argparse.Namespace):
+    """Load, split and partition: (data, split, client parts)."""
+    data = load_data(args)
+    d = len(data.feature_names)
+    if args.rank >= d:
+        raise UsageError(f"--rank {args.rank} must be smaller than the number of features ({d})")
+    split = datasets.train_test_split(data, seed=args.seed, contamination=args.contamination)
+    if args.clients > len(split.X_train):
+        raise UsageError(f"--clients {args.clients} is more than the {len(split.X_train)} training records")
+    feature = None
+    if args.partition_feature:
+        if args.partition_feature not in data.feature_names:
+            raise UsageError(f"--partition-feature {args.partition_feature!r} is not a feature "
+                             f"(features: {', '.join(data.feature_names)})")
+        feature = data.feature_names.index(args.partition_feature)
+    idx = partition(split.X_train, args.clients, args.partition, np.random.default_rng(args.seed), feature,
+                    args.alpha)
+    return data, split, [split.X_train[i] for i in idx]
+
+
+def algorithm_params(args: argparse.Namespace) -> dict[str, Any]:
+    return {"rho": args.rho, "local_steps": args.local_steps, "lr": args.lr, "oversample": args.oversample,
+            "bits": args.bits}
+
+
+def simulate(args: argparse.Namespace, algorithm: str, data, split, parts, params: dict[str, Any] | None = None,
+             **overrides: Any) -> dict[str, Any]:
+    """Run one algorithm with the command's settings; overrides replace settings (rounds, fraction, trim),
+    params replace algorithm parameters."""
+    from models.simulator import simulate_pca
+
+    settings = {"rounds": args.rounds, "fraction": args.fraction, "trim": args.trim, "trim_by": args.trim_by,
+                **overrides}
+    bar = progress(1 if algorithm in ("centralized", "local") else settings["rounds"], algorithm)
+
+    def on_round(entry: dict[str, float]) -> None:
+        if bar is not None:
+            bar.update(1)
+            bar.set_postfix(sd=f"{entry.get('subspace_distance', float('nan')):.3f}")
+
+    try:
+        result = simulate_pca(parts, split.X_test, split.y_test, data.feature_names, algorithm, args.rank,
+                              settings["rounds"], settings["fraction"], args.quantile, args.seed, settings["trim"],
+                              {**algorithm_params(args), **(params or {})}, on_round, settings["trim_by"])
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    finally:
+        if bar is not None:
+            bar.close()
+    result.update(dataset=data.name, clients=len(parts), fraction=settings["fraction"], partition=args.partition,
+                  seed=args.seed, quantile=args.quantile, trim=settings["trim"], trim_by=settings["trim_by"],
+                  contamination=args.contamination,
+                  n_features=len(data.feature_names), n_train=len(split.X_train), n_test=len(split.X_test),
+                  attack_share_test=float(split.y_test.mean()))
+    return result
+

@@ -1,0 +1,64 @@
+"""Job families as plug-ins: everything that makes a kind of job, in one registry entry.
+
+A family names its typed settings (`JobSpec` subclass, which also holds its algorithm registry), the
+coordinator's job runner and the agent's participant. Runner and participant are given as import paths
+(``module:Class``): each side loads only its own, so the agent never imports the coordinator and the
+coordinator never imports the agent. Adding a family is a package under `models/` (algorithms and spec),
+a runner under `coordinator/`, a participant under `edge_agent/`, and one entry here.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from models.jobspec import JobSpec
+from models.pca.spec import PCAJobSpec
+from models.recsys.spec import RecsysJobSpec
+
+
+@dataclass(frozen=True)
+class JobFamily:
+    name: str
+    spec: type[JobSpec]
+    runner: str  # "package.module:Class" of the coordinator's JobRunner
+    participant: str  # "package.module:Class" of the agent's Participant
+    summary: str = ""
+
+    @property
+    def algorithms(self) -> Mapping[str, type]:
+        return self.spec.algorithms
+
+    def load_runner(self) -> Any:
+        return _load(self.runner)
+
+    def load_participant(self) -> Any:
+        return _load(self.participant)
+
+
+def _load(path: str) -> Any:
+    module, _, name = path.partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
+FAMILIES: dict[str, JobFamily] = {
+    "pca": JobFamily("pca", PCAJobSpec, "coordinator.pca_job:PCAJob", "edge_agent.participant:PCAParticipant",
+                     "federated PCA anomaly detection: agents name the features they provide"),
+    "recsys": JobFamily("recsys", RecsysJobSpec, "coordinator.recsys_job:RecsysJob",
+                        "edge_agent.recsys_participant:RecsysParticipant",
+                        "federated recommendation: agents hold ratings shards; the job names the item catalogue"),
+}
+
+
+def family(name: str) -> JobFamily:
+    try:
+        return FAMILIES[name]
+    except KeyError:
+        raise ValueError(f"type: unknown job type {name!r}; choose from {', '.join(FAMILIES)}") from None
+
+
+def job_spec(type_: str, values: Mapping[str, Any]) -> JobSpec:
+    """A job's validated settings from untyped values (an API body, a stored row, CLI flags)."""
+    return family(type_).spec.from_dict(values)
