@@ -19,8 +19,12 @@ from collections.abc import Callable
 from typing import Any, ClassVar
 
 import numpy as np
+from sqlalchemy.orm import sessionmaker
 
-from coordinator.db import Device, Job, JobState, Round, pack, unpack, utcnow
+from coordinator.db import Device, Job, JobState, ModelVersion, Round, pack, unpack, utcnow
+from models.families import job_spec
+from models.federated import FederatedAlgorithm
+from models.rounds import sample_clients
 from wire.protocol import Envelope, ProtocolError
 
 log = logging.getLogger("fedsentry.coordinator")
@@ -31,12 +35,13 @@ class JobRunner(ABC):
     #: phase -> the kind of reply it expects
     replies: ClassVar[dict[str, str]] = {}
 
-    def __init__(self, job, sessions, publish: Callable[[str, bytes, bool], None], job_topic: str):
+    def __init__(self, job: Job, sessions: sessionmaker, publish: Callable[[str, bytes, bool], None],
+                 job_topic: str):
         self.job_id = job.id
-        self.params: dict[str, Any] = dict(job.params)
-        self.algorithm_name = job.algorithm
+        self.spec = job_spec(job.type, {**job.params, "algorithm": job.algorithm})
+        self.algorithm_name = self.spec.algorithm
         self.sessions, self.publish, self.job_topic = sessions, publish, job_topic
-        self.deadline_s = float(self.params.get("deadline", 10.0))
+        self.deadline_s = float(self.spec.deadline)
         self.phase = "waiting"
         self.round = 0
         self.participants: list[str] = []
@@ -49,6 +54,15 @@ class JobRunner(ABC):
         self.rng: np.random.Generator | None = None
 
     # -- what a job type decides ----------------------------------------------------------------------
+    @classmethod
+    def model_payload(cls, mv: ModelVersion) -> bytes | None:
+        """What to publish, retained, when a model version of this family is promoted (None: nothing;
+        the API serves it)."""
+        return None
+
+    def algorithm(self) -> FederatedAlgorithm:
+        return self.spec.make_algorithm()
+
     @abstractmethod
     def content(self, phase: str) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
         """Arrays and metadata the round message of `phase` carries (besides phase, type and sampled)."""
@@ -80,9 +94,9 @@ class JobRunner(ABC):
             log.info("job=%s resuming after round=%s phase=%s", self.job_id, self.round, self.phase)
             self.follow()
             return
-        if len(online) < int(self.params.get("min_agents", 1)):
+        if len(online) < self.spec.min_agents:
             return
-        self.participants = sorted(online)[: int(self.params.get("max_agents", 10**9))]
+        self.participants = sorted(online)[: self.spec.max_agents or None]
         self.begin("stats", 0, self.participants)
 
     def begin(self, phase: str, rnd: int, sampled: list[str]) -> None:
@@ -97,9 +111,7 @@ class JobRunner(ABC):
 
     def sample(self, phase: str, rnd: int) -> None:
         """Start a round with the job's seeded share of the participants."""
-        N = len(self.participants)
-        per_round = max(1, round(float(self.params["fraction"]) * N))
-        idx = np.sort(self.rng.choice(N, per_round, replace=False))
+        idx = sample_clients(self.rng, len(self.participants), self.spec.fraction)
         self.begin(phase, rnd, [self.participants[i] for i in idx])
 
     def weights(self, answered: list[str]) -> tuple[np.ndarray, np.ndarray]:
@@ -120,9 +132,9 @@ class JobRunner(ABC):
             raise ProtocolError("kind", f"{env.kind} during phase {self.phase}")
         if env.sender not in self.sampled:
             raise ProtocolError("not_sampled", f"{env.sender} was not asked in round {self.round}")
+        self.validate(env)  # the content first: garbage is reported as such even when it repeats an answer
         if env.sender in self.pending:
             raise ProtocolError("duplicate", f"{env.sender} already answered round {self.round}")
-        self.validate(env)
         self.pending[env.sender] = env
 
     def tick(self) -> bool:

@@ -9,9 +9,8 @@ from collections.abc import Callable
 
 from sqlalchemy import select
 
-from coordinator.db import ModelVersion, unpack
-from models.preprocessing import Preprocessor
-from wire.model import model_envelope
+from coordinator.db import ModelVersion
+from models.families import family
 from wire.protocol import model_topic
 
 
@@ -33,13 +32,8 @@ def publish_promoted(sessions, publish: Callable[[str, bytes, bool], None]) -> i
         pending = list(s.scalars(select(ModelVersion).where(ModelVersion.promoted.is_(True),
                                                             ModelVersion.published.is_(False))))
         for mv in pending:
-            if mv.type == "pca":  # agents score with it; recommendation models are served by the API
-                publish(model_topic(mv.type), model_payload(mv), True)
+            payload = family(mv.type).load_runner().model_payload(mv)
+            if payload is not None:  # agents use it (pca); others are served by the API (recsys)
+                publish(model_topic(mv.type), payload, True)
             mv.published = True
     return len(pending)
-
-
-def model_payload(mv: ModelVersion) -> bytes:
-    a = unpack(mv.arrays)
-    pre = Preprocessor(mv.info["features"], a["log_mask"].astype(bool), a["mean"], a["scale"])
-    return model_envelope(mv.job_id, mv.version, a["Z"], pre, mv.info["threshold"]).encode()

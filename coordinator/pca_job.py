@@ -9,16 +9,18 @@
 from __future__ import annotations
 
 import logging
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 import numpy as np
 
-from coordinator.db import ModelVersion, pack
+from coordinator.db import ModelVersion, pack, unpack
 from coordinator.job_runner import JobRunner
 from models.linalg import subspace_distance
-from models.pca import make_algorithm
+from models.pca import PCAAlgorithm
+from models.pca.spec import PCAJobSpec
 from models.preprocessing import Preprocessor, global_standardisation, trace_from_summary
 from models.threshold import EDGES, quantile_from_histogram
+from wire.model import model_envelope
 from wire.protocol import Envelope, ProtocolError, expect_arrays
 
 log = logging.getLogger("fedsentry.coordinator")
@@ -30,26 +32,30 @@ class PCAJob(JobRunner):
     type = "pca"
     replies: ClassVar[dict[str, str]] = {"stats": "stats", "train": "upload", "threshold": "histogram"}
 
-    def algorithm(self):
-        return make_algorithm(self.algorithm_name, len(self.info["features"]), int(self.params["rank"]),
-                              **self.params.get("algorithm_params", {}))
+    spec: PCAJobSpec
+
+    @classmethod
+    def model_payload(cls, mv: ModelVersion) -> bytes | None:
+        a = unpack(mv.arrays)
+        pre = Preprocessor(mv.info["features"], a["log_mask"].astype(bool), a["mean"], a["scale"])
+        return model_envelope(mv.job_id, mv.version, a["Z"], pre, mv.info["threshold"]).encode()
+
+    def algorithm(self) -> PCAAlgorithm:
+        return cast(PCAAlgorithm, self.spec.make_algorithm())
 
     def content(self, phase: str) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
-        meta = {"rank": int(self.params["rank"]), "params": self.params.get("algorithm_params", {}),
-                "log_transform": bool(self.params.get("log_transform", True))}
+        meta = {"rank": self.spec.rank, "params": self.spec.algorithm_params, "log_transform": self.spec.log_transform}
         if phase == "stats":
-            return {}, {**meta, "features": self.params["features"]}
+            return {}, {**meta, "features": self.spec.features}
         arrays = {**self.broadcast, **{f"init.{k}": v for k, v in self.initial().items()},
                   "mean": np.array(self.info["mean"]), "scale": np.array(self.info["scale"])}
         return arrays, {**meta, "features": self.info["features"], "mean_count": self.info["mean_count"]}
 
     def initial(self) -> dict[str, np.ndarray]:
-        from coordinator.db import unpack
-
         return unpack(bytes.fromhex(self.info.get("init_blob", "")))
 
     def follow(self) -> None:
-        rounds = int(self.params["rounds"])
+        rounds = self.spec.rounds
         if self.phase == "stats" or (self.phase == "train" and self.round < rounds):
             self.sample("train", self.round + 1)
         elif self.phase == "train":
@@ -60,7 +66,7 @@ class PCAJob(JobRunner):
     # -- replies --------------------------------------------------------------------------------------
     def validate(self, env: Envelope) -> None:
         if self.phase == "stats":
-            d = len(self.params["features"])
+            d = len(self.spec.features)
             expect_arrays(env, {"count": (1,), "total": (d,), "sumsq": (d,)})
             if env.arrays["count"][0] < 1 or (env.arrays["sumsq"] < 0).any():
                 raise ProtocolError("value", "count must be positive and sums of squares non-negative")
@@ -97,9 +103,9 @@ class PCAJob(JobRunner):
                       self.pending[a].arrays["sumsq"]) for a in answered]
         mean, scale, _ = global_standardisation(summaries)
         counts = np.array([s[0] for s in summaries], dtype=float)
-        self.info = {"features": list(self.params["features"]), "mean": mean.tolist(), "scale": scale.tolist(),
+        self.info = {"features": list(self.spec.features), "mean": mean.tolist(), "scale": scale.tolist(),
                      "counts": counts.tolist(), "mean_count": float(counts.mean())}
-        self.rng = np.random.default_rng(int(self.params.get("seed", 0)))
+        self.rng = np.random.default_rng(self.spec.seed)
         alg = self.algorithm()
         self.server, self.broadcast = alg.init_server(len(answered), self.rng)
         self.info["init_blob"] = pack(self.broadcast).hex()
@@ -122,14 +128,14 @@ class PCAJob(JobRunner):
         counts = np.zeros(len(EDGES) - 1, dtype=np.int64)
         for a in answered:
             np.add.at(counts, self.pending[a].arrays["bins"], self.pending[a].arrays["counts"])
-        threshold = quantile_from_histogram(counts, float(self.params.get("quantile", 0.99)))
+        threshold = quantile_from_histogram(counts, self.spec.quantile)
         features = self.info["features"]
-        pre = Preprocessor(features, np.full(len(features), bool(self.params.get("log_transform", True))),
+        pre = Preprocessor(features, np.full(len(features), self.spec.log_transform),
                            np.array(self.info["mean"]), np.array(self.info["scale"]))
         Z = self.algorithm().consensus(self.broadcast)
         with self.sessions.begin() as s:
             version = s.query(ModelVersion).filter_by(job_id=self.job_id).count() + 1
-            s.add(ModelVersion(job_id=self.job_id, version=version, type="pca", round=int(self.params["rounds"]),
+            s.add(ModelVersion(job_id=self.job_id, version=version, type="pca", round=self.spec.rounds,
                                arrays=pack({"Z": Z, "mean": pre.mean, "scale": pre.scale,
                                             "log_mask": pre.log_mask.astype(np.uint8)}),
                                info={"features": pre.feature_names, "threshold": threshold}, published=False))

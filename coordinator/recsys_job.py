@@ -14,14 +14,15 @@ and counts; nothing per client) and the uploads of the round in progress.
 from __future__ import annotations
 
 import logging
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 import numpy as np
 
 from coordinator.db import ModelVersion, pack, unpack
 from coordinator.job_runner import JobRunner
-from models.recsys import make_algorithm
+from models.recsys import RecsysAlgorithm
 from models.recsys.data import global_mean, stack
+from models.recsys.spec import RecsysJobSpec
 from wire.protocol import Envelope, ProtocolError
 
 log = logging.getLogger("fedsentry.coordinator")
@@ -33,26 +34,26 @@ class RecsysJob(JobRunner):
     type = "recsys"
     replies: ClassVar[dict[str, str]] = {"stats": "stats", "setup": "setup", "train": "upload", "eval": "eval"}
 
-    def algorithm(self):
-        return make_algorithm(self.algorithm_name, len(self.params["items"]), int(self.params["rank"]),
-                              **self.params.get("algorithm_params", {}))
+    spec: RecsysJobSpec
+
+    def algorithm(self) -> RecsysAlgorithm:
+        return cast(RecsysAlgorithm, self.spec.make_algorithm())
 
     @property
     def setup_rounds(self) -> int:
         return int(self.algorithm().setup_rounds)
 
     def content(self, phase: str) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
-        meta = {"rank": int(self.params["rank"]), "params": self.params.get("algorithm_params", {}),
-                "n_items": len(self.params["items"])}
+        meta = {"rank": self.spec.rank, "params": self.spec.algorithm_params, "n_items": len(self.spec.items)}
         if phase == "stats":
-            return {}, {**meta, "items": self.params["items"]}
+            return {}, {**meta, "items": self.spec.items}
         arrays = dict(self.broadcast)
         if self.round <= self.setup_rounds + 1:  # until every participant has initialised its state
             arrays.update({f"init.{k}": v for k, v in unpack(bytes.fromhex(self.info["init_blob"])).items()})
         return arrays, {**meta, "mean": self.info["mean"]}
 
     def follow(self) -> None:
-        rounds, S = int(self.params["rounds"]), self.setup_rounds
+        rounds, S = self.spec.rounds, self.setup_rounds
         if self.phase == "stats":
             if S:
                 self.begin("setup", 1, self.participants)
@@ -81,7 +82,7 @@ class RecsysJob(JobRunner):
         items = a.get("items")
         if items is None or items.ndim != 1 or items.dtype.kind not in "iu":
             raise ProtocolError("shape", "an upload needs a 1-d integer array 'items'")
-        if len(items) and (items.min() < 0 or items.max() >= len(self.params["items"])):
+        if len(items) and (items.min() < 0 or items.max() >= len(self.spec.items)):
             raise ProtocolError("value", "item ids outside the catalogue")
         for name, arr in a.items():
             if name != "items" and arr.ndim >= 1 and arr.shape[0] != len(items):
@@ -119,7 +120,7 @@ class RecsysJob(JobRunner):
         counts = np.array([int(self.pending[a].arrays["count"][0]) for a in answered], dtype=float)
         sums = np.array([float(self.pending[a].arrays["sum"][0]) for a in answered])
         self.info = {"mean": global_mean(counts, sums), "counts": counts.tolist()}
-        self.rng = np.random.default_rng(int(self.params.get("seed", 0)))
+        self.rng = np.random.default_rng(self.spec.seed)
         self.server, self.broadcast = self.algorithm().init_server(len(answered), self.rng)
         self.info["init_blob"] = pack(self.broadcast).hex()
         return {"ratings": int(counts.sum()), "mean": self.info["mean"]}
@@ -130,12 +131,11 @@ class RecsysJob(JobRunner):
         alg = self.algorithm()
         with self.sessions.begin() as s:
             version = s.query(ModelVersion).filter_by(job_id=self.job_id).count() + 1
-            mv = ModelVersion(job_id=self.job_id, version=version, type="recsys", round=int(self.params["rounds"]),
+            mv = ModelVersion(job_id=self.job_id, version=version, type="recsys", round=self.spec.rounds,
                               arrays=pack({"item_factors": alg.item_factors(self.broadcast)}), published=False,
-                              info={"items": self.params["items"], "mean": self.info["mean"],
-                                    "rating_min": self.params.get("rating_min", 0.5),
-                                    "rating_max": self.params.get("rating_max", 5.0), "lam": alg.lam,
-                                    "test_rmse": self.info.get("test_rmse"), "threshold": 0.0, "features": []})
+                              info={"items": self.spec.items, "mean": self.info["mean"],
+                                    "rating_min": self.spec.rating_min, "rating_max": self.spec.rating_max,
+                                    "lam": alg.lam, "test_rmse": self.info.get("test_rmse")})
             s.add(mv)
             s.flush()
             model_id = mv.id

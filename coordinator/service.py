@@ -21,9 +21,10 @@ from sqlalchemy import insert, select
 from sqlalchemy.exc import OperationalError
 
 from coordinator.db import Alert, Device, Job, Rejection, Round, make_engine, migrate, session_factory, utcnow
+from coordinator.job_runner import JobRunner
+from coordinator.jobs import create_job
 from coordinator.models_service import publish_promoted
-from coordinator.pca_job import PCAJob
-from coordinator.recsys_job import RecsysJob
+from models.families import family, job_spec
 from wire.mqtt import make_client, parse_broker_url
 from wire.protocol import (
     AGENT_SUBSCRIPTION,
@@ -34,7 +35,6 @@ from wire.protocol import (
 )
 
 log = logging.getLogger("fedsentry.coordinator")
-RUNNERS = {"pca": PCAJob, "recsys": RecsysJob}
 LEASE = timedelta(seconds=15)
 
 
@@ -50,7 +50,7 @@ class Coordinator:
         self._connect_db()
         self.sessions = session_factory(self.engine)
         self.inbox: queue.Queue[tuple[str, bytes, int, int]] = queue.Queue()
-        self.jobs: dict[str, PCAJob] = {}
+        self.jobs: dict[str, JobRunner] = {}
         self.rejected: Counter[str] = Counter()
         self._saved_rejections: Counter[str] = Counter()
         self.capabilities: dict[str, tuple[str, ...]] = {}  # from the agents' retained status messages
@@ -169,7 +169,8 @@ class Coordinator:
                     won = s.execute(Job.__table__.update().where(Job.id == job.id, same_holder)
                                     .values(leader=self.instance, lease_until=now + LEASE)).rowcount
                     if won:
-                        self.jobs[job.id] = RUNNERS[job.type](job, self.sessions, self.publish, job_topic(job.id))
+                        runner = family(job.type).load_runner()
+                        self.jobs[job.id] = runner(job, self.sessions, self.publish, job_topic(job.id))
                         log.info("job=%s led by %s", job.id, self.instance)
 
     def _prune(self) -> None:
@@ -291,8 +292,8 @@ class Coordinator:
 
     # -- jobs API used by the CLI, the demo and the REST API --------------------------------------------
     def create_job(self, job_id: str, type_: str, algorithm: str, params: dict[str, Any]) -> None:
-        with self.sessions.begin() as s:
-            s.add(Job(id=job_id, type=type_, algorithm=algorithm, params=params, status="pending"))
+        """Validate the settings (ValueError names the bad one) and store the job as pending."""
+        create_job(self.sessions, job_id, job_spec(type_, {**params, "algorithm": algorithm}))
 
     def job_status(self, job_id: str) -> str | None:
         with self.sessions() as s:

@@ -21,10 +21,12 @@ from typing import Any
 import numpy as np
 import paho.mqtt.client as mqtt
 
-from edge_agent.participant import PCAParticipant, TrainingBuffer
+from edge_agent.participant import Participant
+from edge_agent.pca_participant import TrainingBuffer
 from edge_agent.scorer import Scorer
 from edge_agent.sources import Batch, SchemaError, ZeekFollower, csv_source, select
 from edge_agent.store import AgentStore, Outbox
+from models.families import family
 from wire.mqtt import make_client
 from wire.protocol import (
     JOB_SUBSCRIPTION,
@@ -67,11 +69,12 @@ class Agent:
             for b in training:
                 self.buffer.add(b)
             self.buffer.save()
-        self.participants: dict[str, Any] = {"pca": PCAParticipant(cfg.agent_id, self.store, self.buffer)}
+        # the job families this agent has data for, each with its participant (models.families)
+        local: dict[str, tuple[Any, ...]] = {"pca": (self.buffer,)}
         if ratings is not None:  # a ratings shard: this agent takes part in recommendation jobs
-            from edge_agent.recsys_participant import RecsysParticipant
-
-            self.participants["recsys"] = RecsysParticipant(cfg.agent_id, self.store, *ratings)
+            local["recsys"] = tuple(ratings)
+        self.participants: dict[str, Participant] = {
+            name: family(name).load_participant()(cfg.agent_id, self.store, *data) for name, data in local.items()}
         self.scorer = Scorer(cfg.agent_id, cfg.alert_burst, cfg.alert_window)
         saved = self.store.load_bytes("model.bin")
         if saved:

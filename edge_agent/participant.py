@@ -1,138 +1,138 @@
-"""An agent's part in a federated PCA job: the client side of every phase, over envelopes.
+"""An agent's part in a job, whatever its family: the client side of the round loop, over envelopes.
 
-Phases, driven by the coordinator's retained round message (meta ``phase``):
+The coordinator drives a job with retained round messages (meta ``phase``). The base class handles what
+every family shares:
 
-- ``stats``: send count, sum and sum of squares of the transformed training records;
-- ``train``: if sampled, run the algorithm's client step (the same function the simulator calls) on the
-  second moment C_i around the global mean and upload; a client that took part in an earlier round first
-  applies its dual update with the consensus the message carries (once: the pending flag is cleared);
-- ``threshold``: send a histogram of the training records' errors under the final consensus.
+- ``train``: a sampled agent first applies `client_finish` owed since the last round it took part in
+  (with the broadcast this message carries: the one that followed that round, as in `models.rounds`),
+  then runs the algorithm's client step (the very function the simulator calls) and uploads. An agent
+  that is not sampled only applies an owed finish; with none owed it touches no disk at all.
+- Rounds are idempotent: the reply to a (job, phase, round) is stored with the state it produced, in one
+  atomic write, and re-sent unchanged if the same round arrives again; a finish is applied once.
 
-Rounds are idempotent: the reply to a (job, round) is cached and re-sent unchanged if the same round
-arrives again, so a redelivered message never applies a step twice.
+A family adds its data (`client_data`), the algorithm's problem size (`problem`) and its other phases
+(`phases`: statistics, thresholds, evaluation, ...). It is registered in `models.families`.
 """
 
 from __future__ import annotations
 
-import logging
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from typing import Any, ClassVar
 
 import numpy as np
 
-from edge_agent.sources import Batch, select
 from edge_agent.store import AgentStore
-from models.pca import make_algorithm
-from models.preprocessing import Moments, Preprocessor, signed_log1p
-from models.robust import residuals
-from models.threshold import error_histogram
-from wire.protocol import Envelope
+from models.families import family
+from models.federated import FederatedAlgorithm, State
+from wire.protocol import Envelope, decode
 
-log = logging.getLogger("fedsentry.agent")
-
-
-class TrainingBuffer:
-    """The records an agent learns normal traffic from (a bounded reservoir sample), kept on disk."""
-
-    def __init__(self, store: AgentStore, capacity: int = 50_000, seed: int = 0):
-        self.store, self.capacity = store, capacity
-        saved = store.load_arrays("training")
-        meta = store.load_json("training", {"columns": [], "seen": 0})
-        self.columns: list[str] = meta["columns"]
-        self.seen: int = meta["seen"]
-        self.X = saved["X"] if saved else np.zeros((0, len(self.columns)))
-        self.rng = np.random.default_rng(seed + self.seen)
-
-    def add(self, batch: Batch) -> None:
-        if not self.columns:
-            self.columns = list(batch.columns)
-            self.X = np.zeros((0, len(self.columns)))
-        X = select(batch, self.columns)
-        room = self.capacity - len(self.X)
-        if room > 0:
-            self.X = np.vstack([self.X, X[:room]])
-        for i, row in enumerate(X[max(room, 0):], start=self.seen + max(room, 0)):
-            j = self.rng.integers(0, i + 1)  # reservoir sampling keeps a uniform sample of all records
-            if j < self.capacity:
-                self.X[j] = row
-        self.seen += len(X)
-
-    def save(self) -> None:
-        self.store.save_arrays("training", {"X": self.X})
-        self.store.save_json("training", {"columns": self.columns, "seen": self.seen})
-
-    def matrix(self, features: list[str]) -> np.ndarray:
-        return select(Batch(self.columns, self.X), features)
+OWED = "__finish_owed__"  # the state's client_finish is still to be applied with the next broadcast
+REPLY = "__reply__"  # the upload this state produced (encoded envelope)
+REPLY_ROUND = "__reply_round__"
 
 
-class PCAParticipant:
-    def __init__(self, agent_id: str, store: AgentStore, buffer: TrainingBuffer):
-        self.id, self.store, self.buffer = agent_id, store, buffer
+class Participant(ABC):
+    family: ClassVar[str] = ""
+    #: round-message arrays that are not part of the algorithm's broadcast
+    extra_arrays: ClassVar[tuple[str, ...]] = ()
 
+    def __init__(self, agent_id: str, store: AgentStore):
+        self.id, self.store = agent_id, store
+        self._owed: dict[str, bool] = {}  # job -> a finish is owed (known after the first look at the disk)
+
+    # -- what a family provides -------------------------------------------------------------------------
+    @abstractmethod
+    def phases(self) -> dict[str, Callable[[Envelope], Envelope | None]]:
+        """Handlers of the phases other than ``train``."""
+
+    @abstractmethod
+    def client_data(self, env: Envelope) -> State:
+        """This agent's data for the algorithm, as a batch of one."""
+
+    @abstractmethod
+    def problem(self, meta: dict[str, Any]) -> dict[str, int]:
+        """The dimensions the job's algorithm is built with (n_features or n_items, rank)."""
+
+    # -- dispatch ---------------------------------------------------------------------------------------
     def on_round(self, env: Envelope) -> Envelope | None:
-        meta = env.meta
-        phase = meta.get("phase")
-        cached = self.store.load_bytes(f"reply-{env.job}-{phase}-{env.round}.bin")
-        if cached is not None:
-            from wire.protocol import decode
-
-            return decode(cached)
-        if phase == "stats":
-            reply = self._stats(env)
-        elif phase == "train":
-            reply = self._train(env)
-        elif phase == "threshold":
-            reply = self._threshold(env)
-        else:
+        phase = env.meta.get("phase")
+        if phase == "train":
+            if self.id not in env.meta.get("sampled", []):
+                self.settle(env)
+                return None
+            return self._train_once(env)
+        handler = self.phases().get(str(phase))
+        if handler is None:
             return None
+        key = f"reply-{env.job}-{phase}-{env.round}.bin"
+        cached = self.store.load_bytes(key)
+        if cached is not None:
+            return decode(cached)
+        reply = handler(env)
         if reply is not None:
-            self.store.save_bytes(f"reply-{env.job}-{phase}-{env.round}.bin", reply.encode())
+            self.store.save_bytes(key, reply.encode())
         return reply
 
-    # -- phases ------------------------------------------------------------------------------------
-    def _transformed(self, meta: dict) -> np.ndarray:
-        X = self.buffer.matrix(meta["features"])
-        return signed_log1p(X, np.full(X.shape[1], bool(meta.get("log_transform", True))))
+    # -- the algorithm and its state ----------------------------------------------------------------------
+    def algorithm(self, meta: dict[str, Any]) -> FederatedAlgorithm:
+        cls = family(self.family).algorithms[meta["algorithm"]]
+        return cls(**self.problem(meta), **meta.get("params", {}))
 
-    def _stats(self, env: Envelope) -> Envelope:
-        n, total, sumsq = Moments.of(self._transformed(env.meta)).summary()
-        return Envelope("stats", env.job, env.round, self.id,
-                        {"count": np.array([n], dtype=np.int64), "total": total, "sumsq": sumsq})
+    def broadcast(self, env: Envelope) -> State:
+        return {k: v for k, v in env.arrays.items() if not k.startswith("init.") and k not in self.extra_arrays}
 
-    def _algorithm(self, meta: dict):
-        return make_algorithm(meta["algorithm"], len(meta["features"]), int(meta["rank"]), **meta.get("params", {}))
+    @staticmethod
+    def initial(env: Envelope) -> State:
+        return {k[5:]: v for k, v in env.arrays.items() if k.startswith("init.")}
 
-    def _client_data(self, env: Envelope) -> dict[str, np.ndarray]:
-        T = self._transformed(env.meta)
-        C = Moments.of(T).second_moment(env.arrays["mean"], env.arrays["scale"])
-        weight = len(T) / float(env.meta["mean_count"])
-        return {"C": C[None], "weight": np.array([weight])}
+    def load_state(self, job: str) -> tuple[State | None, dict[str, np.ndarray]]:
+        """(the algorithm's state, bookkeeping arrays) of a job, or (None, {})."""
+        arrays = self.store.load_arrays(f"job-{job}")
+        if arrays is None:
+            return None, {}
+        book = {k: arrays.pop(k) for k in (OWED, REPLY, REPLY_ROUND) if k in arrays}
+        return arrays, book
+
+    def save_state(self, job: str, state: State, owed: bool, book: dict[str, np.ndarray] | None = None) -> None:
+        self.store.save_arrays(f"job-{job}", {**state, **(book or {}), OWED: np.array(owed)})
+        self._owed[job] = owed
+
+    def settle(self, env: Envelope) -> None:
+        """Apply an owed finish (a train round this agent is not sampled in); no disk access when none is
+        owed."""
+        if self._owed.get(env.job) is not False:
+            self.current_state(env)
+
+    def current_state(self, env: Envelope) -> State | None:
+        """The job's state with any owed finish applied (with this message's broadcast)."""
+        state, book = self.load_state(env.job)
+        if state is not None and bool(book.get(OWED, False)):
+            state = self.algorithm(env.meta).client_finish(state, self.broadcast(env))
+            self.save_state(env.job, state, False, book)
+        self._owed[env.job] = False
+        return state
+
+    def _train_once(self, env: Envelope) -> Envelope | None:
+        _, book = self.load_state(env.job)
+        answered = int(book.get(REPLY_ROUND, -1))
+        if answered == env.round and REPLY in book:
+            return decode(book[REPLY].tobytes())  # a redelivered round: the same answer, nothing applied
+        if answered > env.round:
+            return None  # an old round delivered late: already past it
+        return self._train(env)
 
     def _train(self, env: Envelope) -> Envelope | None:
-        alg = self._algorithm(env.meta)
-        broadcast = {k: v for k, v in env.arrays.items() if k not in ("mean", "scale") and not k.startswith("init.")}
-        name = f"job-{env.job}"
-        state = self.store.load_arrays(name)
-        if state is not None:
-            state = alg.client_finish(state, broadcast)  # the dual step of the last round taken part in
-            self.store.save_arrays(name, state)
-        if self.id not in env.meta.get("sampled", []):
-            return None
-        data = self._client_data(env)
+        """Finish owed, client step, upload; the state and the reply are written in one atomic step."""
+        alg, broadcast = self.algorithm(env.meta), self.broadcast(env)
+        state, book = self.load_state(env.job)
+        if state is not None and bool(book.get(OWED, False)):
+            state = alg.client_finish(state, broadcast)
+        data = self.client_data(env)
         if state is None:
-            init = {k[5:]: v for k, v in env.arrays.items() if k.startswith("init.")}
-            state = alg.init_clients(data, init or broadcast)
+            state = alg.init_clients(data, self.initial(env) or broadcast)
         state, upload = alg.client_update(state, data, broadcast)
-        self.store.save_arrays(name, state)
-        return Envelope("upload", env.job, env.round, self.id, {k: v[0] for k, v in upload.items()})
-
-    def _threshold(self, env: Envelope) -> Envelope:
-        alg = self._algorithm(env.meta)
-        broadcast = {k: v for k, v in env.arrays.items() if k not in ("mean", "scale") and not k.startswith("init.")}
-        Z = alg.consensus(broadcast)
-        features = env.meta["features"]
-        mask = np.full(len(features), bool(env.meta.get("log_transform", True)))
-        pre = Preprocessor(features, mask, env.arrays["mean"], env.arrays["scale"])
-        X = pre.transform(self.buffer.matrix(env.meta["features"]))
-        counts = error_histogram(residuals(X, Z))
-        nz = np.flatnonzero(counts)
-        return Envelope("histogram", env.job, env.round, self.id,
-                        {"bins": nz.astype(np.int32), "counts": counts[nz].astype(np.int64)})
+        reply = Envelope("upload", env.job, env.round, self.id, {k: v[0] for k, v in upload.items()})
+        self.save_state(env.job, state, True, {REPLY: np.frombuffer(reply.encode(), dtype=np.uint8),
+                                               REPLY_ROUND: np.array(env.round)})
+        return reply

@@ -9,43 +9,40 @@ Phases (meta ``phase`` of the round message):
 - ``eval``: the squared error and count of its held-out ratings under its own user factors and the
   final item factors, so the coordinator can pool a test RMSE without seeing any rating.
 
-Replies are cached per (job, phase, round): a redelivered round gets the same answer and changes nothing.
+The round loop (train, idempotent replies, owed finishes) is `edge_agent.participant`.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
+from edge_agent.participant import Participant
 from edge_agent.store import AgentStore
-from models.recsys import make_algorithm
 from models.recsys.data import Ratings, client_data
 from models.recsys.factors import predict_pairs
-from wire.protocol import Envelope, decode
+from wire.protocol import Envelope
 
 log = logging.getLogger("fedsentry.agent")
 
 
-class RecsysParticipant:
+class RecsysParticipant(Participant):
+    family = "recsys"
+
     def __init__(self, agent_id: str, store: AgentStore, train: Ratings, test: Ratings | None = None):
-        self.id, self.store, self.train, self.test = agent_id, store, train, test
+        super().__init__(agent_id, store)
+        self.train, self.test = train, test
         users = train.user_ids if test is None else np.union1d(train.user_ids, test.user_ids)
         self.users = np.asarray(users)
 
-    def on_round(self, env: Envelope) -> Envelope | None:
-        phase = env.meta.get("phase")
-        key = f"reply-{env.job}-{phase}-{env.round}.bin"
-        cached = self.store.load_bytes(key)
-        if cached is not None:
-            return decode(cached)
-        handler = {"stats": self._stats, "setup": self._setup, "train": self._train, "eval": self._eval}.get(phase)
-        if handler is None:
-            return None
-        reply = handler(env)
-        if reply is not None:
-            self.store.save_bytes(key, reply.encode())
-        return reply
+    def phases(self) -> dict[str, Callable[[Envelope], Envelope | None]]:
+        return {"stats": self._stats, "setup": self._setup, "eval": self._eval}
+
+    def problem(self, meta: dict[str, Any]) -> dict[str, int]:
+        return {"n_items": int(meta["n_items"]), "rank": int(meta["rank"])}
 
     # -- the agent's data in the job's catalogue ------------------------------------------------------
     def _job(self, env: Envelope) -> dict:
@@ -68,27 +65,12 @@ class RecsysParticipant:
         users = np.searchsorted(self.users, r.user_ids[r.user])
         return users[known], items[known], r.rating[known]
 
-    def _data(self, env: Envelope) -> dict[str, np.ndarray]:
+    def client_data(self, env: Envelope) -> dict[str, np.ndarray]:
         catalogue = self._job(env)["items"]
         u, i, v = self._indexed(self.train, catalogue)
         mine = Ratings(u, i, v, np.arange(len(self.users)), np.arange(len(catalogue)),
                        self.train.rating_min, self.train.rating_max)
         return client_data(mine, [np.arange(len(self.users))], float(env.meta["mean"]))[0]
-
-    def _algorithm(self, env: Envelope):
-        return make_algorithm(env.meta["algorithm"], int(env.meta["n_items"]), int(env.meta["rank"]),
-                              **env.meta.get("params", {}))
-
-    @staticmethod
-    def _broadcast(env: Envelope) -> dict[str, np.ndarray]:
-        return {k: v for k, v in env.arrays.items() if not k.startswith("init.")}
-
-    def _state(self, env: Envelope, alg, data) -> dict[str, np.ndarray]:
-        state = self.store.load_arrays(f"job-{env.job}")
-        if state is None:  # initialised with the job's first broadcast, as in the simulator
-            init = {k[5:]: v for k, v in env.arrays.items() if k.startswith("init.")} or self._broadcast(env)
-            state = alg.init_clients(data, init)
-        return state
 
     # -- phases ---------------------------------------------------------------------------------------
     def _stats(self, env: Envelope) -> Envelope:
@@ -98,31 +80,23 @@ class RecsysParticipant:
                         {"count": np.array([len(v)], dtype=np.int64), "sum": np.array([float(v.sum())])})
 
     def _setup(self, env: Envelope) -> Envelope:
-        alg, data = self._algorithm(env), self._data(env)
-        state = self._state(env, alg, data)
-        self.store.save_arrays(f"job-{env.job}", state)
-        uploads = alg.client_setup(state, data, self._broadcast(env))
+        """The algorithm's setup step, with every participant; the state starts here (as in the simulator)."""
+        alg, data = self.algorithm(env.meta), self.client_data(env)
+        state = self.current_state(env)
+        if state is None:
+            state = alg.init_clients(data, self.initial(env) or self.broadcast(env))
+            self.save_state(env.job, state, False)
+        uploads = alg.client_setup(state, data, self.broadcast(env))
         return Envelope("setup", env.job, env.round, self.id, {k: v[0] for k, v in uploads.items()})
 
-    def _train(self, env: Envelope) -> Envelope | None:
-        if self.id not in env.meta.get("sampled", []):
-            return None
-        alg, data = self._algorithm(env), self._data(env)
-        state = self._state(env, alg, data)
-        broadcast = self._broadcast(env)
-        state, uploads = alg.client_update(state, data, broadcast)
-        state = alg.client_finish(state, broadcast)
-        self.store.save_arrays(f"job-{env.job}", state)
-        return Envelope("upload", env.job, env.round, self.id, {k: v[0] for k, v in uploads.items()})
-
     def _eval(self, env: Envelope) -> Envelope:
-        alg = self._algorithm(env)
-        state = self.store.load_arrays(f"job-{env.job}")
+        alg = self.algorithm(env.meta)
+        state = self.current_state(env)
         sq, n = 0.0, 0
         if self.test is not None and len(self.test):
             u, i, v = self._indexed(self.test, self._job(env)["items"])
             P = state["user_factors"][0] if state is not None else np.zeros((len(self.users), alg.width))
-            Q = alg.item_factors(self._broadcast(env))
+            Q = alg.item_factors(self.broadcast(env))
             pred = np.clip(float(env.meta["mean"]) + predict_pairs(P[u], Q[i]), self.test.rating_min,
                            self.test.rating_max)
             sq, n = float(((pred - v) ** 2).sum()), len(v)

@@ -44,7 +44,7 @@ def _load(path: str) -> Any:
 
 
 FAMILIES: dict[str, JobFamily] = {
-    "pca": JobFamily("pca", PCAJobSpec, "coordinator.pca_job:PCAJob", "edge_agent.participant:PCAParticipant",
+    "pca": JobFamily("pca", PCAJobSpec, "coordinator.pca_job:PCAJob", "edge_agent.pca_participant:PCAParticipant",
                      "federated PCA anomaly detection: agents name the features they provide"),
     "recsys": JobFamily("recsys", RecsysJobSpec, "coordinator.recsys_job:RecsysJob",
                         "edge_agent.recsys_participant:RecsysParticipant",

@@ -22,6 +22,7 @@ from models.pca import PCAAlgorithm, make_algorithm
 from models.pca.baselines import centralized_pca, local_pca
 from models.preprocessing import Moments, Preprocessor, global_standardisation, signed_log1p
 from models.robust import TRIM_CRITERIA, distance_masks, residual_mask, residuals, second_moment
+from models.rounds import run_round, sample_clients
 from models.threshold import error_histogram, quantile_from_histogram
 
 
@@ -104,7 +105,6 @@ def run_federated(
     rng = np.random.default_rng(seed)
     chaos = np.random.default_rng(seed + 7919)  # attacks and dropouts do not disturb the sampling
     N = len(clients.X)
-    per_round = max(1, int(round(fraction * N)))
     data = {"C": clients.C.copy(), "weight": clients.weight}
     C = data["C"]
     pooled = clients.pooled
@@ -115,23 +115,19 @@ def run_federated(
     train_time = 0.0
     bad = set(chaos.choice(N, int(round(byzantine * N)), replace=False).tolist()) if byzantine > 0 else set()
     for r in range(1, rounds + 1):
-        idx = np.sort(rng.choice(N, per_round, replace=False))
+        idx = sample_clients(rng, N, fraction)
         if dropout > 0:
             idx = np.sort(chaos.choice(idx, max(len(idx) - int(round(dropout * len(idx))), 0), replace=False))
         if trim > 0 and clients.keep is None and r > 1:  # residual trim, re-evaluated with the current Z
             Zc = algorithm.consensus(broadcast)
             for i in idx:
                 C[i] = second_moment(clients.X[i][residual_mask(clients.X[i], Zc, trim)])
-        t0 = time.perf_counter()
-        sub, uploads = algorithm.client_update(take(state, idx), take(data, idx), broadcast)
         evil = np.array([i in bad for i in idx], dtype=bool)
-        if evil.any():
-            fake = poison(take(uploads, evil), broadcast, attack, chaos)
-            uploads = {k: np.where(evil.reshape(-1, *([1] * (v.ndim - 1))), 0, v) for k, v in uploads.items()}
-            for k in uploads:
-                uploads[k][evil] = fake[k]
-        server, broadcast = algorithm.server_update(server, idx, uploads, clients.weight[idx])
-        put(state, idx, algorithm.client_finish(sub, broadcast))
+        t0 = time.perf_counter()
+        done = run_round(algorithm, server, broadcast, idx, take(state, idx), take(data, idx), clients.weight[idx],
+                         tamper=_poisoner(evil, broadcast, attack, chaos) if evil.any() else None)
+        server, broadcast = done.server, done.broadcast
+        put(state, idx, done.states)
         train_time += time.perf_counter() - t0
         Z = algorithm.consensus(broadcast)
         entry = {"round": r, "objective": _objective(pooled, Z)}
@@ -142,6 +138,17 @@ def run_federated(
             on_round(entry)
     return FederatedRun(algorithm.consensus(broadcast), history, train_time / max(rounds, 1),
                         algorithm.upload_bytes(), broadcast)
+
+
+def _poisoner(evil: np.ndarray, broadcast: State, attack: str, rng: np.random.Generator):
+    """Replace the uploads of the clients flagged in evil with poisoned ones (models.attacks)."""
+    def tamper(uploads: State) -> State:
+        fake = poison(take(uploads, evil), broadcast, attack, rng)
+        out = {k: v.copy() for k, v in uploads.items()}
+        for k in out:
+            out[k][evil] = fake[k]
+        return out
+    return tamper
 
 
 def _objective(pooled: np.ndarray, Z: np.ndarray) -> float:

@@ -22,7 +22,7 @@ log = logging.getLogger("fedsentry.data")
 NAMED = {"ton-iot": "ton-iot", "nsl-kdd": "nsl-kdd"}
 DATASETS = ("synthetic", *NAMED)
 LABEL_NAMES = ("label", "outcome", "class", "attack")
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 @dataclass

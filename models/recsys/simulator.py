@@ -22,6 +22,7 @@ from models.recsys.data import Ratings, client_data, global_mean, stack, unstack
 from models.recsys.factors import predict_pairs
 from models.recsys.metrics import mae, rmse
 from models.recsys.recommend import ItemModel, fold_in, recommend_top_n, top_n
+from models.rounds import run_round, sample_clients
 
 
 @dataclass
@@ -98,7 +99,6 @@ def run_federated(
     """Drive an algorithm for `rounds` rounds with a fraction of the clients sampled each round."""
     rng = np.random.default_rng(seed)
     N = clients.n_clients
-    per_round = max(1, int(round(fraction * N)))
     data = clients.data
     evaluate = Evaluator(clients, test)
     t0 = time.perf_counter()
@@ -111,15 +111,16 @@ def run_federated(
     history: list[dict[str, float]] = []
     train_time, sent = 0.0, []
     for r in range(1, rounds + 1):
-        idx = np.sort(rng.choice(N, per_round, replace=False))
+        idx = sample_clients(rng, N, fraction)
         t0 = time.perf_counter()
         old = [states[i] for i in idx]
-        sub, uploads = algorithm.client_update(stack(old), stack([data[i] for i in idx]), broadcast)
-        server, broadcast = algorithm.server_update(server, idx, uploads, clients.weight[idx])
-        for i, s in zip(idx, unstack(algorithm.client_finish(sub, broadcast), old)):
+        done = run_round(algorithm, server, broadcast, idx, stack(old), stack([data[i] for i in idx]),
+                         clients.weight[idx])
+        server, broadcast = done.server, done.broadcast
+        for i, s in zip(idx, unstack(done.states, old)):
             states[i] = s
         train_time += time.perf_counter() - t0
-        sent.extend(algorithm.payload_bytes(uploads).tolist())
+        sent.extend(algorithm.payload_bytes(done.uploads).tolist())
         P = gather_users(data, states, clients.train.n_users)
         Q = algorithm.item_factors(broadcast)
         entry = {"round": r, **evaluate(P, Q, algorithm.penalty(P, Q))}

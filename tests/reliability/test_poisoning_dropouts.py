@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from coordinator.db import ModelVersion, Round, unpack
-from edge_agent.participant import PCAParticipant
+from edge_agent.pca_participant import PCAParticipant
 from models.attacks import poison
 from models.linalg import subspace_distance
 from models.pca.baselines import centralized_pca
