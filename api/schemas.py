@@ -5,10 +5,12 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic_core import PydanticCustomError
 
-from models.pca import FEDERATED
+from models.families import job_spec
+from models.jobspec import JobSpec
+from models.pca import FEDERATED as PCA_ALGORITHMS
 from models.recsys import FEDERATED as RECSYS
 from wire.protocol import ID_RE
 
@@ -16,7 +18,10 @@ ID_PATTERN = ID_RE.pattern
 
 
 class JobCreate(BaseModel):
-    """A training job. `pca` jobs name the features the agents provide; `recsys` jobs the item catalogue."""
+    """A training job. `pca` jobs name the features the agents provide; `recsys` jobs the item catalogue.
+
+    The settings are the job family's typed spec (`models.families`), the same the command line and the
+    demo use: an unknown setting, or an algorithm parameter the chosen algorithm does not take, is an error."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -26,61 +31,45 @@ class JobCreate(BaseModel):
                                        description="pca: feature names the agents provide")
     items: list[int | str] | None = Field(None, min_length=2, max_length=1_000_000,
                                           description="recsys: the item catalogue (ids)")
-    algorithm: str | None = Field(None, description="default fedmm (pca) or fedmc-admm (recsys)")
+    algorithm: str | None = Field(None, description=f"pca: one of {', '.join(PCA_ALGORITHMS)} (default fedmm); "
+                                                    f"recsys: one of {', '.join(RECSYS)} (default fedmc-admm)")
+    algorithm_params: dict[str, float | int | bool | str | None] | None = Field(
+        None, max_length=32, description="the algorithm's parameters (e.g. rho, local_steps, oversample, bits, "
+                                         "aggregator, lam, gamma, regularizer): its constructor's keyword arguments")
     rank: int | None = Field(None, ge=1, le=1000, description="default 3 (pca) or 10 (recsys)")
-    rounds: int = Field(30, ge=1, le=100_000)
-    fraction: float = Field(0.3, gt=0, le=1)
-    seed: int = Field(0, ge=0, le=2**31 - 1)
-    quantile: float = Field(0.99, gt=0, lt=1, description="pca: threshold quantile")
-    min_agents: int = Field(1, ge=1, le=1_000_000)
-    deadline: float = Field(10.0, gt=0, le=3600, description="seconds to wait for a round's uploads")
-    rating_min: float = Field(0.5, description="recsys: lowest valid rating")
-    rating_max: float = Field(5.0, description="recsys: highest valid rating")
+    rounds: int | None = Field(None, ge=1, le=100_000, description="training rounds (default 30)")
+    fraction: float | None = Field(None, gt=0, le=1, description="share of agents sampled per round (default 0.3)")
+    seed: int | None = Field(None, ge=0, le=2**31 - 1)
+    quantile: float | None = Field(None, gt=0, lt=1, description="pca: threshold quantile (default 0.99)")
+    log_transform: bool | None = Field(None, description="pca: signed log1p before standardising (default true)")
+    min_agents: int | None = Field(None, ge=1, le=1_000_000, description="wait until this many agents are online")
+    max_agents: int | None = Field(None, ge=1, le=1_000_000, description="take part with at most this many agents")
+    deadline: float | None = Field(None, gt=0, le=3600, description="seconds to wait for a round's uploads")
+    rating_min: float | None = Field(None, ge=-1e9, le=1e9, description="recsys: lowest valid rating (default 0.5)")
+    rating_max: float | None = Field(None, ge=-1e9, le=1e9, description="recsys: highest valid rating (default 5)")
 
-    @field_validator("features")
-    @classmethod
-    def _distinct(cls, v: list[str] | None) -> list[str] | None:
-        if v is not None and (len(set(v)) != len(v) or not all(0 < len(f) <= 128 for f in v)):
-            raise ValueError("features must be distinct non-empty names of at most 128 characters")
-        return v
-
-    @field_validator("items")
-    @classmethod
-    def _catalogue(cls, v: list | None) -> list | None:
-        if v is not None and len({str(i) for i in v}) != len(v):
-            raise ValueError("item ids must be distinct")
-        return v
+    def spec(self) -> JobSpec:
+        """The validated typed settings; a PydanticCustomError naming the field otherwise."""
+        values = self.model_dump(exclude={"type", "id"}, exclude_none=True)
+        if self.type == "pca" and self.features is None:
+            _bad("features", "a pca job needs the feature names its agents provide")
+        if self.type == "recsys" and self.items is None:
+            _bad("items", "a recsys job needs the item catalogue")
+        try:
+            return job_spec(self.type, values)
+        except ValueError as e:
+            field, _, problem = str(e).partition(": ")
+            _bad(field.split("[")[0], problem or str(e))
+            raise
 
     @model_validator(mode="after")
     def _consistent(self) -> JobCreate:
-        def bad(field: str, problem: str):
-            raise PydanticCustomError("job", "{field}: {problem}", {"field": field, "problem": problem})
-
-        if self.type == "pca":
-            self.algorithm = self.algorithm or "fedmm"
-            self.rank = self.rank or 3
-            if self.features is None:
-                bad("features", "a pca job needs the feature names its agents provide")
-            if self.items is not None:
-                bad("items", "an item catalogue belongs to a recsys job")
-            if self.algorithm not in FEDERATED:
-                bad("algorithm", f"must be one of {', '.join(sorted(FEDERATED))} for a pca job")
-            if self.rank >= len(self.features):
-                bad("rank", f"({self.rank}) must be smaller than the number of features ({len(self.features)})")
-        else:
-            self.algorithm = self.algorithm or "fedmc-admm"
-            self.rank = self.rank or 10
-            if self.items is None:
-                bad("items", "a recsys job needs the item catalogue")
-            if self.features is not None:
-                bad("features", "features belong to a pca job")
-            if self.algorithm not in RECSYS:
-                bad("algorithm", f"must be one of {', '.join(sorted(RECSYS))} for a recsys job")
-            if self.rank >= len(self.items):
-                bad("rank", f"({self.rank}) must be smaller than the number of items ({len(self.items)})")
-            if not self.rating_min < self.rating_max:
-                bad("rating_min", "must be below rating_max")
+        self.spec()
         return self
+
+
+def _bad(field: str, problem: str) -> None:
+    raise PydanticCustomError("job", "{field}: {problem}", {"field": field, "problem": problem})
 
 
 class RoundOut(BaseModel):

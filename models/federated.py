@@ -12,6 +12,8 @@ constructor; the methods never see more than the arrays they work on.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 
@@ -53,20 +55,17 @@ class FederatedAlgorithm(ABC):
         return 0
 
 
-def accepted_params(cls: type) -> tuple[str, ...]:
-    """The names a class's constructor takes (its parameters, not its local variables)."""
-    code = cls.__init__.__code__
-    return code.co_varnames[1:code.co_argcount + code.co_kwonlyargcount]
+def make(registry: Mapping[str, type], name: str, names: tuple[str, ...], **params: Any) -> Any:
+    """Instantiate registry[name] with its parameters (None means its default); a parameter the
+    algorithm does not take is a ValueError naming it (`models.params.check_params`)."""
+    from models.params import PROBLEM_ARGS, check_params
 
-
-def make(registry: dict[str, type], name: str, names: tuple[str, ...], **params):
-    """Instantiate registry[name], passing only the parameters it takes (None means its default)."""
     try:
         cls = registry[name]
     except KeyError:
         raise ValueError(f"unknown algorithm {name!r}; choose from {', '.join(names)}") from None
-    keep = accepted_params(cls)
-    return cls(**{k: v for k, v in params.items() if k in keep and v is not None})
+    problem = {k: params.pop(k) for k in PROBLEM_ARGS if k in params}
+    return cls(**problem, **check_params(cls, {k: v for k, v in params.items() if v is not None}))
 
 
 def take(state: State, idx: np.ndarray) -> State:

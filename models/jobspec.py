@@ -55,6 +55,16 @@ class JobSpec:
         raise NotImplementedError
 
     def validate(self) -> None:
+        """The common settings, then the family's (`check_family`), then the algorithm's parameters."""
+        self.check_common()
+        self.check_family()
+        cls = self.algorithms[self.algorithm]
+        self.algorithm_params = check_params(cls, self.algorithm_params, **self.problem())
+
+    def check_family(self) -> None:
+        """A family's own checks."""
+
+    def check_common(self) -> None:
         if not self.algorithm:
             self.algorithm = self.default_algorithm()
         if self.algorithm not in self.algorithms:
@@ -68,8 +78,6 @@ class JobSpec:
         check(self.max_agents is None or self.max_agents >= self.min_agents, "max_agents",
                "must be at least min_agents")
         check(0 < self.deadline <= 3600, "deadline", "must be in (0, 3600] seconds")
-        cls = self.algorithms[self.algorithm]
-        self.algorithm_params = check_params(cls, self.algorithm_params, **self.problem())
 
     @classmethod
     def default_algorithm(cls) -> str:

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import uuid
 
-from fastapi import APIRouter, Depends, HTTPException, Query
+from fastapi import APIRouter, Depends, HTTPException, Query, Request
 from sqlalchemy import select, tuple_
 from sqlalchemy.orm import Session
 
 from api.deps import admin, caller, get_db
 from api.pagination import decode_cursor, encode_cursor
 from api.schemas import JobCreate, JobDetail, JobOut, Page, RoundOut
+from coordinator import jobs as coordinator_jobs
 from coordinator.db import Job, Round
 
 router = APIRouter(prefix="/api/v1/jobs", tags=["jobs"])
@@ -21,14 +22,13 @@ def job_out(job: Job) -> JobOut:
 
 
 @router.post("", status_code=201, response_model=JobOut, dependencies=[Depends(admin)])
-def create_job(body: JobCreate, db: Session = Depends(get_db)) -> JobOut:
+def create_job(request: Request, body: JobCreate) -> JobOut:
+    spec = body.spec()
     job_id = body.id or f"{body.type}-{uuid.uuid4().hex[:8]}"
-    if db.get(Job, job_id) is not None:
-        raise HTTPException(409, [{"field": "body.id", "problem": f"job {job_id!r} exists already"}])
-    params = body.model_dump(exclude={"type", "id", "algorithm"}, exclude_none=True)
-    job = Job(id=job_id, type=body.type, algorithm=body.algorithm, params=params, status="pending")
-    db.add(job)
-    db.commit()
+    try:
+        job = coordinator_jobs.create_job(request.app.state.sessions, job_id, spec)
+    except coordinator_jobs.JobExistsError:
+        raise HTTPException(409, [{"field": "body.id", "problem": f"job {job_id!r} exists already"}]) from None
     return job_out(job)
 
 

@@ -49,6 +49,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = build_parser().parse_args(argv)
         logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, stream=sys.stderr,
                             format="%(asctime)s %(levelname)s %(name)s %(message)s")
+        logging.getLogger("alembic").setLevel(logging.DEBUG if args.verbose else logging.WARNING)
         return int(args.func(args) or 0)
     except UsageError as e:
         print(f"fedsentry: error: {e}", file=sys.stderr)

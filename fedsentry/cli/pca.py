@@ -52,10 +52,11 @@ def add_data_args(p: argparse.ArgumentParser) -> None:
 
 def add_pca_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--rank", type=positive_int, default=3, help="subspace dimension k (default 3)")
-    p.add_argument("--local-steps", type=positive_int, default=10, help="local steps per round (default 10)")
-    p.add_argument("--rho", type=positive_float, help="ADMM penalty (default: the number of features)")
-    p.add_argument("--lr", type=positive_float, help="local step size (default: 1/L from each client's curvature)")
-    p.add_argument("--oversample", type=int, default=6, help="fedmm: extra block columns (default 6)")
+    p.add_argument("--local-steps", type=positive_int, help="fedpe/fedpg: local steps per round (default 10)")
+    p.add_argument("--rho", type=positive_float, help="fedpe/fedpg: ADMM penalty (default: the number of features)")
+    p.add_argument("--lr", type=positive_float, help="fedpe/fedpg: local step size (default: 1/L from each client's "
+                   "curvature)")
+    p.add_argument("--oversample", type=int, help="fedmm: extra block columns (default 6)")
     p.add_argument("--bits", type=int, choices=range(2, 17), metavar="{2..16}", help="fedmm: quantise uploads")
     p.add_argument("--partition", choices=PARTITIONS, default="noniid", help="how records are split (default noniid)")
     p.add_argument("--partition-feature", help="noniid: feature to sort on (default: most distinct values)")

@@ -67,7 +67,7 @@ def add_recsys_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--rank", type=positive_int, default=10, help="number of latent factors (default 10)")
     p.add_argument("--client-split", choices=CLIENT_SPLITS, default="random",
                    help="how users are grouped into clients (default random; activity: sorted by activity)")
-    p.add_argument("--regularizer", choices=REGULARIZERS, default="l2", help="fedmc-admm: l2 or l1 (default l2)")
+    p.add_argument("--regularizer", choices=REGULARIZERS, help="fedmc-admm: l2 or l1 (default l2)")
     p.add_argument("--rho", type=positive_float, help="fedmc-admm: ADMM penalty, the paper's beta (default 10)")
     p.add_argument("--lam", type=positive_float, help="ridge weight of user factors (default per algorithm)")
     p.add_argument("--gamma", type=positive_float, help="ridge weight of item factors (default per algorithm)")

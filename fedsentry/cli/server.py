@@ -12,6 +12,7 @@ from fedsentry.cli.common import add_federation_args, positive_float, positive_i
 from fedsentry.cli.pca import add_data_args, add_pca_args
 from fedsentry.errors import UsageError
 from fedsentry.output import write_json
+from models.families import FAMILIES
 from models.pca import FEDERATED
 from models.recsys import FEDERATED as RECSYS
 
@@ -22,30 +23,37 @@ def register(groups: dict[str, Any], verbs: Any) -> None:
     c.set_defaults(func=run_coordinator)
 
     job = verbs.add_parser("job", help="manage training jobs").add_subparsers(dest="action", required=True)
-    create = job.add_parser("create", help="create a PCA job; a running coordinator picks it up")
+    create = job.add_parser("create", help="create a job (the API's settings); a running coordinator picks it up")
     create.add_argument("--db", help="database URL (default $FEDSENTRY_DB_URL or sqlite:///fedsentry.db)")
     create.add_argument("--id", help="job id (default: generated)")
-    create.add_argument("--algorithm", choices=sorted(FEDERATED), default="fedmm")
-    create.add_argument("--rank", type=positive_int, default=3)
-    create.add_argument("--rounds", type=positive_int, default=30)
-    create.add_argument("--fraction", type=float, default=0.3)
-    create.add_argument("--seed", type=int, default=0)
-    create.add_argument("--quantile", type=float, default=0.99)
-    create.add_argument("--min-agents", type=positive_int, default=1, help="wait until this many agents are online")
-    create.add_argument("--deadline", type=positive_float, default=10.0, help="seconds to wait for a round's uploads")
-    create.add_argument("--features", required=True, help="comma-separated feature names the agents provide")
+    create.add_argument("--type", choices=sorted(FAMILIES), default="pca", help="job family (default pca)")
+    create.add_argument("--features", help="pca: comma-separated feature names the agents provide")
+    create.add_argument("--items", help="recsys: the item catalogue, comma-separated ids or @FILE (one id a line)")
+    create.add_argument("--algorithm", help="pca: fedmm (default), fedpg, fedpe; recsys: fedmc-admm (default), "
+                        "fedmavg, altgdmin")
+    create.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
+                        help="an algorithm parameter (repeatable), e.g. --param rho=20 --param aggregator=median")
+    create.add_argument("--rank", type=positive_int, help="subspace dimension or latent factors (3 pca, 10 recsys)")
+    create.add_argument("--rounds", type=positive_int, help="training rounds (default 30)")
+    create.add_argument("--fraction", type=float, help="share of agents sampled per round (default 0.3)")
+    create.add_argument("--seed", type=int, help="sampling and initialisation seed (default 0)")
+    create.add_argument("--quantile", type=float, help="pca: threshold quantile of normal errors (default 0.99)")
+    create.add_argument("--min-agents", type=positive_int, help="wait until this many agents are online (default 1)")
+    create.add_argument("--deadline", type=positive_float, help="seconds to wait for a round's uploads (default 10)")
+    create.add_argument("--rating-min", type=float, help="recsys: lowest valid rating (default 0.5)")
+    create.add_argument("--rating-max", type=float, help="recsys: highest valid rating (default 5)")
     create.set_defaults(func=run_job_create)
 
     demo = verbs.add_parser("demo", help="broker, coordinator and agents on one machine, end to end")
     add_data_args(demo)
     add_federation_args(demo, rounds=30)
     add_pca_args(demo)
-    demo.set_defaults(fraction=0.3, rank=None, local_steps=None)
+    demo.set_defaults(fraction=0.3, rank=None)
     demo.add_argument("--job", choices=("pca", "recsys"), default="pca", help="job type (default pca)")
     demo.add_argument("--agents", type=positive_int, default=10, help="agent processes (default 10)")
     demo.add_argument("--algorithm", choices=sorted(FEDERATED) + sorted(RECSYS),
                       help="default fedmm for pca, fedmc-admm for recsys")
-    demo.add_argument("--regularizer", choices=("l2", "l1"), default="l2", help="recsys fedmc-admm: l2 or l1")
+    demo.add_argument("--regularizer", choices=("l2", "l1"), help="recsys fedmc-admm: l2 or l1 (default l2)")
     demo.add_argument("--broker", help="use this broker instead of the embedded one")
     demo.add_argument("--db", help="database URL (default $FEDSENTRY_DB_URL or sqlite:///fedsentry.db)")
     demo.add_argument("--json", metavar="PATH", help="write the outcome as JSON (- for stdout)")
@@ -97,33 +105,61 @@ def run_coordinator(args: argparse.Namespace) -> int:
 def run_job_create(args: argparse.Namespace) -> int:
     import uuid
 
-    from coordinator.db import Job, make_engine, migrate, session_factory
+    from coordinator.db import make_engine, migrate, session_factory
+    from coordinator.jobs import JobExistsError, create_job
+    from models.families import job_spec
     from wire.protocol import check_id
 
-    features = [f.strip() for f in args.features.split(",") if f.strip()]
-    if len(features) < 2 or len(set(features)) != len(features):
-        raise UsageError("--features needs at least two distinct comma-separated names")
-    if args.rank >= len(features):
-        raise UsageError(f"--rank {args.rank} must be smaller than the number of features ({len(features)})")
-    if not 0 < args.fraction <= 1:
-        raise UsageError("--fraction must be in (0, 1]")
-    if not 0 < args.quantile < 1:
-        raise UsageError("--quantile must be in (0, 1)")
-    job_id = args.id or f"pca-{uuid.uuid4().hex[:8]}"
+    values: dict[str, Any] = {k: getattr(args, k) for k in ("algorithm", "rank", "rounds", "fraction", "seed",
+                                                             "quantile", "min_agents", "deadline", "rating_min",
+                                                             "rating_max")}
+    if args.features is not None:
+        values["features"] = [f.strip() for f in args.features.split(",") if f.strip()]
+    if args.items is not None:
+        values["items"] = _items(args.items)
+    values["algorithm_params"] = dict(_param(p) for p in args.param)
+    try:
+        spec = job_spec(args.type, {k: v for k, v in values.items() if v is not None})
+    except ValueError as e:
+        name, _, problem = str(e).partition(": ")
+        flag = f"--{name.replace('_', '-')}" if name in values else f"--param {name}"
+        raise UsageError(f"{flag}: {problem}") from None
+    job_id = args.id or f"{args.type}-{uuid.uuid4().hex[:8]}"
     try:
         check_id(job_id, "job id")
     except ValueError as e:
         raise UsageError(str(e)) from None
     engine = make_engine(args.db)
     migrate(engine)
-    with session_factory(engine).begin() as s:
-        if s.get(Job, job_id) is not None:
-            raise UsageError(f"job {job_id!r} exists already")
-        s.add(Job(id=job_id, type="pca", algorithm=args.algorithm, status="pending", params={
-            "features": features, "rank": args.rank, "rounds": args.rounds, "fraction": args.fraction,
-            "seed": args.seed, "quantile": args.quantile, "min_agents": args.min_agents, "deadline": args.deadline}))
+    try:
+        create_job(session_factory(engine), job_id, spec)
+    except JobExistsError as e:
+        raise UsageError(str(e)) from None
     print(job_id)
     return 0
+
+
+def _param(text: str) -> tuple[str, Any]:
+    """NAME=VALUE with VALUE read as JSON where it parses (numbers, true/false/null), else as a string."""
+    import json
+
+    name, sep, value = text.partition("=")
+    if not sep or not name.strip():
+        raise UsageError(f"--param {text!r}: expected NAME=VALUE")
+    try:
+        return name.strip(), json.loads(value)
+    except ValueError:
+        return name.strip(), value
+
+
+def _items(text: str) -> list[str]:
+    if text.startswith("@"):
+        try:
+            with open(text[1:]) as f:
+                return [line.strip() for line in f if line.strip()]
+        except OSError as e:
+            raise UsageError(f"--items {text}: {e.strerror}") from None
+    return [i.strip() for i in text.split(",") if i.strip()]
 
 
 def run_demo(args: argparse.Namespace) -> int:
@@ -135,8 +171,6 @@ def run_demo(args: argparse.Namespace) -> int:
         raise UsageError(f"--algorithm {args.algorithm} is not a {args.job} algorithm; choose from "
                          f"{', '.join(sorted(FEDERATED if pca else RECSYS))}")
     args.rank = args.rank or (3 if pca else 10)
-    if pca:
-        args.local_steps = args.local_steps or 10
     result = demo(args)
     write_json(result, args.json)
     return 0

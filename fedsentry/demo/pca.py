@@ -34,6 +34,7 @@ def demo(args: argparse.Namespace) -> dict[str, Any]:
 
         return demo_recsys(args)
     from coordinator.db import Alert, ModelVersion, unpack
+    from fedsentry.runs.params import flag_params
     from fedsentry.runs.pca import algorithm_params, prepare
     from models.linalg import subspace_distance
     from models.metrics import auc_roc
@@ -54,12 +55,9 @@ def demo(args: argparse.Namespace) -> dict[str, Any]:
             st.agent(i, "--train", str(st.tmp / f"train-{i}.csv"), "--csv", str(st.tmp / f"test-{i}.csv"),
                      "--label-column", "label", "--model-job", st.job_id, "--wait-for-model", "--exit-after-replay",
                      "--scores-out", str(st.tmp / f"scores-{i}.csv"))
-        code = FEDERATED[args.algorithm].__init__.__code__
-        accepted = code.co_varnames[:code.co_argcount]
         params = {"features": data.feature_names, "rank": args.rank, "rounds": args.rounds, "fraction": args.fraction,
                   "seed": args.seed, "quantile": args.quantile, "min_agents": args.agents, "deadline": 30.0,
-                  "algorithm_params": {k: v for k, v in algorithm_params(args).items()
-                                       if v is not None and k in accepted}}
+                  "algorithm_params": flag_params(FEDERATED[args.algorithm], algorithm_params(args), args.algorithm)}
         seconds = st.run_job("pca", args.algorithm, params, args.rounds)
         print(f"fedsentry demo: model promoted; agents replay {len(split.X_test)} test records", file=sys.stderr)
         st.wait_agents()

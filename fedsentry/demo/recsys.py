@@ -17,14 +17,14 @@ from fedsentry.demo.stack import Stack
 
 def demo_recsys(args: argparse.Namespace) -> dict[str, Any]:
     from coordinator.db import ModelVersion
+    from fedsentry.runs.params import flag_params
     from fedsentry.runs.recsys import algorithm_params, prepare
-    from models.federated import accepted_params
     from models.recsys import FEDERATED
 
     algorithm = args.algorithm
     args.clients = args.agents
     for name, default in (("test_share", 0.2), ("client_split", "random"), ("rating_min", 0.5),
-                          ("rating_max", 5.0), ("ratings", None), ("regularizer", "l2")):
+                          ("rating_max", 5.0), ("ratings", None), ("regularizer", None)):
         if not hasattr(args, name):
             setattr(args, name, default)
     for name in ("rho", "lam", "gamma", "lr", "user_solver"):
@@ -43,12 +43,10 @@ def demo_recsys(args: argparse.Namespace) -> dict[str, Any]:
             st.agent(i, "--ratings", str(st.tmp / f"train-{i}.csv"), "--test-ratings", str(st.tmp / f"test-{i}.csv"),
                      "--item-col", "itemId", "--rating-min", str(train.rating_min), "--rating-max",
                      str(train.rating_max))
-        accepted = accepted_params(FEDERATED[algorithm])
         params = {"items": train.item_ids.tolist(), "rank": args.rank, "rounds": args.rounds,
                   "fraction": args.fraction, "seed": args.seed, "min_agents": args.agents, "deadline": 60.0,
                   "rating_min": train.rating_min, "rating_max": train.rating_max,
-                  "algorithm_params": {k: v for k, v in algorithm_params(args).items()
-                                       if v is not None and k in accepted}}
+                  "algorithm_params": flag_params(FEDERATED[algorithm], algorithm_params(args), algorithm)}
         seconds = st.run_job("recsys", algorithm, params, args.rounds)
         rounds = st.round_seconds()
         with st.coordinator.sessions() as s:

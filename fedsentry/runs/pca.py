@@ -12,7 +12,9 @@ import numpy as np
 from fedsentry.data import datasets
 from fedsentry.errors import UsageError
 from fedsentry.output import progress
+from fedsentry.runs.params import flag_params
 from models.partition import partition
+from models.pca import FEDERATED
 
 
 def load_data(args: argparse.Namespace) -> datasets.TrafficData:
@@ -56,7 +58,7 @@ def algorithm_params(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def simulate(args: argparse.Namespace, algorithm: str, data, split, parts, params: dict[str, Any] | None = None,
-             **overrides: Any) -> dict[str, Any]:
+             strict: bool = True, **overrides: Any) -> dict[str, Any]:
     """Run one algorithm with the command's settings; overrides replace settings (rounds, fraction, trim),
     params replace algorithm parameters."""
     from models.simulator import simulate_pca
@@ -73,7 +75,8 @@ def simulate(args: argparse.Namespace, algorithm: str, data, split, parts, param
     try:
         result = simulate_pca(parts, split.X_test, split.y_test, data.feature_names, algorithm, args.rank,
                               settings["rounds"], settings["fraction"], args.quantile, args.seed, settings["trim"],
-                              {**algorithm_params(args), **(params or {})}, on_round, settings["trim_by"])
+                              flag_params(FEDERATED.get(algorithm), {**algorithm_params(args), **(params or {})},
+                                          algorithm, strict), on_round, settings["trim_by"])
     except ValueError as e:
         raise UsageError(str(e)) from None
     finally:

@@ -14,6 +14,8 @@ import numpy as np
 from fedsentry.data import ratings as ratings_io
 from fedsentry.errors import UsageError
 from fedsentry.output import progress, single_blas_thread
+from fedsentry.runs.params import flag_params
+from models.recsys import FEDERATED
 from models.recsys.data import Ratings, split_users, train_test_split
 
 log = logging.getLogger("fedsentry.recsys")
@@ -64,7 +66,7 @@ def algorithm_params(args: argparse.Namespace, regularizer: str | None = None) -
 
 
 def simulate(args: argparse.Namespace, prep: Prepared, algorithm: str, rank: int,
-             queries: dict[str, Any] | None = None) -> dict[str, Any]:
+             queries: dict[str, Any] | None = None, strict: bool = True) -> dict[str, Any]:
     from models.recsys.simulator import simulate_recsys
 
     regularizer = None
@@ -82,8 +84,9 @@ def simulate(args: argparse.Namespace, prep: Prepared, algorithm: str, rank: int
 
     try:
         with single_blas_thread(algorithm != "centralized"):
+            params = flag_params(FEDERATED.get(algorithm), algorithm_params(args, regularizer), algorithm, strict)
             result = simulate_recsys(prep.train, prep.test, prep.parts, algorithm, rank, rounds, args.fraction,
-                                     args.seed, algorithm_params(args, regularizer), on_round, **(queries or {}))
+                                     args.seed, params, on_round, **(queries or {}))
     except ValueError as e:
         raise UsageError(str(e)) from None
     finally:

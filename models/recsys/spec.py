@@ -23,7 +23,7 @@ class RecsysJobSpec(JobSpec):
     def problem(self) -> dict[str, int]:
         return {"n_items": len(self.items), "rank": self.rank}
 
-    def validate(self) -> None:
+    def check_family(self) -> None:
         check(2 <= len(self.items) <= 1_000_000, "items", "a recsys job needs an item catalogue of 2 to 1000000 ids")
         check(len({str(i) for i in self.items}) == len(self.items), "items", "item ids must be distinct")
         check(self.rank < len(self.items), "rank",
@@ -31,4 +31,3 @@ class RecsysJobSpec(JobSpec):
         check(math.isfinite(self.rating_min) and math.isfinite(self.rating_max), "rating_min",
               "rating bounds must be finite")
         check(self.rating_min < self.rating_max, "rating_min", "must be below rating_max")
-        super().validate()
