@@ -98,6 +98,17 @@ class JobState(Base):
     broadcast: Mapped[bytes] = mapped_column(LargeBinary)
 
 
+class ServerChunk(Base):
+    """Rows of a server array that grows with the federation (`FederatedAlgorithm.row_tables`), in fixed
+    chunks: a round rewrites only the chunks holding rows it changed (raw little-endian bytes)."""
+
+    __tablename__ = "server_chunks"
+    job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True)
+    array: Mapped[str] = mapped_column(String(32), primary_key=True)
+    chunk: Mapped[int] = mapped_column(Integer, primary_key=True)
+    data: Mapped[bytes] = mapped_column(LargeBinary)
+
+
 class Round(Base):
     __tablename__ = "rounds"
     job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True)

@@ -19,9 +19,10 @@ from collections.abc import Callable
 from typing import Any, ClassVar
 
 import numpy as np
-from sqlalchemy.orm import sessionmaker
+from sqlalchemy import select
+from sqlalchemy.orm import Session, sessionmaker
 
-from coordinator.db import Device, Job, JobState, ModelVersion, Round, pack, unpack, utcnow
+from coordinator.db import Device, Job, JobState, ModelVersion, Round, ServerChunk, pack, unpack, utcnow
 from models.families import job_spec
 from models.federated import FederatedAlgorithm
 from models.rounds import sample_clients
@@ -52,6 +53,8 @@ class JobRunner(ABC):
         self.sampled: list[str] = []
         self.started_at = self.deadline = 0.0
         self.rng: np.random.Generator | None = None
+        #: rows of the row tables changed since the last save (None: all, as after the statistics phase)
+        self.touched: dict[str, np.ndarray] | None = None
 
     # -- what a job type decides ----------------------------------------------------------------------
     @classmethod
@@ -87,7 +90,10 @@ class JobRunner(ABC):
         if st is not None:
             self.round, self.phase = st.round, st.phase
             self.participants, self.info = list(st.participants), dict(st.info)
-            self.server, self.broadcast = unpack(st.server), unpack(st.broadcast)
+            with self.sessions() as s:
+                self.server = self.load_server(s, unpack(st.server))
+            self.broadcast = unpack(st.broadcast)
+            self.touched = {}
             if "rng" in self.info:
                 self.rng = np.random.default_rng()
                 self.rng.bit_generator.state = self.info["rng"]
@@ -162,23 +168,63 @@ class JobRunner(ABC):
 
     # -- persistence ----------------------------------------------------------------------------------
     def save(self, rnd: Round) -> None:
+        """The round's record and the resumable state, in one transaction. Arrays that grow with the
+        federation (the algorithm's row tables) are written as chunks, only those holding changed rows."""
         if self.rng is not None:
             self.info["rng"] = self.rng.bit_generator.state
+        tables = [k for k in self.algorithm().row_tables if k in self.server] if self.server else []
+        self.info["row_tables"] = {k: {"length": len(self.server[k]), "dtype": self.server[k].dtype.str,
+                                       "row": list(self.server[k].shape[1:])} for k in tables}
+        small = {k: v for k, v in self.server.items() if k not in tables}
         with self.sessions.begin() as s:
             s.merge(rnd)
             s.merge(JobState(job_id=self.job_id, round=self.round, phase=self.phase, participants=self.participants,
-                             info=_jsonable(self.info), server=pack(self.server), broadcast=pack(self.broadcast)))
+                             info=_jsonable(self.info), server=pack(small), broadcast=pack(self.broadcast)))
+            for k in tables:
+                rows = None if self.touched is None else self.touched.get(k, np.zeros(0, dtype=np.int64))
+                for chunk, data in _dirty_chunks(self.server[k], rows):
+                    s.merge(ServerChunk(job_id=self.job_id, array=k, chunk=chunk, data=data))
             for a in rnd.answered:
                 dev = s.get(Device, a)
                 if dev is not None:
                     dev.rounds += 1
                     dev.last_seen = utcnow()
+        self.touched = {}
+
+    def load_server(self, s: Session, small: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """The server state as saved: the small arrays and the row tables rebuilt from their chunks."""
+        server = dict(small)
+        for k, meta in self.info.get("row_tables", {}).items():
+            arr = np.zeros((meta["length"], *meta["row"]), dtype=np.dtype(meta["dtype"]))
+            per = _chunk_rows(arr)
+            flat = arr.reshape(len(arr), -1)
+            for c in s.scalars(select(ServerChunk).where(ServerChunk.job_id == self.job_id, ServerChunk.array == k)):
+                rows = np.frombuffer(c.data, dtype=arr.dtype).reshape(-1, flat.shape[1])
+                flat[c.chunk * per: c.chunk * per + len(rows)] = rows
+            server[k] = arr
+        return server
 
     def set_job(self, **fields: Any) -> None:
         with self.sessions.begin() as s:
             job = s.get(Job, self.job_id)
             for k, v in fields.items():
                 setattr(job, k, v)
+
+
+CHUNK_BYTES = 1 << 16
+
+
+def _chunk_rows(arr: np.ndarray) -> int:
+    """Rows per stored chunk of a row table: about 64 KiB."""
+    row = max(arr[:1].nbytes if len(arr) else arr.itemsize, 1)
+    return max(1, CHUNK_BYTES // row)
+
+
+def _dirty_chunks(arr: np.ndarray, rows: np.ndarray | None) -> list[tuple[int, bytes]]:
+    """(chunk number, raw bytes) of the chunks holding `rows` (all chunks when rows is None)."""
+    per = _chunk_rows(arr)
+    chunks = range(-(-len(arr) // per)) if rows is None else np.unique(np.asarray(rows, dtype=np.int64) // per)
+    return [(int(c), np.ascontiguousarray(arr[int(c) * per:(int(c) + 1) * per]).tobytes()) for c in chunks]
 
 
 def _jsonable(o: Any) -> Any:

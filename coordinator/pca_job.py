@@ -120,6 +120,9 @@ class PCAJob(JobRunner):
         before = alg.consensus(self.broadcast)
         refused = float(self.server.get("rejected", 0))
         self.server, self.broadcast = alg.server_update(self.server, ids, uploads, weights)
+        if self.touched is not None:
+            for k, rows in alg.touched(self.server, ids).items():
+                self.touched[k] = np.union1d(self.touched.get(k, rows[:0]), rows)
         # how far the consensus moved: a convergence signal that needs nobody's data
         return {"subspace_change": subspace_distance(alg.consensus(self.broadcast), before),
                 "implausible_uploads": int(float(self.server.get("rejected", 0)) - refused)}

@@ -24,6 +24,9 @@ class FederatedAlgorithm(ABC):
     """A federated algorithm as a Strategy: hyper-parameters in __init__, pure steps below."""
 
     name: str = ""
+    #: server-state arrays whose length grows with the federation (one row per client, or per client
+    #: seen): a round changes only a few rows, which `touched` names, so the coordinator stores just those
+    row_tables: tuple[str, ...] = ()
 
     @abstractmethod
     def init_server(self, n_clients: int, rng: np.random.Generator) -> tuple[State, State]:
@@ -47,8 +50,15 @@ class FederatedAlgorithm(ABC):
     ) -> tuple[State, State]:
         """Aggregate the uploads of the clients that answered: (new server state, next broadcast).
 
+        The server state is handed over: an implementation may update it in place (FedMM does, so a
+        round costs what the sampled clients cost, whatever the size of the federation).
+
         client_ids and weight (the clients' shares of the data) are aligned with the uploads' first axis;
         clients that were sampled but did not answer are simply absent."""
+
+    def touched(self, server: State, client_ids: np.ndarray) -> dict[str, np.ndarray]:
+        """For each of `row_tables`, the row indices a server step with these clients may have changed."""
+        return {}
 
     def upload_bytes(self) -> int:
         """Bytes a sampled client uploads per round (payload only)."""

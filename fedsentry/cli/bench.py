@@ -4,13 +4,28 @@ from __future__ import annotations
 
 from typing import Any
 
-from fedsentry.bench import api, fleet
+from fedsentry.bench import api, fleet, rounds
 from fedsentry.cli.common import positive_int
 
 
 def register(groups: dict[str, Any], verbs: Any) -> None:
     register_fleet(groups)
     register_api(groups)
+    register_rounds(groups)
+
+
+def register_rounds(groups: dict[str, Any]) -> None:
+    p = groups["bench"].add_parser("rounds", help="the coordinator's aggregation time per round as the federation "
+                                   "grows")
+    p.add_argument("--clients", type=positive_int, nargs="+", default=[1_000, 100_000, 1_000_000],
+                   help="federation sizes (default 1000 100000 1000000)")
+    p.add_argument("--sampled", type=positive_int, default=10, help="clients answering each round (default 10)")
+    p.add_argument("--rounds", type=positive_int, default=20, help="rounds timed per size (default 20)")
+    p.add_argument("--features", type=positive_int, default=20, help="number of features d (default 20)")
+    p.add_argument("--rank", type=positive_int, default=3, help="subspace dimension (default 3)")
+    p.add_argument("--out", default="benchmarks/results", help="folder for rounds.md (default benchmarks/results)")
+    p.add_argument("--json", metavar="PATH", help="write the results as JSON (- for stdout)")
+    p.set_defaults(func=rounds.run)
 
 
 def register_fleet(groups: dict[str, Any]) -> None:

@@ -83,12 +83,16 @@ class FedMM(PCAAlgorithm):
         Q = orth(rng.standard_normal((d, m)))
         server = {
             "Q": Q,
-            "S_table": np.zeros((n_clients, d, m)),
-            "Q_table": np.zeros((n_clients, d, m)),
-            "seen": np.zeros(n_clients, dtype=bool),
-            "weight": np.zeros(n_clients),
+            # control variates, one row per client that has answered (rows are handed out in order of first
+            # answer and the table grows by doubling: memory and work follow the clients seen, not N)
+            "slot": np.zeros(n_clients, dtype=np.int64),  # the client's row + 1; 0 before its first answer
+            "S_rows": np.zeros((0, d, m)),
+            "Q_rows": np.zeros((0, d, m)),
+            "w_rows": np.zeros(0),
+            "rows": np.zeros((), dtype=np.int64),
             "M": np.zeros((d, d)),
             "M_used": np.zeros((d, d)),
+            "total": np.zeros(()),  # the sum of the answered clients' weights
         }
         return server, {"Q": Q}
 
@@ -106,30 +110,34 @@ class FedMM(PCAAlgorithm):
     def server_update(
         self, server: State, client_ids: np.ndarray, uploads: State, weight: np.ndarray
     ) -> tuple[State, State]:
+        """Updates `server` in place: its tables have a row per client of the federation, so a round
+        touches only the sampled clients' rows and the running sums (O(sampled), not O(clients))."""
         if len(client_ids) == 0:
             return server, {"Q": server["Q"]}
         S = uploads["S"]
-        server = {k: v.copy() for k, v in server.items()}
         Q = server["Q"]
         ids = np.asarray(client_ids)
+        weight = np.asarray(weight, dtype=float)
         if "trace" in server:  # drop statistics no honest client could have sent (see `plausible`)
             keep = plausible(S, Q, server["trace"][ids], self.tolerance)
             server["rejected"] = server["rejected"] + np.count_nonzero(~keep)
-            ids, S, weight = ids[keep], S[keep], np.asarray(weight)[keep]
+            ids, S, weight = ids[keep], S[keep], weight[keep]
             if len(ids) == 0:
                 return server, {"Q": Q}
-        old = server["seen"][ids]
+        slot = server["slot"][ids]
+        old = slot > 0
+        rows = self._rows_for(server, ids, slot)
+        w_old = server["w_rows"][rows[old]]
         if self.transport:
-            w_old = server["weight"][ids][old]
             if old.any():
                 server["M"] -= np.einsum("b,bij->ij", w_old,
-                                         completion(server["S_table"][ids][old], server["Q_table"][ids][old]))
+                                         completion(server["S_rows"][rows[old]], server["Q_rows"][rows[old]]))
             server["M"] += np.einsum("b,bij->ij", weight, completion(S, np.broadcast_to(Q, S.shape)))
-        server["S_table"][ids] = S
-        server["Q_table"][ids] = Q
-        server["seen"][ids] = True
-        server["weight"][ids] = weight
-        total = server["weight"][server["seen"]].sum()
+        server["total"] = server["total"] + weight.sum() - w_old.sum()
+        server["S_rows"][rows] = S
+        server["Q_rows"][rows] = Q
+        server["w_rows"][rows] = weight
+        total = float(server["total"])
         if self.transport:
             M = server["M"] / total
             if self.sa_step < 1 and np.any(server["M_used"]):
@@ -137,8 +145,8 @@ class FedMM(PCAAlgorithm):
             server["M_used"] = M
             _, Q_new = top_eigvecs(M, Q.shape[1])
         else:
-            seen = server["seen"]
-            A = np.einsum("b,bij->ij", server["weight"][seen], server["S_table"][seen]) / total
+            n = int(server["rows"])
+            A = np.einsum("b,bij->ij", server["w_rows"][:n], server["S_rows"][:n]) / total
             B = Q.T @ A
             _, V = top_eigvecs(B, B.shape[0])
             Q_new = orth(A @ V)
@@ -154,12 +162,38 @@ class FedMM(PCAAlgorithm):
         """Each client's tr(C_i), known from the statistics phase: what makes uploads checkable."""
         return {**server, "trace": np.asarray(traces, dtype=float), "rejected": np.zeros(())}
 
+    @staticmethod
+    def _rows_for(server: State, ids: np.ndarray, slot: np.ndarray) -> np.ndarray:
+        """The table rows of these clients, handing out new rows (and growing the tables) for first answers."""
+        fresh = ids[slot == 0]
+        n = int(server["rows"])
+        if len(fresh):
+            need = n + len(fresh)
+            if need > len(server["w_rows"]):
+                cap = max(need, 2 * len(server["w_rows"]), 16)
+                for k in ("S_rows", "Q_rows", "w_rows"):
+                    grown = np.zeros((cap, *server[k].shape[1:]))
+                    grown[:n] = server[k][:n]
+                    server[k] = grown
+            server["slot"][fresh] = np.arange(n + 1, need + 1)
+            server["rows"] = np.array(need)
+        return server["slot"][ids] - 1
+
+    row_tables = ("slot", "trace", "S_rows", "Q_rows", "w_rows")
+
+    def touched(self, server: State, client_ids: np.ndarray) -> dict[str, np.ndarray]:
+        """The rows of each row table a server step with these clients may have changed."""
+        ids = np.asarray(client_ids, dtype=np.int64)
+        rows = server["slot"][ids]
+        rows = rows[rows > 0] - 1
+        return {"slot": ids, "trace": ids[:0], "S_rows": rows, "Q_rows": rows, "w_rows": rows}
+
     def refresh(self, server: State) -> State:
         """Recompute the running sum from the table (removes accumulated rounding)."""
-        seen = server["seen"]
+        n = int(server["rows"])
         server = dict(server)
-        server["M"] = np.einsum("b,bij->ij", server["weight"][seen],
-                                completion(server["S_table"][seen], server["Q_table"][seen]))
+        server["M"] = np.einsum("b,bij->ij", server["w_rows"][:n],
+                                completion(server["S_rows"][:n], server["Q_rows"][:n]))
         return server
 
     def consensus(self, broadcast: State) -> np.ndarray:

@@ -118,6 +118,8 @@ def test_fedmm_running_sum_equals_recomputation(clients):
         _, up = alg.client_update(take(state, idx), take(data, idx), bcast)
         server, bcast = alg.server_update(server, idx, up, clients.weight[idx])
     assert np.allclose(server["M"], alg.refresh(server)["M"])
+    assert np.isclose(server["total"], server["w_rows"][: int(server["rows"])].sum())
+    assert int(server["rows"]) == np.count_nonzero(server["slot"]) <= 10
 
 
 def test_quantisation_error_feedback_keeps_the_running_sum_unbiased(rng):

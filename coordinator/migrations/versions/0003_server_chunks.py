@@ -1,0 +1,29 @@
+"""server chunks: the rows of growing server arrays, stored per chunk
+
+Revision ID: 0003
+Revises: 0002
+Create Date: 2026-11-23 03:40:00
+"""
+from alembic import op
+import sqlalchemy as sa
+
+
+revision = '0003'
+down_revision = '0002'
+branch_labels = None
+depends_on = None
+
+
+def upgrade() -> None:
+    op.create_table('server_chunks',
+    sa.Column('job_id', sa.String(length=64), nullable=False),
+    sa.Column('array', sa.String(length=32), nullable=False),
+    sa.Column('chunk', sa.Integer(), nullable=False),
+    sa.Column('data', sa.LargeBinary(), nullable=False),
+    sa.ForeignKeyConstraint(['job_id'], ['jobs.id'], ondelete='CASCADE'),
+    sa.PrimaryKeyConstraint('job_id', 'array', 'chunk')
+    )
+
+
+def downgrade() -> None:
+    op.drop_table('server_chunks')

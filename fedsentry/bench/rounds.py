@@ -1,0 +1,70 @@
+"""`fedsentry bench rounds`: what one aggregation costs the coordinator as the federation grows.
+
+The server step runs once per round for the clients that answered; its cost must follow the sampled
+clients, not the size of the federation (FedMM keeps a row per client for its control variates and
+updates only the sampled rows and its running sums). Uploads are computed from random second moments by
+the algorithm's own client step, so the server sees exactly what it would in a job."""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from fedsentry.output import write_json
+from models.pca import FEDERATED
+from models.rounds import sample_clients
+
+
+def server_round_seconds(algorithm: str, n_clients: int, sampled: int, rounds: int, d: int, rank: int,
+                         seed: int = 0) -> dict[str, Any]:
+    rng = np.random.default_rng(seed)
+    alg = FEDERATED[algorithm](n_features=d, rank=rank)
+    t0 = time.perf_counter()
+    server, broadcast = alg.init_server(n_clients, rng)
+    server = alg.attach_traces(server, np.full(n_clients, float(d)))
+    init = time.perf_counter() - t0
+    A = rng.standard_normal((sampled, d, d))
+    data = {"C": A @ np.swapaxes(A, 1, 2) / d, "weight": np.ones(sampled)}
+    data["C"] *= d / np.trace(data["C"], axis1=1, axis2=2)[:, None, None]  # trace d, as after standardising
+    times = []
+    for _ in range(rounds):
+        ids = sample_clients(rng, n_clients, sampled / n_clients)
+        state = alg.init_clients(data, broadcast)
+        _, uploads = alg.client_update(state, data, broadcast)
+        t0 = time.perf_counter()
+        server, broadcast = alg.server_update(server, ids, uploads, np.ones(len(ids)))
+        times.append(time.perf_counter() - t0)
+    table_mb = sum(v.nbytes for k, v in server.items() if k in alg.row_tables) / 2**20
+    return {"algorithm": algorithm, "clients": n_clients, "sampled": sampled, "features": d, "rank": rank,
+            "median_round_seconds": float(np.median(times)), "max_round_seconds": float(np.max(times)),
+            "init_seconds": init, "client_tables_mib": table_mb}
+
+
+def run(args: argparse.Namespace) -> int:
+    rows = [server_round_seconds(a, n, args.sampled, args.rounds, args.features, args.rank)
+            for n in args.clients for a in FEDERATED]
+    doc = {"command": shlex.join(["fedsentry", *sys.argv[1:]]), "rows": rows}
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "rounds.md").write_text(markdown(doc))
+    write_json(doc, args.json)
+    print(markdown(doc), file=sys.stderr)
+    return 0
+
+
+def markdown(doc: dict[str, Any]) -> str:
+    lines = [f"`{doc['command']}`", "", "Server step of one round (the coordinator's aggregation), median and worst "
+             "over the rounds; row tables are the server's arrays that grow with the federation.", "",
+             "| algorithm | clients | sampled | d | rank | median s/round | max s/round | row tables |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in doc["rows"]:
+        lines.append(f"| {r['algorithm']} | {r['clients']:,} | {r['sampled']} | {r['features']} | {r['rank']} | "
+                     f"{r['median_round_seconds']:.5f} | {r['max_round_seconds']:.5f} | "
+                     f"{r['client_tables_mib']:.0f} MiB |")
+    return "\n".join(lines) + "\n"
