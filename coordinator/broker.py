@@ -82,7 +82,10 @@ class Mosquitto:
         self.url = f"mqtt://127.0.0.1:{self.port}"
         self.dir = Path(tempfile.mkdtemp(prefix="fedsentry-mosquitto-"))
         self.config = config or (f"listener {self.port} 127.0.0.1\nallow_anonymous true\npersistence true\n"
-                                 f"persistence_location {self.dir}/\nmax_queued_messages 100000\n")
+                                 f"persistence_location {self.dir}/\nmax_queued_messages 100000\n"
+                                 # the coordinator acknowledges alerts once stored, in batches: a window of 20
+                                 # unacknowledged messages (the default) would cap ingestion
+                                 "max_inflight_messages 1000\n")
         self.proc: subprocess.Popen | None = None
 
     def start(self) -> Mosquitto:

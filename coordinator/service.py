@@ -17,9 +17,10 @@ from collections import Counter
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from sqlalchemy import insert, select
+from sqlalchemy import select
 from sqlalchemy.exc import OperationalError
 
+from coordinator.alerts import store_alerts
 from coordinator.db import Alert, Device, Job, Rejection, Round, make_engine, migrate, session_factory, utcnow
 from coordinator.job_runner import JobRunner
 from coordinator.jobs import create_job
@@ -36,6 +37,9 @@ from wire.protocol import (
 
 log = logging.getLogger("fedsentry.coordinator")
 LEASE = timedelta(seconds=15)
+ALERT_BATCH = 2000  # alerts stored in one transaction at most
+ALERT_WAIT = 0.05  # seconds an alert may wait for its batch
+HOUSEKEEPING = (0.05, 1.0)  # database polling interval: after activity, and at most
 
 
 class Coordinator:
@@ -67,6 +71,7 @@ class Coordinator:
         self.client.manual_ack_set(True)
         self.client.on_message = lambda c, u, m: self.inbox.put((m.topic, m.payload, m.mid, m.qos))
         self._alerts: list[tuple[dict[str, Any], int, int]] = []
+        self._alerts_since = 0.0
         self.thread: threading.Thread | None = None
 
     def _connect_db(self) -> None:
@@ -111,42 +116,62 @@ class Coordinator:
         self.engine.dispose()
 
     def run(self) -> None:
-        last_tick = 0.0
+        """The worker: messages as they come, alerts stored in batches (at most ALERT_WAIT old), rounds
+        closed as soon as they can be (in memory), and the database polled for new jobs, cancellations and
+        promotions with a back-off (HOUSEKEEPING seconds, doubling while nothing changes)."""
+        next_rounds = next_housekeeping = 0.0
+        interval = HOUSEKEEPING[0]
         while not self.stop_event.is_set():
             try:
-                topic, payload, mid, qos = self.inbox.get(timeout=0.02)
-                if self.handle(topic, payload, mid, qos) != "buffered":
-                    self.client.ack(mid, qos)
-                if len(self._alerts) >= 500 or (self._alerts and self.inbox.empty()):
+                try:
+                    topic, payload, mid, qos = self.inbox.get(timeout=0.02)
+                    if self.handle(topic, payload, mid, qos) != "buffered":
+                        self.client.ack(mid, qos)
+                except queue.Empty:
+                    pass
+                now = time.monotonic()
+                # an empty inbox means the broker waits for our acknowledgements (its in-flight window is
+                # full) or the flood is over: store now; otherwise batch up to ALERT_BATCH or ALERT_WAIT
+                if self._alerts and (self.inbox.empty() or len(self._alerts) >= ALERT_BATCH
+                                     or now - self._alerts_since >= ALERT_WAIT):
                     self._flush_alerts()
-            except queue.Empty:
-                pass
+                if now >= next_rounds:
+                    next_rounds = now + 0.02
+                    self.tick()
+                if now >= next_housekeeping:
+                    busy = self.housekeeping()
+                    interval = HOUSEKEEPING[0] if busy else min(interval * 2, HOUSEKEEPING[1])
+                    next_housekeeping = time.monotonic() + interval
             except OperationalError as e:
                 log.error("database error: %s", str(e.orig).strip()[:200])
                 time.sleep(1)
-            now = time.monotonic()
-            if now - last_tick >= 0.02:
-                last_tick = now
-                try:
-                    self.tick()
-                except OperationalError as e:
-                    log.error("database error: %s", str(e.orig).strip()[:200])
-                    time.sleep(1)
 
     # -- jobs -----------------------------------------------------------------------------------------
     def tick(self) -> None:
+        """Close the rounds that can be closed (in memory; a closed round is stored)."""
         if not self.connected.is_set():
             return
+        for job_id, runner in list(self.jobs.items()):
+            if runner.phase != "waiting" and runner.tick():
+                self._release(job_id)
+
+    def housekeeping(self) -> bool:
+        """What needs the database: claim and renew jobs, start those whose agents are online, store
+        rejection counts, publish promoted models, prune. True when it found something to do."""
+        if not self.connected.is_set():
+            return False
+        before = set(self.jobs)
         self._claim_jobs()
         self._flush_rejections()
-        publish_promoted(self.sessions, self.publish)
+        published = publish_promoted(self.sessions, self.publish)
         self._prune()
-        for job_id, runner in list(self.jobs.items()):
+        started = False
+        for runner in list(self.jobs.values()):
             if runner.phase == "waiting":
                 runner.start(self.online_devices(runner.type))
-                continue
-            if runner.tick():
-                self._release(job_id)
+                started = started or runner.phase != "waiting"
+        return bool(published) or started or set(self.jobs) != before or any(
+            r.phase == "waiting" for r in self.jobs.values())
 
     def _claim_jobs(self) -> None:
         now = utcnow()
@@ -234,6 +259,8 @@ class Coordinator:
                     self.capabilities[agent] = tuple(str(j) for j in jobs)
                 self._status(agent, bool(env.meta.get("online")))
             elif what == "alerts" and env.kind == "alert":
+                if not self._alerts:
+                    self._alerts_since = time.monotonic()
                 self._alerts.append((self._alert_row(agent, env), mid, qos))
                 self.accepted += 1
                 return "buffered"
@@ -272,21 +299,10 @@ class Coordinator:
         """Store buffered alerts in one transaction (an alert id already stored is a redelivery: skipped),
         then acknowledge them to the broker."""
         batch, self._alerts = self._alerts, []
-        rows = {r["id"]: r for r, _, _ in batch}  # the same alert twice in one batch: once
+        rows = list({r["id"]: r for r, _, _ in batch}.values())  # the same alert twice in one batch: once
         with self.sessions.begin() as s:
-            known = set(s.scalars(select(Alert.id).where(Alert.id.in_(list(rows)))))
-            fresh = [r for i, r in rows.items() if i not in known]
-            if fresh:
-                s.execute(insert(Alert), fresh)
-            per_device = Counter(r["device_id"] for r in fresh)
-            for dev_id, n in per_device.items():
-                dev = s.get(Device, dev_id)
-                if dev is None:
-                    s.add(Device(id=dev_id, online=True, alerts=n))
-                else:
-                    dev.alerts += n
-                    dev.last_seen = utcnow()
-        self.alerts_ingested += len(fresh)
+            fresh = store_alerts(s, rows)
+        self.alerts_ingested += sum(fresh.values())
         for _, mid, qos in batch:
             self.client.ack(mid, qos)
 
