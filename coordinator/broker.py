@@ -74,10 +74,10 @@ class Mosquitto:
     """A private Mosquitto on a free port, with persistence in a temporary folder (or `config` text)."""
 
     def __init__(self, port: int | None = None, config: str | None = None):
-        self.binary = shutil.which("mosquitto") or ("/usr/sbin/mosquitto" if Path("/usr/sbin/mosquitto").exists()
-                                                    else None)
-        if self.binary is None:
+        binary = shutil.which("mosquitto") or ("/usr/sbin/mosquitto" if Path("/usr/sbin/mosquitto").exists() else None)
+        if binary is None:
             raise FileNotFoundError("mosquitto is not installed")
+        self.binary: str = binary
         self.port = port or free_port()
         self.url = f"mqtt://127.0.0.1:{self.port}"
         self.dir = Path(tempfile.mkdtemp(prefix="fedsentry-mosquitto-"))
