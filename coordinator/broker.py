@@ -13,6 +13,10 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from amqtt.broker import Broker
 
 log = logging.getLogger("fedsentry.broker")
 
@@ -41,7 +45,7 @@ class EmbeddedBroker:
         self.url = f"mqtt://127.0.0.1:{self.port}"
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="amqtt", daemon=True)
-        self._broker = None
+        self._broker: Broker | None = None
 
     def start(self) -> EmbeddedBroker:
         from amqtt.broker import Broker
@@ -54,7 +58,7 @@ class EmbeddedBroker:
         }
         self._thread.start()
 
-        async def _start():
+        async def _start() -> None:
             self._broker = Broker(config)
             await self._broker.start()
 
