@@ -13,6 +13,10 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from amqtt.broker import Broker
 
 log = logging.getLogger("fedsentry.broker")
 
@@ -41,7 +45,7 @@ class EmbeddedBroker:
         self.url = f"mqtt://127.0.0.1:{self.port}"
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="amqtt", daemon=True)
-        self._broker = None
+        self._broker: Broker | None = None
 
     def start(self) -> EmbeddedBroker:
         from amqtt.broker import Broker
@@ -54,7 +58,7 @@ class EmbeddedBroker:
         }
         self._thread.start()
 
-        async def _start():
+        async def _start() -> None:
             self._broker = Broker(config)
             await self._broker.start()
 
@@ -74,10 +78,10 @@ class Mosquitto:
     """A private Mosquitto on a free port, with persistence in a temporary folder (or `config` text)."""
 
     def __init__(self, port: int | None = None, config: str | None = None):
-        self.binary = shutil.which("mosquitto") or ("/usr/sbin/mosquitto" if Path("/usr/sbin/mosquitto").exists()
-                                                    else None)
-        if self.binary is None:
+        binary = shutil.which("mosquitto") or ("/usr/sbin/mosquitto" if Path("/usr/sbin/mosquitto").exists() else None)
+        if binary is None:
             raise FileNotFoundError("mosquitto is not installed")
+        self.binary: str = binary
         self.port = port or free_port()
         self.url = f"mqtt://127.0.0.1:{self.port}"
         self.dir = Path(tempfile.mkdtemp(prefix="fedsentry-mosquitto-"))

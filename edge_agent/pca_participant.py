@@ -16,6 +16,7 @@ import numpy as np
 from edge_agent.participant import Participant
 from edge_agent.sources import Batch, select
 from edge_agent.store import AgentStore
+from models.pca.base import PCAAlgorithm
 from models.preprocessing import Moments, Preprocessor, signed_log1p
 from models.robust import residuals
 from models.threshold import error_histogram
@@ -71,6 +72,12 @@ class PCAParticipant(Participant):
 
     def problem(self, meta: dict[str, Any]) -> dict[str, int]:
         return {"n_features": len(meta["features"]), "rank": int(meta["rank"])}
+
+    def algorithm(self, meta: dict[str, Any]) -> PCAAlgorithm:
+        alg = super().algorithm(meta)
+        if not isinstance(alg, PCAAlgorithm):  # the family registry holds only PCAAlgorithm subclasses
+            raise TypeError(f"{type(alg).__name__} is not a PCAAlgorithm")
+        return alg
 
     def _transformed(self, meta: dict) -> np.ndarray:
         X = self.buffer.matrix(meta["features"])

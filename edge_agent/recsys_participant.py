@@ -22,6 +22,7 @@ import numpy as np
 
 from edge_agent.participant import Participant
 from edge_agent.store import AgentStore
+from models.recsys.base import RecsysAlgorithm
 from models.recsys.data import Ratings, client_data
 from models.recsys.factors import predict_pairs
 from wire.protocol import Envelope
@@ -43,6 +44,12 @@ class RecsysParticipant(Participant):
 
     def problem(self, meta: dict[str, Any]) -> dict[str, int]:
         return {"n_items": int(meta["n_items"]), "rank": int(meta["rank"])}
+
+    def algorithm(self, meta: dict[str, Any]) -> RecsysAlgorithm:
+        alg = super().algorithm(meta)
+        if not isinstance(alg, RecsysAlgorithm):  # the family registry holds only RecsysAlgorithm subclasses
+            raise TypeError(f"{type(alg).__name__} is not a RecsysAlgorithm")
+        return alg
 
     # -- the agent's data in the job's catalogue ------------------------------------------------------
     def _job(self, env: Envelope) -> dict:

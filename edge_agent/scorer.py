@@ -68,7 +68,7 @@ class Scorer:
         """Scores of a batch and the alerts it raises (after rate limiting)."""
         if self.detector is None:
             return np.full(len(X), np.nan), []
-        s = self.detector.score_samples(X)
+        s = np.asarray(self.detector.score_samples(X))  # X is a batch: an array already
         flagged = np.flatnonzero(s > self.detector.threshold_)
         alerts: list[dict[str, Any]] = []
         if len(flagged):

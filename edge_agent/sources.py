@@ -52,9 +52,9 @@ def select(batch: Batch, features: list[str]) -> np.ndarray:
 def _to_float(v: object) -> float:
     if v in ("-", "", None):
         return 0.0
-    if isinstance(v, bool):
-        return float(v)
-    return float(v)  # raises ValueError on text
+    if isinstance(v, str | int | float):  # bool is an int
+        return float(v)  # raises ValueError on text
+    raise ValueError(f"not a number: {v!r}")  # e.g. a JSON list or object
 
 
 def csv_source(path: str | os.PathLike, rate: float | None = None, batch: int = 256,
@@ -147,7 +147,7 @@ class ZeekFollower:
             return None
         if st.st_ino != self.inode or st.st_size < self.offset:
             self.inode, self.offset, self.fields = st.st_ino, 0, None
-        records = []
+        records: list[dict[str, float]] = []
         with open(self.path, "rb") as f:
             f.seek(self.offset)
             while len(records) < max_records:

@@ -3,7 +3,8 @@
 Shaped like a scikit-learn / PyOD detector: hyper-parameters in __init__, learned state with a
 trailing underscore, ``fit`` returns self. Scores follow PyOD's convention: higher means more anomalous.
 
-- ``score_samples(X)``: squared reconstruction error ||(I - Z Z') t(x)||^2 of the preprocessed record;
+- ``score_samples(X)``: squared reconstruction error ||(I - Z Z') t(x)||^2 of the preprocessed record
+  (an (n,) array for (n, d) records, a float for one (d,) record; so is ``decision_function``);
 - ``decision_function(X)``: score minus ``threshold_`` (positive means anomalous);
 - ``predict(X)``: 1 for an anomaly, 0 for normal;
 - ``explain(X)``: the features that carry most of the residual, with observed and expected values.
@@ -44,7 +45,7 @@ class PCADetector:
             raise ValueError(f"rank must be between 1 and {X.shape[1] - 1} (the number of features - 1)")
         Z = top_eigvecs(C, self.rank)[1]
         self._set(Z, pre, 0.0)
-        self.threshold_ = federated_quantile([self.score_samples(X)], self.quantile)
+        self.threshold_ = federated_quantile([np.asarray(self.score_samples(X))], self.quantile)
         return self
 
     @classmethod
@@ -66,7 +67,7 @@ class PCADetector:
         T = self.preprocessor_.transform(X)
         return T, T @ self.components_
 
-    def score_samples(self, X: np.ndarray) -> np.ndarray:
+    def score_samples(self, X: np.ndarray) -> np.ndarray | float:
         X = np.asarray(X, dtype=float)
         if X.shape[-1] != len(self.feature_names_):
             raise ValueError(f"expected {len(self.feature_names_)} features, got {X.shape[-1]}")
@@ -82,11 +83,11 @@ class PCADetector:
             np.maximum(s, 0.0, out=s)
         return out
 
-    def decision_function(self, X: np.ndarray) -> np.ndarray:
+    def decision_function(self, X: np.ndarray) -> np.ndarray | float:
         return self.score_samples(X) - self.threshold_
 
     def predict(self, X: np.ndarray) -> np.ndarray:
-        return (self.decision_function(X) > 0).astype(int)
+        return np.asarray(self.decision_function(X) > 0).astype(int)
 
     def explain(self, X: np.ndarray, top: int | None = None) -> list[list[dict[str, Any]]]:
         """Per record, the features with the largest share of the squared residual."""

@@ -21,7 +21,7 @@ PROBLEM_ARGS = ("n_features", "n_items", "rank")
 
 def parameters(cls: type) -> dict[str, inspect.Parameter]:
     """The hyper-parameters a class's constructor takes (name -> parameter), problem dimensions excluded."""
-    sig = inspect.signature(cls.__init__)
+    sig = inspect.signature(cls)  # the constructor's parameters, without self
     return {n: p for n, p in sig.parameters.items() if n != "self" and n not in PROBLEM_ARGS
             and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
 

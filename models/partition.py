@@ -24,7 +24,7 @@ def partition(
 ) -> list[np.ndarray]:
     """Indices of the records each client holds; every client gets at least one record."""
     rng = rng or np.random.default_rng(0)
-    n = X.shape[0]
+    n = int(X.shape[0])
     if n_clients < 1:
         raise ValueError("clients must be at least 1")
     if n_clients > n:

@@ -23,7 +23,7 @@ from models.pca.baselines import centralized_pca, local_pca
 from models.preprocessing import Moments, Preprocessor, global_standardisation, signed_log1p
 from models.robust import TRIM_CRITERIA, distance_masks, residual_mask, residuals, second_moment
 from models.rounds import run_round, sample_clients
-from models.threshold import error_histogram, quantile_from_histogram
+from models.threshold import EDGES, error_histogram, quantile_from_histogram
 
 
 @dataclass
@@ -67,7 +67,7 @@ def prepare_clients(parts: list[np.ndarray], feature_names: list[str], log_trans
 
 def federated_threshold(clients: ClientData, Z: np.ndarray, quantile: float, trim: float = 0.0) -> float:
     """Quantile of the (kept) training errors from per-client histograms (errors never pooled)."""
-    counts = 0
+    counts = np.zeros(len(EDGES) - 1, dtype=np.int64)  # the shape error_histogram gives
     for i in range(len(clients.X)):
         X = clients.kept(i)
         if trim > 0 and clients.keep is None:  # residual trim: each client drops its worst share

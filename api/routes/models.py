@@ -52,5 +52,8 @@ def promote_model(request: Request, model_id: int = Path(..., ge=1, le=2**31 - 1
         promote(request.app.state.sessions, model_id)
     except KeyError:
         raise HTTPException(404, f"no model version {model_id}") from None
-    return model_out(db.get(ModelVersion, model_id))
+    mv = db.get(ModelVersion, model_id)
+    if mv is None:  # deleted since promote() found it
+        raise HTTPException(404, f"no model version {model_id}")
+    return model_out(mv)
 

@@ -11,6 +11,7 @@ import time
 import uuid
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 from fedsentry.output import write_json
 
@@ -37,7 +38,7 @@ def run(args: argparse.Namespace) -> int:
             s.execute(insert(Alert), rows[i:i + 10_000])
         key = create_key(s, "viewer")
     client = TestClient(app, headers={"Authorization": f"Bearer {key}"})
-    queries = {
+    queries: dict[str, dict[str, Any]] = {
         "newest 50, no filter": {"limit": 50},
         "one device, score >= 500": {"device": "dev-0042", "min_score": 500, "limit": 50},
         "unacknowledged, last hour": {"acknowledged": False, "since": (now - timedelta(hours=1)).isoformat(),

@@ -7,6 +7,7 @@ import logging
 import sys
 from collections.abc import Sequence
 from importlib.metadata import version
+from typing import NoReturn
 
 from fedsentry.errors import UsageError
 
@@ -16,7 +17,7 @@ COMMAND_MODULES = ("fedsentry.cli.pca", "fedsentry.cli.recsys", "fedsentry.cli.a
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # one line, status 2, no usage dump
+    def error(self, message: str) -> NoReturn:  # one line, status 2, no usage dump
         raise UsageError(f"{self.prog}: {message}")
 
 

@@ -10,22 +10,12 @@ model. `--job recsys`: see fedsentry.demo.recsys.
 from __future__ import annotations
 
 import argparse
-import csv
 import sys
-import time
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from fedsentry.demo.stack import Stack
-
-
-def write_csv(path: Path, header: list[str], rows) -> None:
-    with path.open("w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(header)
-        w.writerows(rows)
+from fedsentry.demo.stack import Stack, keep_serving, write_csv
 
 
 def demo(args: argparse.Namespace) -> dict[str, Any]:
@@ -83,14 +73,3 @@ def demo(args: argparse.Namespace) -> dict[str, Any]:
               f"{result['auc_roc']:.4f}, subspace distance {result['subspace_distance']:.4f}", file=sys.stderr)
         keep_serving(args)
         return result
-
-
-def keep_serving(args: argparse.Namespace) -> None:
-    if not args.keep_serving:
-        return
-    print("fedsentry demo: serving until interrupted (Ctrl-C)", file=sys.stderr)
-    try:
-        while True:
-            time.sleep(3600)
-    except KeyboardInterrupt:
-        pass

@@ -11,8 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from fedsentry.demo.pca import keep_serving, write_csv
-from fedsentry.demo.stack import Stack
+from fedsentry.demo.stack import Stack, keep_serving, write_csv
 
 
 def demo_recsys(args: argparse.Namespace) -> dict[str, Any]:

@@ -1,16 +1,42 @@
-"""What both demos stand on: a broker (embedded unless --broker), the coordinator, agent processes."""
+"""What both demos stand on: a broker (embedded unless --broker), the coordinator, agent processes, and the
+helpers both use (agents' CSV files, --keep-serving)."""
 
 from __future__ import annotations
 
+import argparse
+import csv
 import subprocess
 import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fedsentry.errors import UsageError
+
+if TYPE_CHECKING:
+    from coordinator.broker import EmbeddedBroker
+    from coordinator.service import Coordinator
+
+
+def write_csv(path: Path, header: list[str], rows: Iterable[Iterable[Any]]) -> None:
+    with path.open("w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(header)
+        w.writerows(rows)
+
+
+def keep_serving(args: argparse.Namespace) -> None:
+    if not args.keep_serving:
+        return
+    print("fedsentry demo: serving until interrupted (Ctrl-C)", file=sys.stderr)
+    try:
+        while True:
+            time.sleep(3600)
+    except KeyboardInterrupt:
+        pass
 
 
 class Stack:
@@ -18,7 +44,8 @@ class Stack:
         self.broker_url, self.db, self.label = broker_url, db, label
         self.tmp = Path(tempfile.mkdtemp(prefix="fedsentry-demo-"))
         self.job_id = f"demo-{uuid.uuid4().hex[:8]}"
-        self.broker = self.coordinator = None
+        self.broker: EmbeddedBroker | None = None
+        self._coordinator: Coordinator | None = None
         self.procs: list[subprocess.Popen] = []
         self.ids: list[str] = []
 
@@ -32,13 +59,19 @@ class Stack:
         print(f"fedsentry demo: {self.label}; broker {self.broker_url}; work folder {self.tmp}", file=sys.stderr,
               flush=True)
         try:
-            self.coordinator = Coordinator(self.broker_url, self.db).start()
+            self._coordinator = Coordinator(self.broker_url, self.db).start()
         except ValueError as e:
             raise UsageError(str(e)) from None
         if not self.coordinator.connected.wait(15):
             raise UsageError(f"cannot reach the MQTT broker at {self.broker_url} (is it running?)")
         self._serve_dashboard()
         return self
+
+    @property
+    def coordinator(self) -> Coordinator:
+        if self._coordinator is None:
+            raise RuntimeError("the stack is not running: use it in a with block")
+        return self._coordinator
 
     def _serve_dashboard(self) -> None:
         """The API and dashboard over the demo's database, on 127.0.0.1:8000 (or a free port)."""
@@ -71,13 +104,14 @@ class Stack:
         for p in self.procs:
             if p.poll() is None:
                 p.terminate()
-        if self.coordinator:
-            self.coordinator.close()
+        if self._coordinator:
+            self._coordinator.close()
         if self.broker:
             self.broker.stop()
 
     def agent(self, i: int, *args: str) -> None:
         """Start agent i (`fedsentry agent` in its own process) with extra arguments."""
+        assert self.broker_url is not None, "start the stack (with block) before its agents"
         agent_id = f"demo-agent-{i:03d}"
         self.ids.append(agent_id)
         log = open(self.tmp / f"agent-{i}.log", "w")  # noqa: SIM115 - the process owns it
