@@ -52,6 +52,7 @@ def _copy_postgresql(session: Session, rows: Sequence[dict[str, Any]]) -> list[s
     from psycopg.types.json import Json
 
     raw = session.connection().connection.driver_connection
+    assert raw is not None
     cols = ", ".join(COLUMNS)
     with raw.cursor() as cur:
         cur.execute("CREATE TEMPORARY TABLE IF NOT EXISTS incoming_alerts "

@@ -44,7 +44,8 @@ def db_url(explicit: str | None = None) -> str:
 
 def pack(arrays: dict[str, np.ndarray]) -> bytes:
     buf = io.BytesIO()
-    np.savez(buf, **arrays)
+    named: dict[str, Any] = dict(arrays)
+    np.savez(buf, **named)
     return buf.getvalue()
 
 

@@ -117,6 +117,7 @@ class JobRunner(ABC):
 
     def sample(self, phase: str, rnd: int) -> None:
         """Start a round with the job's seeded share of the participants."""
+        assert self.rng is not None, "sampling before the statistics phase set the job's generator"
         idx = sample_clients(self.rng, len(self.participants), self.spec.fraction)
         self.begin(phase, rnd, [self.participants[i] for i in idx])
 

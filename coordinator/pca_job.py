@@ -109,7 +109,7 @@ class PCAJob(JobRunner):
         alg = self.algorithm()
         self.server, self.broadcast = alg.init_server(len(answered), self.rng)
         self.info["init_blob"] = pack(self.broadcast).hex()
-        self.server = alg.attach_traces(self.server, [trace_from_summary(s, mean, scale) for s in summaries])
+        self.server = alg.attach_traces(self.server, np.array([trace_from_summary(s, mean, scale) for s in summaries]))
         return {"records": int(counts.sum())}
 
     def close_train(self, answered: list[str]) -> dict[str, Any]:

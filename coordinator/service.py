@@ -17,7 +17,7 @@ from collections import Counter
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import select, update
 from sqlalchemy.exc import OperationalError
 
 from coordinator.alerts import store_alerts
@@ -69,7 +69,7 @@ class Coordinator:
         # acknowledge a message only once it is handled (alerts: once stored), so a crash loses nothing:
         # the broker redelivers what was not acknowledged
         self.client.manual_ack_set(True)
-        self.client.on_message = lambda c, u, m: self.inbox.put((m.topic, m.payload, m.mid, m.qos))
+        self.client.on_message = lambda c, u, m: self.inbox.put((m.topic, bytes(m.payload), m.mid, m.qos))
         self._alerts: list[tuple[dict[str, Any], int, int]] = []
         self._alerts_since = 0.0
         self.thread: threading.Thread | None = None
@@ -191,7 +191,7 @@ class Coordinator:
                 mine = job.leader is not None and job.leader.rsplit("-", 1)[0] == self.client_id
                 if mine or job.leader is None or job.lease_until is None or job.lease_until < now:
                     same_holder = Job.leader.is_(None) if job.leader is None else Job.leader == job.leader
-                    won = s.execute(Job.__table__.update().where(Job.id == job.id, same_holder)
+                    won = s.execute(update(Job).where(Job.id == job.id, same_holder)
                                     .values(leader=self.instance, lease_until=now + LEASE)).rowcount
                     if won:
                         runner = family(job.type).load_runner()

@@ -16,7 +16,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import paho.mqtt.client as mqtt
@@ -90,7 +90,7 @@ class Agent:
         self.client, _ = make_client(cfg.agent_id, cfg.broker, cfg.username, cfg.password, cfg.tls, cfg.ca_cert,
                                      cfg.certfile, cfg.keyfile, will=(self.topic("status"), status_off, 1, True))
         self.client.on_connect = self._on_connect
-        self.client.on_message = lambda c, u, m: self.inbox.put((m.topic, m.payload))
+        self.client.on_message = lambda c, u, m: self.inbox.put((m.topic, bytes(m.payload)))
         self.client.on_publish = self._on_publish
         self.client.on_disconnect = lambda *a: self.connected.clear()
         self._scores = open(cfg.scores_out, "a") if cfg.scores_out else None  # noqa: SIM115 (closed in run)
@@ -188,7 +188,7 @@ class Agent:
             if self.connected.is_set():
                 self._publish_alert(a["id"], payload)
 
-    def _next_batch(self) -> Batch | bool | None:
+    def _next_batch(self) -> Batch | Literal[False] | None:
         """A batch, None if nothing now, False when the source is exhausted."""
         if self.source is None:
             return False

@@ -45,7 +45,8 @@ class AgentStore:
 
     def save_arrays(self, name: str, arrays: dict[str, np.ndarray]) -> None:
         buf = io.BytesIO()
-        np.savez(buf, **arrays)
+        named: dict[str, Any] = dict(arrays)
+        np.savez(buf, **named)
         atomic_write(self.folder / f"{name}.npz", buf.getvalue())
 
     def load_bytes(self, name: str) -> bytes | None:

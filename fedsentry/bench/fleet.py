@@ -16,11 +16,14 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from fedsentry.output import write_json
+
+if TYPE_CHECKING:
+    from coordinator.broker import EmbeddedBroker, Mosquitto
 
 
 def run(args: argparse.Namespace) -> int:
@@ -33,17 +36,17 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _broker(url: str | None):
+def _broker(url: str | None) -> tuple[Mosquitto | EmbeddedBroker | None, str, str]:
     from coordinator.broker import EmbeddedBroker, Mosquitto
 
     if url:
         return None, url, "given"
     try:
-        b = Mosquitto().start()
-        return b, b.url, "mosquitto"
+        m = Mosquitto().start()
+        return m, m.url, "mosquitto"
     except FileNotFoundError:
-        b = EmbeddedBroker().start()
-        return b, b.url, "embedded amqtt"
+        e = EmbeddedBroker().start()
+        return e, e.url, "embedded amqtt"
 
 
 def fleet_rounds(args: argparse.Namespace) -> dict[str, Any]:

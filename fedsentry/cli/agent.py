@@ -7,10 +7,14 @@ import logging
 import os
 import signal
 import sys
-from typing import Any
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
 
 from fedsentry.cli.common import add_rating_columns, positive_float, positive_int
 from fedsentry.errors import UsageError
+
+if TYPE_CHECKING:
+    from edge_agent.sources import Batch, ZeekFollower
 
 
 def register(groups: dict[str, Any], verbs: Any) -> None:
@@ -70,6 +74,7 @@ def run_agent(args: argparse.Namespace) -> int:
         if f and not os.path.isfile(f):
             raise UsageError(f"file not found: {f}")
     state_dir = args.state_dir or f"fedsentry-agent-{args.id}"
+    source: Iterator[Batch] | ZeekFollower | None
     if args.csv:
         source = csv_source(args.csv, args.rate, label_column=args.label_column)
     elif args.zeek:
