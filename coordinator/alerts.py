@@ -6,8 +6,11 @@ on SQLite and PostgreSQL alike."""
 
 from __future__ import annotations
 
+import json
+import math
 from collections import Counter
 from collections.abc import Sequence
+from datetime import datetime, timezone
 from typing import Any
 
 from sqlalchemy.dialects.postgresql import insert as pg_insert
@@ -15,6 +18,28 @@ from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session
 
 from coordinator.db import Alert, Device, utcnow
+from wire.protocol import ProtocolError
+
+
+def alert_row(agent: str, job: str, version: int, m: Any, received: datetime) -> dict[str, Any]:
+    """The table row of one alert as an agent sent it; ProtocolError when a field is missing or wrong."""
+    try:
+        row = {"id": str(m["id"])[:64], "device_id": agent, "job_id": job, "model_version": int(version),
+               "ts": datetime.fromtimestamp(float(m["ts"]), timezone.utc).replace(tzinfo=None),
+               "received": received, "score": float(m["score"]), "threshold": float(m["threshold"]),
+               "count": int(m.get("count", 1)), "explanation": list(m.get("explanation", [])),
+               "acknowledged": False}
+    except (KeyError, TypeError, ValueError, OverflowError, OSError, AttributeError) as e:
+        raise ProtocolError("alert", f"malformed alert: {e}") from None
+    # what would break the database or the readers: non-finite numbers, counts beyond an integer column,
+    # explanations that are not a short list of objects
+    if not (math.isfinite(row["score"]) and math.isfinite(row["threshold"])):
+        raise ProtocolError("alert", "score and threshold must be finite numbers")
+    if not 1 <= row["count"] < 2**31:
+        raise ProtocolError("alert", f"count {row['count']} outside 1..2^31-1")
+    if len(row["explanation"]) > 64 or not all(isinstance(e, dict) for e in row["explanation"]):
+        raise ProtocolError("alert", "explanation must be a list of at most 64 objects")
+    return row
 
 
 def _insert(session: Session):
@@ -46,11 +71,21 @@ def store_alerts(session: Session, rows: Sequence[dict[str, Any]]) -> Counter[st
     return fresh
 
 
+_COPY_ESCAPES = str.maketrans({"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\r"})
+
+
+def _copy_line(r: dict[str, Any]) -> str:
+    """One row in COPY's text format (tab-separated, backslash escapes)."""
+    return "\t".join((
+        r["id"].translate(_COPY_ESCAPES), r["device_id"].translate(_COPY_ESCAPES), r["job_id"].translate(_COPY_ESCAPES),
+        str(r["model_version"]), r["ts"].isoformat(), r["received"].isoformat(), repr(r["score"]),
+        repr(r["threshold"]), str(r["count"]), json.dumps(r["explanation"]).translate(_COPY_ESCAPES),
+        "t" if r["acknowledged"] else "f")) + "\n"
+
+
 def _copy_postgresql(session: Session, rows: Sequence[dict[str, Any]]) -> list[str]:
     """COPY the batch into a temporary table, then move the new ones over: an order of magnitude faster
     than parameterised INSERTs, and a redelivered alert id is still skipped by the primary key."""
-    from psycopg.types.json import Json
-
     raw = session.connection().connection.driver_connection
     assert raw is not None
     cols = ", ".join(COLUMNS)
@@ -58,8 +93,7 @@ def _copy_postgresql(session: Session, rows: Sequence[dict[str, Any]]) -> list[s
         cur.execute("CREATE TEMPORARY TABLE IF NOT EXISTS incoming_alerts "
                     "(LIKE alerts INCLUDING DEFAULTS) ON COMMIT DELETE ROWS")
         with cur.copy(f"COPY incoming_alerts ({cols}) FROM STDIN") as copy:
-            for r in rows:
-                copy.write_row([Json(r[c]) if c == "explanation" else r[c] for c in COLUMNS])
+            copy.write("".join(_copy_line(r) for r in rows))
         cur.execute(f"INSERT INTO alerts ({cols}) SELECT {cols} FROM incoming_alerts "
                     "ON CONFLICT (id) DO NOTHING RETURNING device_id")
         return [d for (d,) in cur.fetchall()]

@@ -14,13 +14,13 @@ import threading
 import time
 import uuid
 from collections import Counter
-from datetime import datetime, timedelta, timezone
+from datetime import timedelta
 from typing import Any
 
 from sqlalchemy import select, update
 from sqlalchemy.exc import OperationalError
 
-from coordinator.alerts import store_alerts
+from coordinator.alerts import alert_row, store_alerts
 from coordinator.db import Alert, Device, Job, Rejection, Round, make_engine, migrate, session_factory, utcnow
 from coordinator.job_runner import JobRunner
 from coordinator.jobs import create_job
@@ -29,6 +29,7 @@ from models.families import family, job_spec
 from wire.mqtt import make_client, parse_broker_url
 from wire.protocol import (
     AGENT_SUBSCRIPTION,
+    Envelope,
     ProtocolError,
     decode,
     job_topic,
@@ -70,7 +71,8 @@ class Coordinator:
         # the broker redelivers what was not acknowledged
         self.client.manual_ack_set(True)
         self.client.on_message = lambda c, u, m: self.inbox.put((m.topic, bytes(m.payload), m.mid, m.qos))
-        self._alerts: list[tuple[dict[str, Any], int, int]] = []
+        self._alerts: list[dict[str, Any]] = []  # rows waiting for their batch
+        self._acks: list[tuple[int, int]] = []  # the messages they came in, acknowledged once stored
         self._alerts_since = 0.0
         self.thread: threading.Thread | None = None
 
@@ -258,12 +260,8 @@ class Coordinator:
                 if isinstance(jobs, list):
                     self.capabilities[agent] = tuple(str(j) for j in jobs)
                 self._status(agent, bool(env.meta.get("online")))
-            elif what == "alerts" and env.kind == "alert":
-                if not self._alerts:
-                    self._alerts_since = time.monotonic()
-                self._alerts.append((self._alert_row(agent, env), mid, qos))
-                self.accepted += 1
-                return "buffered"
+            elif what == "alerts" and env.kind in ("alert", "alerts"):
+                return self._buffer_alerts(agent, env, topic, mid, qos)
             elif what == "upload":
                 runner = self.jobs.get(env.job)
                 if runner is None:
@@ -284,26 +282,36 @@ class Coordinator:
             else:
                 dev.online, dev.last_seen = online, utcnow()
 
-    def _alert_row(self, agent: str, env) -> dict[str, Any]:
-        m = env.meta
-        try:
-            return {"id": str(m["id"])[:64], "device_id": agent, "job_id": env.job, "model_version": int(env.round),
-                    "ts": datetime.fromtimestamp(float(m["ts"]), timezone.utc).replace(tzinfo=None),
-                    "received": utcnow(), "score": float(m["score"]), "threshold": float(m["threshold"]),
-                    "count": int(m.get("count", 1)), "explanation": list(m.get("explanation", [])),
-                    "acknowledged": False}
-        except (KeyError, TypeError, ValueError, OverflowError) as e:
-            raise ProtocolError("alert", f"malformed alert: {e}") from None
+    def _buffer_alerts(self, agent: str, env: Envelope, topic: str, mid: int, qos: int) -> str:
+        """Rows for the alerts of one message (one, or a batch); a malformed alert is refused alone."""
+        alerts = [env.meta] if env.kind == "alert" else env.meta.get("alerts")
+        if not isinstance(alerts, list) or not alerts:
+            raise ProtocolError("alert", "an alerts message needs a non-empty list 'alerts'")
+        now = utcnow()
+        rows = []
+        for a in alerts:
+            try:
+                rows.append(alert_row(agent, env.job, env.round, a, now))
+            except ProtocolError as e:
+                self.reject(e.reason, e.detail, topic)
+        if not rows:
+            return "done"
+        if not self._alerts:
+            self._alerts_since = time.monotonic()
+        self._alerts.extend(rows)
+        self._acks.append((mid, qos))
+        self.accepted += len(rows)
+        return "buffered"
 
     def _flush_alerts(self) -> None:
         """Store buffered alerts in one transaction (an alert id already stored is a redelivery: skipped),
         then acknowledge them to the broker."""
-        batch, self._alerts = self._alerts, []
-        rows = list({r["id"]: r for r, _, _ in batch}.values())  # the same alert twice in one batch: once
+        batch, acks, self._alerts, self._acks = self._alerts, self._acks, [], []
+        rows = list({r["id"]: r for r in batch}.values())  # the same alert twice in one batch: once
         with self.sessions.begin() as s:
             fresh = store_alerts(s, rows)
         self.alerts_ingested += sum(fresh.values())
-        for _, mid, qos in batch:
+        for mid, qos in acks:
             self.client.ack(mid, qos)
 
     # -- jobs API used by the CLI, the demo and the REST API --------------------------------------------

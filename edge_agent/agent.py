@@ -33,6 +33,7 @@ from wire.protocol import (
     Envelope,
     ProtocolError,
     agent_topic,
+    alert_batches,
     decode,
     model_topic,
 )
@@ -82,7 +83,7 @@ class Agent:
         self.outbox = Outbox(Path(cfg.state_dir) / "outbox.sqlite")
         self.source = source
         self.inbox: queue.Queue[tuple[str, bytes]] = queue.Queue()
-        self.inflight: dict[int, str] = {}
+        self.inflight: dict[int, list[str]] = {}
         self.stop = threading.Event()
         self.connected = threading.Event()
         self.counters = {"records": 0, "alerts": 0, "rejected": 0, "rounds": 0}
@@ -122,9 +123,9 @@ class Agent:
         if not payload:  # a cleared retained message (a job that ended)
             return
         if topic == "__ack__":
-            alert_id = self.inflight.pop(int.from_bytes(payload, "little"), None)
-            if alert_id:
-                self.outbox.done(alert_id)
+            alert_ids = self.inflight.pop(int.from_bytes(payload, "little"), None)
+            if alert_ids:
+                self.outbox.done(*alert_ids)
             return
         try:
             env = decode(payload)
@@ -159,13 +160,19 @@ class Agent:
                 self.client.publish(self.topic("upload"), reply.encode(), qos=1)
 
     def _resend(self) -> None:
-        for alert_id, payload in self.outbox.pending():
-            self._publish_alert(alert_id, payload)
+        self._publish_alerts([decode(payload) for _, payload in self.outbox.pending()])
 
-    def _publish_alert(self, alert_id: str, payload: bytes) -> None:
-        info = self.client.publish(self.topic("alerts"), payload, qos=1)
-        if info.rc == mqtt.MQTT_ERR_SUCCESS:  # the ack is queued behind this in the inbox: no race
-            self.inflight[info.mid] = alert_id
+    def _publish_alerts(self, envelopes: list[Envelope]) -> None:
+        """Alerts (one envelope each, as the outbox keeps them) sent in batches per model version: under
+        a flood, one message and one acknowledgement per batch (wire.protocol.alert_batches)."""
+        groups: dict[tuple[str, int], list[dict[str, Any]]] = {}
+        for env in envelopes:
+            groups.setdefault((env.job, env.round), []).append(env.meta)
+        for (job, version), alerts in groups.items():
+            for batch in alert_batches(job, version, self.cfg.agent_id, alerts):
+                info = self.client.publish(self.topic("alerts"), batch.encode(), qos=1)
+                if info.rc == mqtt.MQTT_ERR_SUCCESS:  # the ack is queued behind this in the inbox: no race
+                    self.inflight[info.mid] = [a["id"] for a in batch.meta["alerts"]]
 
     def ingest(self, batch: Batch) -> None:
         if self.scorer.detector is None:
@@ -181,12 +188,11 @@ class Agent:
             labels = batch.labels if batch.labels is not None else np.full(len(scores), np.nan)
             self._scores.writelines(f"{s:.9g},{lab:g}\n" for s, lab in zip(scores, labels))
             self._scores.flush()
-        for a in alerts:
-            payload = self.scorer.envelope(a).encode()
-            self.outbox.add(a["id"], payload)
-            self.counters["alerts"] += 1
-            if self.connected.is_set():
-                self._publish_alert(a["id"], payload)
+        envelopes = [self.scorer.envelope(a) for a in alerts]
+        self.outbox.add(*((env.meta["id"], env.encode()) for env in envelopes))
+        self.counters["alerts"] += len(envelopes)
+        if envelopes and self.connected.is_set():
+            self._publish_alerts(envelopes)
 
     def _next_batch(self) -> Batch | Literal[False] | None:
         """A batch, None if nothing now, False when the source is exhausted."""

@@ -65,14 +65,18 @@ class Outbox:
         self.db.execute("PRAGMA journal_mode=WAL")
         self.db.execute("CREATE TABLE IF NOT EXISTS outbox (id TEXT PRIMARY KEY, created REAL, payload BLOB)")
 
-    def add(self, alert_id: str, payload: bytes) -> None:
-        self.db.execute("INSERT OR IGNORE INTO outbox VALUES (?, ?, ?)", (alert_id, time.time(), payload))
+    def add(self, *items: tuple[str, bytes]) -> None:
+        """(alert id, payload) pairs, in one transaction."""
+        now = time.time()
+        with self.db:
+            self.db.execute("BEGIN")
+            self.db.executemany("INSERT OR IGNORE INTO outbox VALUES (?, ?, ?)", [(i, now, p) for i, p in items])
 
     def pending(self, limit: int = 500) -> list[tuple[str, bytes]]:
         return list(self.db.execute("SELECT id, payload FROM outbox ORDER BY created LIMIT ?", (limit,)))
 
-    def done(self, alert_id: str) -> None:
-        self.db.execute("DELETE FROM outbox WHERE id = ?", (alert_id,))
+    def done(self, *alert_ids: str) -> None:
+        self.db.executemany("DELETE FROM outbox WHERE id = ?", [(i,) for i in alert_ids])
 
     def __len__(self) -> int:
         return self.db.execute("SELECT COUNT(*) FROM outbox").fetchone()[0]

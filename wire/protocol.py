@@ -28,7 +28,7 @@ ALLOWED_DTYPES = {"<f8", "<f4", "<i8", "<i4", "<i2", "|i1", "|u1", "|b1"}
 _FIXED = struct.Struct("<4sHI")
 ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 
-KINDS = ("round", "upload", "model", "status", "alert", "stats", "histogram", "setup", "eval")
+KINDS = ("round", "upload", "model", "status", "alert", "alerts", "stats", "histogram", "setup", "eval")
 
 
 class ProtocolError(ValueError):
@@ -188,3 +188,26 @@ def expect_arrays(env: Envelope, shapes: dict[str, tuple[int, ...]], max_norm: f
             norm = float(np.linalg.norm(env.arrays[name]))
             if norm > max_norm:
                 raise ProtocolError("norm", f"array {name!r} has norm {norm:.3g} > {max_norm:.3g}")
+
+
+ALERTS_PER_MESSAGE = 100
+ALERT_BATCH_BYTES = MAX_HEADER // 2
+
+
+def alert_batches(job: str, version: int, sender: str, alerts: list[dict[str, Any]]) -> list[Envelope]:
+    """Alerts of one model version as "alerts" envelopes of at most ALERTS_PER_MESSAGE alerts and about
+    ALERT_BATCH_BYTES of JSON each: under a flood, one message (and one acknowledgement) per batch."""
+    out: list[Envelope] = []
+    batch: list[dict[str, Any]] = []
+    size = 0
+    for a in alerts:
+        n = len(json.dumps(a, separators=(",", ":")))
+        if batch and (len(batch) >= ALERTS_PER_MESSAGE or size + n > ALERT_BATCH_BYTES):
+            out.append(Envelope("alerts", job, version, sender, {}, {"alerts": batch}))
+            batch, size = [], 0
+        batch.append(a)
+        size += n
+    if batch:
+        out.append(Envelope("alerts", job, version, sender, {}, {"alerts": batch}))
+    return out
+

@@ -91,30 +91,3 @@ def wait_until(predicate, timeout: float = 30.0, what: str = "condition") -> Non
             return
         time.sleep(0.05)
     raise AssertionError(f"timed out waiting for {what}")
-
-
-def _postgres_reachable() -> bool:
-    import socket
-
-    with socket.socket() as s:
-        s.settimeout(1)
-        return s.connect_ex(("127.0.0.1", 5432)) == 0
-
-
-@pytest.fixture
-def postgres_url():
-    """A fresh PostgreSQL database on 127.0.0.1:5432, dropped afterwards."""
-    if not _postgres_reachable():
-        pytest.skip("no PostgreSQL server on 127.0.0.1:5432")
-    import uuid
-
-    from sqlalchemy import create_engine, text
-
-    name = f"fedsentry_test_{uuid.uuid4().hex[:10]}"
-    admin = create_engine("postgresql+psycopg://postgres@127.0.0.1:5432/postgres", isolation_level="AUTOCOMMIT")
-    with admin.connect() as c:
-        c.execute(text(f'CREATE DATABASE "{name}"'))
-    yield f"postgresql://postgres@127.0.0.1:5432/{name}"
-    with admin.connect() as c:
-        c.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-    admin.dispose()
