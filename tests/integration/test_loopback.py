@@ -81,16 +81,22 @@ def traffic():
     return data.feature_names, [X[i] for i in idx]
 
 
-@pytest.mark.parametrize(("algorithm", "params"), PCA_CASES, ids=[f"{a}{p or ''}" for a, p in PCA_CASES])
-def test_pca_deployment_equals_simulation(tmp_path, traffic, algorithm, params):
-    features, parts = traffic
-    rounds, fraction = 8, 0.3
-    participants = []
+def pca_participants(tmp_path, features, parts) -> list:
+    """One PCA participant per partition, each with its records in its training buffer."""
+    out = []
     for i, X in enumerate(parts):
         store = AgentStore(tmp_path / f"dev-{i:02d}")
         buffer = TrainingBuffer(store)
         buffer.add(Batch(features, X))
-        participants.append(family("pca").load_participant()(f"dev-{i:02d}", store, buffer))
+        out.append(family("pca").load_participant()(f"dev-{i:02d}", store, buffer))
+    return out
+
+
+@pytest.mark.parametrize(("algorithm", "params"), PCA_CASES, ids=[f"{a}{p or ''}" for a, p in PCA_CASES])
+def test_pca_deployment_equals_simulation(tmp_path, traffic, algorithm, params):
+    features, parts = traffic
+    rounds, fraction = 8, 0.3
+    participants = pca_participants(tmp_path, features, parts)
     settings = {"features": features, "rank": 3, "rounds": rounds, "fraction": fraction, "seed": 3,
                 "algorithm_params": params}
     mv = Loopback(tmp_path, "pca", algorithm, settings, participants).run()
@@ -133,12 +139,7 @@ def test_the_stored_server_state_rebuilds_exactly_and_rounds_write_only_changed_
     from coordinator.job_runner import _dirty_chunks
 
     features, parts = traffic
-    participants = []
-    for i, X in enumerate(parts):
-        store = AgentStore(tmp_path / f"dev-{i:02d}")
-        buffer = TrainingBuffer(store)
-        buffer.add(Batch(features, X))
-        participants.append(family("pca").load_participant()(f"dev-{i:02d}", store, buffer))
+    participants = pca_participants(tmp_path, features, parts)
     loop = Loopback(tmp_path, "pca", "fedmm", {"features": features, "rank": 3, "rounds": 5, "fraction": 0.25},
                     participants)
     loop.run()
