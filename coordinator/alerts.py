@@ -24,7 +24,8 @@ from wire.protocol import ProtocolError
 def alert_row(agent: str, job: str, version: int, m: Any, received: datetime) -> dict[str, Any]:
     """The table row of one alert as an agent sent it; ProtocolError when a field is missing or wrong."""
     try:
-        row: dict[str, Any] = {"id": str(m["id"])[:64], "device_id": agent, "job_id": job, "model_version": int(version),
+        row: dict[str, Any] = {
+               "id": str(m["id"])[:64], "device_id": agent, "job_id": job, "model_version": int(version),
                "ts": datetime.fromtimestamp(float(m["ts"]), timezone.utc).replace(tzinfo=None),
                "received": received, "score": float(m["score"]), "threshold": float(m["threshold"]),
                "count": int(m.get("count", 1)), "explanation": list(m.get("explanation", [])),
