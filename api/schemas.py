@@ -136,9 +136,13 @@ class ModelOut(BaseModel):
     promoted: bool
     published: bool
     created: datetime
-    features: list[str]
-    threshold: float
-    Z: list[list[float]] | None = None
+    info: dict[str, Any] = Field(description="what the job family stores with the version: pca: features and "
+                                             "threshold; recsys: items, mean, rating bounds, lam, test RMSE")
+    features: list[str] | None = Field(None, description="pca: the features the model scores")
+    threshold: float | None = Field(None, description="pca: the label-free alert threshold")
+    arrays: dict[str, list[Any]] | None = Field(None, description="with ?matrix=true: the model's arrays (pca: "
+                                                                  "Z, mean, scale; recsys: item_factors)")
+    Z: list[list[float]] | None = Field(None, description="pca, with ?matrix=true: the subspace (d x k)")
 
 
 class RecommendRequest(BaseModel):

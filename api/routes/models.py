@@ -15,16 +15,12 @@ router = APIRouter(tags=["models"])
 
 
 def model_out(mv: ModelVersion, matrix: bool = False) -> ModelOut:
+    """A model version as the API shows it: what its family stored, the arrays on request."""
+    arrays = {k: v.tolist() for k, v in unpack(mv.arrays).items()} if matrix else None
     return ModelOut(id=mv.id, job_id=mv.job_id, version=mv.version, type=mv.type, round=mv.round,
-                    promoted=mv.promoted, published=mv.published, created=mv.created,
-                    features=mv.info["features"], threshold=mv.info["threshold"],
-                    Z=_matrix(mv).tolist() if matrix else None)
-
-
-def _matrix(mv: ModelVersion):
-    """The model's matrix: Z (d x k) of a PCA model, the item factors of a recommendation model."""
-    arrays = unpack(mv.arrays)
-    return arrays["Z"] if "Z" in arrays else arrays["item_factors"]
+                    promoted=mv.promoted, published=mv.published, created=mv.created, info=dict(mv.info),
+                    features=mv.info.get("features"), threshold=mv.info.get("threshold"), arrays=arrays,
+                    Z=arrays.get("Z") if arrays else None)
 
 
 @router.get("/api/v1/jobs/{job_id}/models", response_model=list[ModelOut], dependencies=[Depends(caller)])

@@ -190,8 +190,12 @@ def test_recommendations_for_a_new_user_by_fold_in(app, client, keys):
         s.add(Job(id="rs", type="recsys", algorithm="fedmc-admm", params={}, status="finished"))
         s.add(ModelVersion(job_id="rs", version=1, type="recsys", round=5, promoted=True, published=True,
                            arrays=pack({"item_factors": V}),
-                           info={"items": items, "mean": 3.5, "rating_min": 0.5, "rating_max": 5.0, "lam": 1.0,
-                                 "threshold": 0.0, "features": []}))
+                           info={"items": items, "mean": 3.5, "rating_min": 0.5, "rating_max": 5.0, "lam": 1.0}))
+    # a recommendation model is shown as what it is: its catalogue, no PCA fields, its item factors
+    (mv,) = client.get("/api/v1/jobs/rs/models", headers=h).json()
+    assert mv["info"]["items"] == items and mv["features"] is None and mv["threshold"] is None
+    full = client.get(f"/api/v1/models/{mv['id']}", params={"matrix": True}, headers=h).json()
+    assert np.allclose(full["arrays"]["item_factors"], V) and full["Z"] is None
     r = client.post("/api/v1/recommendations", json=body, headers=h)
     assert r.status_code == 200, r.text
     got = r.json()

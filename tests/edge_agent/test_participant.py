@@ -72,3 +72,43 @@ def test_training_buffer_is_a_bounded_uniform_sample(tmp_path, rng):
         buf.add(Batch(["x"], rng.random((50, 1))))
     assert buf.X.shape == (100, 1) and buf.seen == 1000
     assert 0.35 < buf.X.mean() < 0.65
+
+
+class CountingStore(AgentStore):
+    """A real store that counts its reads and writes."""
+
+    def __init__(self, folder):
+        super().__init__(folder)
+        self.touched = 0
+
+    def load_arrays(self, name):
+        self.touched += 1
+        return super().load_arrays(name)
+
+    def save_arrays(self, name, arrays):
+        self.touched += 1
+        super().save_arrays(name, arrays)
+
+    def load_bytes(self, name):
+        self.touched += 1
+        return super().load_bytes(name)
+
+    def save_bytes(self, name, data):
+        self.touched += 1
+        super().save_bytes(name, data)
+
+
+def test_an_agent_not_sampled_touches_no_disk_once_its_dual_update_is_applied(tmp_path, rng):
+    store = CountingStore(tmp_path / "dev-1")
+    buf = TrainingBuffer(store)
+    buf.add(Batch(["a", "b", "c", "d"], np.abs(rng.standard_normal((50, 4))) * 10))
+    p = PCAParticipant("dev-1", store, buf)
+    Z = [orth(rng.standard_normal((4, 2))) for _ in range(5)]
+    p.on_round(round_msg(1, ["dev-1"], Z[0], Z[0]))
+    before = store.touched
+    p.on_round(round_msg(2, ["dev-9"], Z[1], Z[0]))  # owes the dual update of round 1: one read, one write
+    assert store.touched - before == 2
+    before = store.touched
+    for r in (3, 4, 5):
+        p.on_round(round_msg(r, ["dev-9"], Z[r - 1], Z[0]))
+    assert store.touched == before
