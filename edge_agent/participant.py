@@ -40,6 +40,8 @@ class Participant(ABC):
     def __init__(self, agent_id: str, store: AgentStore):
         self.id, self.store = agent_id, store
         self._owed: dict[str, bool] = {}  # job -> a finish is owed (known after the first look at the disk)
+        # the last state written per job, as written: a round reads the disk only after a restart
+        self._saved: dict[str, dict[str, np.ndarray]] = {}
 
     # -- what a family provides -------------------------------------------------------------------------
     @abstractmethod
@@ -88,14 +90,20 @@ class Participant(ABC):
 
     def load_state(self, job: str) -> tuple[State | None, dict[str, np.ndarray]]:
         """(the algorithm's state, bookkeeping arrays) of a job, or (None, {})."""
-        arrays = self.store.load_arrays(f"job-{job}")
+        arrays = self._saved.get(job)
         if arrays is None:
-            return None, {}
+            arrays = self.store.load_arrays(f"job-{job}")
+            if arrays is None:
+                return None, {}
+            self._saved[job] = arrays
+        arrays = dict(arrays)
         book = {k: arrays.pop(k) for k in (OWED, REPLY, REPLY_ROUND) if k in arrays}
         return arrays, book
 
     def save_state(self, job: str, state: State, owed: bool, book: dict[str, np.ndarray] | None = None) -> None:
-        self.store.save_arrays(f"job-{job}", {**state, **(book or {}), OWED: np.array(owed)})
+        arrays = {**state, **(book or {}), OWED: np.array(owed)}
+        self.store.save_arrays(f"job-{job}", arrays)
+        self._saved[job] = arrays
         self._owed[job] = owed
 
     def settle(self, env: Envelope) -> None:
