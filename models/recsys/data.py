@@ -47,27 +47,45 @@ def from_triples(users: np.ndarray, items: np.ndarray, ratings: np.ndarray, rati
                  numbers=None) -> Ratings:
     """Index raw (user id, item id, rating) triples. ValueError on duplicates or out-of-range ratings,
     naming the entry as f"{label} {numbers[position]}" (default numbers: 1, 2, ...; a file reader passes
-    "line" and the line numbers: any sequence, only read for the entry named)."""
+    "line" and the line numbers: any sequence, read only for the entry named)."""
     users, items = np.asarray(users), np.asarray(items)
     ratings = np.asarray(ratings, dtype=float)
     if not len(users) == len(items) == len(ratings):
         raise ValueError("users, items and ratings must have the same length")
     if len(ratings) == 0:
         raise ValueError("no ratings")
-    if not np.isfinite(ratings).all():
-        raise ValueError("ratings must be finite numbers")
-    number = (lambda k: k + 1) if numbers is None else (lambda k: numbers[k])
-    bad = np.flatnonzero((ratings < rating_min) | (ratings > rating_max))
-    if len(bad):
-        raise ValueError(f"rating {ratings[bad[0]]:g} on {label} {number(bad[0])} is outside the declared range "
-                         f"{rating_min:g}..{rating_max:g}")
     user_ids, user = index_ids(users)
     item_ids, item = index_ids(items)
+    return from_indexed(user, item, ratings, user_ids, item_ids, rating_min, rating_max, name, label, numbers)
+
+
+def check_ratings(ratings: np.ndarray, rating_min: float, rating_max: float, label: str = "row",
+                  numbers=None) -> None:
+    """ValueError unless every rating is a finite number in rating_min..rating_max."""
+    if not np.isfinite(ratings).all():
+        raise ValueError("ratings must be finite numbers")
+    bad = np.flatnonzero((ratings < rating_min) | (ratings > rating_max))
+    if len(bad):
+        raise ValueError(f"rating {ratings[bad[0]]:g} on {label} {_number(numbers, bad[0])} is outside the "
+                         f"declared range {rating_min:g}..{rating_max:g}")
+
+
+def from_indexed(user: np.ndarray, item: np.ndarray, ratings: np.ndarray, user_ids: np.ndarray,
+                 item_ids: np.ndarray, rating_min: float = 0.5, rating_max: float = 5.0, name: str = "ratings",
+                 label: str = "row", numbers=None) -> Ratings:
+    """`from_triples` for ids already indexed (``user_ids[user]`` are the raters' ids): checks the
+    ratings and that no (user, item) pair comes twice, and keeps the arrays as given."""
+    check_ratings(ratings, rating_min, rating_max, label, numbers)
     twice = first_duplicate(user, item, len(item_ids))
     if twice is not None:
         a, b = twice
-        raise ValueError(f"user {users[a]} rated item {items[a]} twice ({label}s {number(a)} and {number(b)})")
+        raise ValueError(f"user {user_ids[user[a]]} rated item {item_ids[item[a]]} twice ({label}s "
+                         f"{_number(numbers, a)} and {_number(numbers, b)})")
     return Ratings(user, item, ratings, user_ids, item_ids, float(rating_min), float(rating_max), name)
+
+
+def _number(numbers, k: int):
+    return k + 1 if numbers is None else numbers[k]
 
 
 def index_dtype(n: int) -> type:
@@ -77,19 +95,32 @@ def index_dtype(n: int) -> type:
 
 def index_ids(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(sorted distinct ids, each value's position among them), as ``np.unique(return_inverse=True)``
-    gives, with compact positions. Whole-number ids spanning a range no wider than a few times their
-    count go through a presence table (linear time, no sort of the n values); others through np.unique."""
-    values = np.asarray(values)
-    n = len(values)
-    if values.dtype.kind in "iu" and n:
-        lo, hi = int(values.min()), int(values.max())
+    gives, with compact positions (`index_dtype`). See `index_id_chunks`."""
+    return index_id_chunks([np.asarray(values)])
+
+
+def index_id_chunks(chunks: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """`index_ids` of the concatenation of `chunks` (views of a file reader's column blocks, say), without
+    concatenating them. Whole-number ids spanning a range no wider than a few times their count go
+    through a presence table (linear time, no sort); others through np.unique."""
+    n = sum(len(c) for c in chunks)
+    kind = chunks[0].dtype.kind if chunks else "f"
+    if kind in "iu" and n:
+        lo = min(int(c.min()) for c in chunks if len(c))
+        hi = max(int(c.max()) for c in chunks if len(c))
         if hi - lo < max(4 * n, 1 << 20):
-            offset = values - lo if lo else values
             present = np.zeros(hi - lo + 1, dtype=bool)
-            present[offset] = True
-            ids = (np.flatnonzero(present) + lo).astype(values.dtype)
-            position = np.cumsum(present, dtype=np.int64) - 1
-            return ids, position.astype(index_dtype(len(ids)))[offset]
+            for c in chunks:
+                present[c - lo if lo else c] = True
+            ids = (np.flatnonzero(present) + lo).astype(chunks[0].dtype)
+            position = (np.cumsum(present, dtype=np.int64) - 1).astype(index_dtype(len(ids)))
+            out = np.empty(n, dtype=position.dtype)
+            start = 0
+            for c in chunks:
+                out[start:start + len(c)] = position[c - lo if lo else c]
+                start += len(c)
+            return ids, out
+    values = chunks[0] if len(chunks) == 1 else np.concatenate(chunks)
     ids, inverse = np.unique(values, return_inverse=True)
     return ids, inverse.reshape(-1).astype(index_dtype(len(ids)))
 
