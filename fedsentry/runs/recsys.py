@@ -37,8 +37,11 @@ def load_ratings(args: argparse.Namespace) -> Ratings:
     if args.ratings:
         return ratings_io.load_ratings_csv(args.ratings, args.user_col, args.item_col, args.rating_col,
                                            args.rating_min, args.rating_max)
+    scale = getattr(args, "synthetic_scale", None)
+    if args.ratings and scale is not None:
+        raise UsageError("--synthetic-scale applies to --dataset netflix-synthetic only")
     name = args.dataset or ("movielens-small" if ratings_io.movielens_available(args.data_dir) else "synthetic")
-    return ratings_io.load_named(name, args.data_dir, args.seed, args.rating_min, args.rating_max)
+    return ratings_io.load_named(name, args.data_dir, args.seed, args.rating_min, args.rating_max, scale)
 
 
 def prepare(args: argparse.Namespace, ranks: list[int]) -> Prepared:

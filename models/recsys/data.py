@@ -125,6 +125,18 @@ def index_id_chunks(chunks: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
     return ids, inverse.reshape(-1).astype(index_dtype(len(ids)))
 
 
+def distinct_sorted(values: np.ndarray) -> np.ndarray:
+    """``np.unique(values)`` by a sort: numpy 2.3+ unique hashes, which is 10 to 60 times slower on
+    millions of mostly distinct integers."""
+    ordered = np.sort(values)
+    if len(ordered) < 2:
+        return ordered
+    keep = np.empty(len(ordered), dtype=bool)
+    keep[0] = True
+    np.not_equal(ordered[1:], ordered[:-1], out=keep[1:])
+    return ordered[keep]
+
+
 def first_duplicate(user: np.ndarray, item: np.ndarray, n_items: int) -> tuple[int, int] | None:
     """The positions (a < b) of the first two ratings of the smallest repeated (user, item) pair, or None.
 
@@ -215,7 +227,7 @@ def client_data(train: Ratings, parts: list[np.ndarray], mean: float) -> list[St
     for c, users in enumerate(parts):
         rows = order[bounds[c]:bounds[c + 1]]
         u, it = train.user[rows], train.item[rows].astype(np.int64)
-        items = np.unique(it)
+        items = distinct_sorted(it)
         out.append({
             "user_index": np.asarray(users)[None].astype(np.int64),
             "user_mask": np.ones((1, len(users)), dtype=bool),
