@@ -204,29 +204,36 @@ def client_data(train: Ratings, parts: list[np.ndarray], mean: float) -> list[St
     (user, item) as local positions ``user`` / ``item`` with ``rating`` centred on the global mean and
     ``mask``. `stack` pads and batches several clients (masks are False in the padding).
 
-    One int64 key per rating (the user's place in the clients' concatenated, sorted user lists, then the
-    item) and one argsort: the order of a lexicographic sort by (client, user, item), without its copies
-    of every column; each client's columns are then gathered from its slice of the order."""
+    The ratings are grouped by client with a stable sort of one small integer per rating (a radix sort:
+    linear time), then each client's are sorted by one int64 key (its user's place among the client's
+    sorted users, then the item): the order of a lexicographic sort by (client, user, item), without
+    its copies of every column or an argsort of all the ratings."""
     n_parts = len(parts)
-    place = np.full(train.n_users, -1, dtype=np.int64)  # the user's place; -1: in no client
+    owner_type = np.int16 if n_parts < 2**15 - 1 else np.int32
+    owner = np.full(train.n_users, -1, dtype=owner_type)
+    place = np.zeros(train.n_users, dtype=np.int64)  # the user's place among its client's sorted users
     local = np.zeros(train.n_users, dtype=np.int64)
-    starts = np.zeros(n_parts + 1, dtype=np.int64)
     for c, users in enumerate(parts):
         users = np.asarray(users)
-        starts[c + 1] = starts[c] + len(users)
-        place[np.sort(users)] = starts[c] + np.arange(len(users))
+        owner[users] = c
+        place[np.sort(users)] = np.arange(len(users))
         local[users] = np.arange(len(users))
-    key = place[train.user]
-    key *= max(train.n_items, 1)
-    key += train.item
-    order = np.argsort(key)  # keys are distinct (no user rates an item twice): no ties to break
-    key = key[order]
-    bounds = np.searchsorted(key, starts * max(train.n_items, 1))
-    del key
+    rated_by = owner[train.user]
+    by_client = np.argsort(rated_by, kind="stable")
+    bounds = np.searchsorted(rated_by[by_client], np.arange(n_parts + 1))
+    del rated_by
+    n_items = max(train.n_items, 1)
     out = []
     for c, users in enumerate(parts):
-        rows = order[bounds[c]:bounds[c + 1]]
-        u, it = train.user[rows], train.item[rows].astype(np.int64)
+        rows = by_client[bounds[c]:bounds[c + 1]]
+        u = train.user[rows]
+        key = place[u]
+        key *= n_items
+        key += train.item[rows]
+        within = np.argsort(key)  # keys are distinct (no user rates an item twice): no ties to break
+        del key
+        rows, u = rows[within], u[within]
+        it = train.item[rows].astype(np.int64)
         items = distinct_sorted(it)
         out.append({
             "user_index": np.asarray(users)[None].astype(np.int64),
