@@ -62,7 +62,7 @@ def gather_users(data: list[State], states: list[State], n_users: int) -> np.nda
     return out
 
 
-#: ratings evaluated at a time: two (chunk, rank+1) float64 gathers, about 350 MB at rank 10
+#: ratings evaluated at a time: two (chunk, rank+1) float64 gathers, about 350 MB each at rank 10
 EVAL_CHUNK = 1 << 22
 
 
