@@ -53,6 +53,8 @@ def _new_user(prep) -> tuple[np.ndarray, np.ndarray]:
 def command(args: argparse.Namespace) -> str:
     """The command line that reproduces this bench (data given by name or file)."""
     data = f"--ratings {args.ratings}" if args.ratings else f"--dataset {args.dataset or '(default)'}"
+    if getattr(args, "synthetic_scale", None) is not None:
+        data += f" --synthetic-scale {args.synthetic_scale:g}"
     parts = [f"fedsentry bench recsys {data}", f"--clients {args.clients}", f"--fraction {args.fraction:g}",
              f"--rounds {args.rounds}", f"--ranks {args.ranks}", f"--client-split {args.client_split}",
              f"--seed {args.seed}"]

@@ -16,7 +16,7 @@ from fedsentry.errors import UsageError
 from fedsentry.output import progress, single_blas_thread
 from fedsentry.runs.params import flag_params
 from models.recsys import FEDERATED
-from models.recsys.data import Ratings, split_users, train_test_split
+from models.recsys.data import Ratings, count_distinct, split_users, train_test_split
 
 log = logging.getLogger("fedsentry.recsys")
 
@@ -37,8 +37,11 @@ def load_ratings(args: argparse.Namespace) -> Ratings:
     if args.ratings:
         return ratings_io.load_ratings_csv(args.ratings, args.user_col, args.item_col, args.rating_col,
                                            args.rating_min, args.rating_max)
+    scale = getattr(args, "synthetic_scale", None)
+    if args.ratings and scale is not None:
+        raise UsageError("--synthetic-scale applies to --dataset netflix-synthetic only")
     name = args.dataset or ("movielens-small" if ratings_io.movielens_available(args.data_dir) else "synthetic")
-    return ratings_io.load_named(name, args.data_dir, args.seed, args.rating_min, args.rating_max)
+    return ratings_io.load_named(name, args.data_dir, args.seed, args.rating_min, args.rating_max, scale)
 
 
 def prepare(args: argparse.Namespace, ranks: list[int]) -> Prepared:
@@ -47,12 +50,12 @@ def prepare(args: argparse.Namespace, ranks: list[int]) -> Prepared:
     if len(data) < 2:
         raise UsageError(f"{data.name}: need at least 2 ratings to split into training and test")
     train, test = train_test_split(data, args.test_share, seed=args.seed)
-    limit = min(len(np.unique(train.user)), len(np.unique(train.item))) - 1
+    users, items = count_distinct(train.user, train.n_users), count_distinct(train.item, train.n_items)
+    limit = min(users, items) - 1
     for rank in ranks:
         if rank > limit:
             raise UsageError(f"--rank {rank} is larger than the data allows: the training ratings have "
-                             f"{len(np.unique(train.user))} users and {len(np.unique(train.item))} items, so at most "
-                             f"{max(limit, 0)}")
+                             f"{users} users and {items} items, so at most {max(limit, 0)}")
     if args.clients > data.n_users:
         raise UsageError(f"--clients {args.clients} is more than the {data.n_users} users (each client needs one)")
     activity = np.bincount(train.user, minlength=train.n_users)

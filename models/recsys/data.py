@@ -17,8 +17,8 @@ class Ratings:
     """Explicit ratings. ``user`` and ``item`` are dense indices into ``user_ids`` / ``item_ids`` (the
     original ids), shared by the train and test parts of one data set."""
 
-    user: np.ndarray  # (n,) int64
-    item: np.ndarray  # (n,) int64
+    user: np.ndarray  # (n,) int32 (int64 past 2**31 users), index into user_ids
+    item: np.ndarray  # (n,) int32 (int64 past 2**31 items), index into item_ids
     rating: np.ndarray  # (n,) float64, on the original scale
     user_ids: np.ndarray  # (n_users,) original user ids
     item_ids: np.ndarray  # (n_items,) original item ids
@@ -44,33 +44,118 @@ class Ratings:
 
 def from_triples(users: np.ndarray, items: np.ndarray, ratings: np.ndarray, rating_min: float = 0.5,
                  rating_max: float = 5.0, name: str = "ratings", label: str = "row",
-                 numbers: np.ndarray | None = None) -> Ratings:
+                 numbers=None) -> Ratings:
     """Index raw (user id, item id, rating) triples. ValueError on duplicates or out-of-range ratings,
     naming the entry as f"{label} {numbers[position]}" (default numbers: 1, 2, ...; a file reader passes
-    "line" and the line numbers)."""
+    "line" and the line numbers: any sequence, read only for the entry named)."""
     users, items = np.asarray(users), np.asarray(items)
     ratings = np.asarray(ratings, dtype=float)
     if not len(users) == len(items) == len(ratings):
         raise ValueError("users, items and ratings must have the same length")
     if len(ratings) == 0:
         raise ValueError("no ratings")
+    user_ids, user = index_ids(users)
+    item_ids, item = index_ids(items)
+    return from_indexed(user, item, ratings, user_ids, item_ids, rating_min, rating_max, name, label, numbers)
+
+
+def check_ratings(ratings: np.ndarray, rating_min: float, rating_max: float, label: str = "row",
+                  numbers=None) -> None:
+    """ValueError unless every rating is a finite number in rating_min..rating_max."""
     if not np.isfinite(ratings).all():
         raise ValueError("ratings must be finite numbers")
-    numbers = np.arange(1, len(ratings) + 1) if numbers is None else np.asarray(numbers)
     bad = np.flatnonzero((ratings < rating_min) | (ratings > rating_max))
     if len(bad):
-        raise ValueError(f"rating {ratings[bad[0]]:g} on {label} {numbers[bad[0]]} is outside the declared range "
-                         f"{rating_min:g}..{rating_max:g}")
-    user_ids, user = np.unique(users, return_inverse=True)
-    item_ids, item = np.unique(items, return_inverse=True)
-    key = user.astype(np.int64) * len(item_ids) + item
-    order = np.argsort(key, kind="stable")
-    dup = np.flatnonzero(np.diff(key[order]) == 0)
-    if len(dup):
-        a, b = sorted(order[dup[0]:dup[0] + 2])
-        raise ValueError(f"user {users[a]} rated item {items[a]} twice ({label}s {numbers[a]} and {numbers[b]})")
-    return Ratings(user.astype(np.int64), item.astype(np.int64), ratings, user_ids, item_ids,
-                   float(rating_min), float(rating_max), name)
+        raise ValueError(f"rating {ratings[bad[0]]:g} on {label} {_number(numbers, bad[0])} is outside the "
+                         f"declared range {rating_min:g}..{rating_max:g}")
+
+
+def from_indexed(user: np.ndarray, item: np.ndarray, ratings: np.ndarray, user_ids: np.ndarray,
+                 item_ids: np.ndarray, rating_min: float = 0.5, rating_max: float = 5.0, name: str = "ratings",
+                 label: str = "row", numbers=None) -> Ratings:
+    """`from_triples` for ids already indexed (``user_ids[user]`` are the raters' ids): checks the
+    ratings and that no (user, item) pair comes twice, and keeps the arrays as given."""
+    check_ratings(ratings, rating_min, rating_max, label, numbers)
+    twice = first_duplicate(user, item, len(item_ids))
+    if twice is not None:
+        a, b = twice
+        raise ValueError(f"user {user_ids[user[a]]} rated item {item_ids[item[a]]} twice ({label}s "
+                         f"{_number(numbers, a)} and {_number(numbers, b)})")
+    return Ratings(user, item, ratings, user_ids, item_ids, float(rating_min), float(rating_max), name)
+
+
+def _number(numbers, k: int):
+    return k + 1 if numbers is None else numbers[k]
+
+
+def index_dtype(n: int) -> type:
+    """int32 for indices into fewer than 2**31 things (4 bytes a rating instead of 8), int64 otherwise."""
+    return np.int32 if n < 2**31 else np.int64
+
+
+def index_ids(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(sorted distinct ids, each value's position among them), as ``np.unique(return_inverse=True)``
+    gives, with compact positions (`index_dtype`). See `index_id_chunks`."""
+    return index_id_chunks([np.asarray(values)])
+
+
+def index_id_chunks(chunks: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """`index_ids` of the concatenation of `chunks` (views of a file reader's column blocks, say), without
+    concatenating them. Whole-number ids spanning a range no wider than a few times their count go
+    through a presence table (linear time, no sort); others through np.unique."""
+    n = sum(len(c) for c in chunks)
+    kind = chunks[0].dtype.kind if chunks else "f"
+    if kind in "iu" and n:
+        lo = min(int(c.min()) for c in chunks if len(c))
+        hi = max(int(c.max()) for c in chunks if len(c))
+        if hi - lo < max(4 * n, 1 << 20):
+            present = np.zeros(hi - lo + 1, dtype=bool)
+            for c in chunks:
+                present[c - lo if lo else c] = True
+            ids = (np.flatnonzero(present) + lo).astype(chunks[0].dtype)
+            position = (np.cumsum(present, dtype=np.int64) - 1).astype(index_dtype(len(ids)))
+            out = np.empty(n, dtype=position.dtype)
+            start = 0
+            for c in chunks:
+                out[start:start + len(c)] = position[c - lo if lo else c]
+                start += len(c)
+            return ids, out
+    values = chunks[0] if len(chunks) == 1 else np.concatenate(chunks)
+    ids, inverse = np.unique(values, return_inverse=True)
+    return ids, inverse.reshape(-1).astype(index_dtype(len(ids)))
+
+
+def distinct_sorted(values: np.ndarray) -> np.ndarray:
+    """``np.unique(values)`` by a sort: numpy 2.3+ unique hashes, which is 10 to 60 times slower on
+    millions of mostly distinct integers."""
+    ordered = np.sort(values)
+    if len(ordered) < 2:
+        return ordered
+    keep = np.empty(len(ordered), dtype=bool)
+    keep[0] = True
+    np.not_equal(ordered[1:], ordered[:-1], out=keep[1:])
+    return ordered[keep]
+
+
+def first_duplicate(user: np.ndarray, item: np.ndarray, n_items: int) -> tuple[int, int] | None:
+    """The positions (a < b) of the first two ratings of the smallest repeated (user, item) pair, or None.
+
+    One int64 key per rating; no sort at all when the ratings come sorted by (user, item), as files
+    usually do, and an in-place sort of the keys (no argsort) otherwise."""
+    key = user.astype(np.int64) * n_items + item
+    if len(key) < 2 or bool(np.all(key[1:] > key[:-1])):
+        return None
+    ordered = np.sort(key)
+    same = np.flatnonzero(ordered[1:] == ordered[:-1])
+    if not len(same):
+        return None
+    a, b = np.flatnonzero(key == ordered[same[0]])[:2]
+    return int(a), int(b)
+
+
+def count_distinct(index: np.ndarray, n: int) -> int:
+    """How many of 0..n-1 occur in `index` (``len(np.unique(index))`` without sorting)."""
+    return int(np.count_nonzero(np.bincount(index, minlength=n)))
 
 
 def train_test_split(ratings: Ratings, test_share: float = 0.2, seed: int = 0) -> tuple[Ratings, Ratings]:
@@ -117,25 +202,46 @@ def client_data(train: Ratings, parts: list[np.ndarray], mean: float) -> list[St
     Arrays: its users (``user_index``, global user indices, with ``user_mask``), the items it holds
     training ratings for (``items``, global item indices, with ``item_mask``), and its ratings sorted by
     (user, item) as local positions ``user`` / ``item`` with ``rating`` centred on the global mean and
-    ``mask``. `stack` pads and batches several clients (masks are False in the padding)."""
-    owner = np.full(train.n_users, -1)
+    ``mask``. `stack` pads and batches several clients (masks are False in the padding).
+
+    The ratings are grouped by client with a stable sort of one small integer per rating (a radix sort:
+    linear time), then each client's are sorted by one int64 key (its user's place among the client's
+    sorted users, then the item): the order of a lexicographic sort by (client, user, item), without
+    its copies of every column or an argsort of all the ratings."""
+    n_parts = len(parts)
+    owner_type = np.int16 if n_parts < 2**15 - 1 else np.int32
+    owner = np.full(train.n_users, -1, dtype=owner_type)
+    place = np.zeros(train.n_users, dtype=np.int64)  # the user's place among its client's sorted users
     local = np.zeros(train.n_users, dtype=np.int64)
     for c, users in enumerate(parts):
+        users = np.asarray(users)
         owner[users] = c
+        place[np.sort(users)] = np.arange(len(users))
         local[users] = np.arange(len(users))
-    rc = owner[train.user]
-    order = np.lexsort((train.item, train.user, rc))
-    rc, u, it, r = rc[order], train.user[order], train.item[order], train.rating[order]
-    bounds = np.searchsorted(rc, np.arange(len(parts) + 1))
+    rated_by = owner[train.user]
+    by_client = np.argsort(rated_by, kind="stable")
+    bounds = np.searchsorted(rated_by[by_client], np.arange(n_parts + 1))
+    del rated_by
+    n_items = max(train.n_items, 1)
     out = []
     for c, users in enumerate(parts):
-        s, e = bounds[c], bounds[c + 1]
-        items = np.unique(it[s:e])
+        rows = by_client[bounds[c]:bounds[c + 1]]
+        u = train.user[rows]
+        key = place[u]
+        key *= n_items
+        key += train.item[rows]
+        within = np.argsort(key)  # keys are distinct (no user rates an item twice): no ties to break
+        del key
+        rows, u = rows[within], u[within]
+        it = train.item[rows].astype(np.int64)
+        items = distinct_sorted(it)
         out.append({
-            "user_index": users[None].astype(np.int64), "user_mask": np.ones((1, len(users)), dtype=bool),
+            "user_index": np.asarray(users)[None].astype(np.int64),
+            "user_mask": np.ones((1, len(users)), dtype=bool),
             "items": items[None], "item_mask": np.ones((1, len(items)), dtype=bool),
-            "user": local[u[s:e]][None], "item": np.searchsorted(items, it[s:e])[None],
-            "rating": (r[s:e] - mean)[None], "mask": np.ones((1, e - s), dtype=bool),
+            "user": local[u][None], "item": np.searchsorted(items, it)[None],
+            "rating": (train.rating[rows].astype(np.float64) - mean)[None],
+            "mask": np.ones((1, len(rows)), dtype=bool),
         })
     return out
 

@@ -9,7 +9,8 @@ import pytest
 
 from fedsentry.cli import main
 from fedsentry.data.ratings import load_named, load_ratings_csv, movielens_available
-from models.recsys.data import train_test_split
+from fedsentry.errors import UsageError
+from models.recsys.data import from_triples, train_test_split
 from models.recsys.synthetic import generate_ratings
 
 REQUIRED = {"algorithm", "rank", "rounds", "test_rmse", "test_mae", "seconds_per_round",
@@ -78,7 +79,7 @@ def test_any_ratings_csv_with_named_columns_and_recommendations(capsys, tmp_path
     assert new["seconds"] < 1.0
 
 
-@pytest.mark.parametrize("content, message", [
+BAD_FILES = [
     ("", "empty file"),
     ("userId,movieId,rating\n", "no ratings after the header"),
     ("userId,movieId\n1,2\n", "no column 'rating'"),
@@ -86,10 +87,115 @@ def test_any_ratings_csv_with_named_columns_and_recommendations(capsys, tmp_path
     ("userId,movieId,rating\n1,2,4\n1,3\n", "line 3 has 2 fields"),
     ("userId,movieId,rating\n1,2,4\n2,3,7\n", "rating 7 on line 3 is outside the declared range 0.5..5"),
     ("userId,movieId,rating\n1,2,4\n1,2,3\n", "user 1 rated item 2 twice (lines 2 and 3)"),
-])
+    ("userId,movieId,rating\n1,2,4\n\n3,3,1\n1,2,3\n", "user 1 rated item 2 twice (lines 2 and 5)"),
+    ("userId,movieId,rating\n1,2,4\n\n3,3,0\n", "rating 0 on line 4 is outside"),
+    ("userId,movieId,rating\n1,2,4\n1,3,nan\n", "line 3: rating 'nan' is not a finite number"),
+    ("userId,movieId,rating\n1,2,4\n,3,4\n", "line 3 has an empty userId"),
+    ("userId,movieId,rating,x\n1,2,4,a\n,,,b\n", "line 3 has an empty userId"),
+    ("userId,movieId,rating\nu1,m2,4\nu1,m2,3\n", "user u1 rated item m2 twice (lines 2 and 3)"),
+]
+
+
+@pytest.mark.parametrize("content, message", BAD_FILES)
 def test_bad_ratings_files_are_one_line_errors(capsys, tmp_path, content, message):
     path = write_csv(tmp_path / "bad.csv", content)
     assert message in error_line(capsys, "simulate", "recsys", "--ratings", path, "--clients", "1")
+
+
+@pytest.mark.parametrize("reader", ["arrow", "python"])
+@pytest.mark.parametrize("content, message", BAD_FILES)
+def test_both_readers_name_the_same_bad_line(tmp_path, reader, content, message):
+    if reader == "arrow":
+        pytest.importorskip("pyarrow")
+    path = write_csv(tmp_path / "bad.csv", content)
+    with pytest.raises(UsageError) as e:
+        load_ratings_csv(path, reader=reader)
+    assert message in str(e.value)
+
+
+GOOD_FILES = [
+    "userId,movieId,rating,timestamp\n5,10,4,1\n1,3,3.5,1\n5,3,1,2\n2,10,0.5,3\n",  # ids out of order
+    "userId,movieId,rating\n1,10,4\n\n2,3,3.5\n,,\n\n",  # blank lines
+    "userId,movieId,rating\nu1,m2,4\nu2,m1,3\n u1 ,m1,2\n",  # text ids, spaces around
+    "userId,movieId,rating\n+7,007,4\n7,8,3\n1.0,9,2\n",  # whole numbers as int() reads them, then text
+    'userId,movieId,rating\n"1","2","4"\n"1","x,y","3"\n',  # quoted
+    "userId,movieId,rating\r\n1,2,4,9,9\r\n1,3,4.5\r\n",  # longer rows, CRLF
+    "userId,movieId,rating\n-5,2,4\n5000000000,3,4.5\n",  # ids past int32
+]
+
+
+@pytest.mark.parametrize("content", GOOD_FILES)
+def test_readers_give_the_ratings_of_the_line_by_line_parse(tmp_path, content):
+    """The arrow reader, the csv-module reader and from_triples on the parsed fields (what the reader
+    did before) agree on arrays and dtypes."""
+    pytest.importorskip("pyarrow")
+    path = write_csv(tmp_path / "r.csv", content)
+    rows = [[f.strip() for f in line.split(",")] for line in content.replace('"', "").splitlines()[1:] if
+            line.strip(", ")]
+    if "x,y" in content:
+        rows = [["1", "2", "4"], ["1", "x,y", "3"]]
+
+    def ids(col):
+        try:
+            return np.array([int(r[col]) for r in rows], dtype=np.int64)
+        except ValueError:
+            return np.array([r[col] for r in rows])
+
+    want = from_triples(ids(0), ids(1), [float(r[2]) for r in rows], name="r")
+    for reader in ("arrow", "python"):
+        got = load_ratings_csv(path, reader=reader)
+        for k in ("user", "item", "rating", "user_ids", "item_ids"):
+            np.testing.assert_array_equal(getattr(got, k), getattr(want, k), err_msg=f"{reader} {k}")
+            assert getattr(got, k).dtype == getattr(want, k).dtype, (reader, k)
+        assert (got.name, got.rating_min, got.rating_max) == ("r", 0.5, 5.0)
+
+
+def test_the_reader_needs_no_pyarrow(tmp_path):
+    """An edge agent's base install (numpy, paho-mqtt) reads its ratings shard with the csv module."""
+    path = write_csv(tmp_path / "r.csv", "userId,movieId,rating\n1,2,4\n2,2,3\n")
+    code = f"""
+import sys
+class NoArrow:
+    def find_spec(self, name, path=None, target=None):
+        if name == "pyarrow" or name.startswith("pyarrow."):
+            raise ImportError("no pyarrow on an edge agent")
+sys.meta_path.insert(0, NoArrow())
+from fedsentry.data.ratings import load_ratings_csv
+r = load_ratings_csv({str(path)!r})
+print(len(r), r.n_users, "pyarrow" in sys.modules)
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["2", "2", "False"]
+
+
+def test_a_million_rating_csv_loads_at_16_bytes_a_rating(tmp_path):
+    pytest.importorskip("pyarrow")
+    rng = np.random.default_rng(0)
+    n = 1_000_000
+    key = np.sort(rng.choice(6000 * 4000, n, replace=False))
+    stars = rng.integers(1, 11, n) / 2
+    lines = np.char.add(np.char.add(np.char.add((key // 4000 + 1).astype(str), ","),
+                                    np.char.add((key % 4000 + 1).astype(str), ",")), stars.astype(str))
+    path = tmp_path / "big.csv"
+    path.write_text("userId,movieId,rating\n" + "\n".join(lines.tolist()) + "\n")
+    r = load_ratings_csv(path)
+    assert len(r) == n and r.user.dtype == r.item.dtype == np.int32
+    held = sum(a.nbytes for a in (r.user, r.item, r.rating, r.user_ids, r.item_ids))
+    assert held / n <= 17  # the issue asks for at most 50
+    np.testing.assert_array_equal(r.rating, stars)
+
+
+def test_netflix_synthetic_from_the_command_line(capsys):
+    code, out, err = run(capsys, "simulate", "recsys", "--dataset", "netflix-synthetic", "--synthetic-scale", "0.002",
+                         "--clients", "8", "--rounds", "2", "--json", "-")
+    assert code == 0, err
+    res = json.loads(out)
+    assert res["dataset"] == "netflix-synthetic" and (res["n_users"], res["n_items"]) == (960, 17770)
+    assert res["n_train"] + res["n_test"] == 200_961 and res["rating_range"] == [1.0, 5.0]
+    assert res["test_rmse"] < res["global_mean_test_rmse"]
+    assert "applies to --dataset netflix-synthetic" in error_line(capsys, "simulate", "recsys", *FAST,
+                                                                  "--synthetic-scale", "0.5")
 
 
 def test_missing_file_unknown_ids_and_impossible_ranks(capsys, tmp_path):
