@@ -85,7 +85,7 @@ def parse_queries(args: argparse.Namespace, data: Ratings) -> dict[str, Any]:
     queries: dict[str, Any] = {"top": args.top}
     if args.recommend is not None:
         uid = _id_like(args.recommend, data.user_ids)
-        hit = np.flatnonzero(data.user_ids == uid) if uid is not None else []
+        hit = np.flatnonzero(data.user_ids == uid) if uid is not None else np.zeros(0, dtype=np.intp)
         if not len(hit):
             raise UsageError(f"--recommend: unknown user id {args.recommend!r} (not in {data.name})")
         queries["recommend_user"] = int(hit[0])

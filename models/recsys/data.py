@@ -113,7 +113,7 @@ def index_id_chunks(chunks: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
             for c in chunks:
                 present[c - lo if lo else c] = True
             ids = (np.flatnonzero(present) + lo).astype(chunks[0].dtype)
-            position = (np.cumsum(present, dtype=np.int64) - 1).astype(index_dtype(len(ids)))
+            position: np.ndarray = (np.cumsum(present, dtype=np.int64) - 1).astype(index_dtype(len(ids)))
             out = np.empty(n, dtype=position.dtype)
             start = 0
             for c in chunks:
@@ -261,7 +261,7 @@ def stack(batches: list[State]) -> State:
         res = np.zeros((n, *(max(int(x), 1) for x in shape)), dtype=arrays[0].dtype)
         i = 0
         for a in arrays:
-            res[(slice(i, i + len(a)), *(slice(0, x) for x in a.shape[1:]))] = a
+            res[_block(i, len(a), a.shape[1:])] = a
             i += len(a)
         out[key] = res
     return out
@@ -269,5 +269,10 @@ def stack(batches: list[State]) -> State:
 
 def unstack(batch: State, like: list[State]) -> list[State]:
     """Split a batch of single clients back into dicts shaped like `like` (padding removed)."""
-    return [{k: v[(slice(i, i + 1), *(slice(0, x) for x in like[i][k].shape[1:]))].copy()
+    return [{k: v[_block(i, 1, like[i][k].shape[1:])].copy()
              for k, v in batch.items()} for i in range(len(like))]
+
+
+def _block(start: int, rows: int, shape: tuple[int, ...]) -> tuple[slice, ...]:
+    """The index of rows start..start+rows and the leading `shape` of the other axes (padding left out)."""
+    return tuple([slice(start, start + rows), *(slice(0, x) for x in shape)])

@@ -149,8 +149,8 @@ class FedMCADMM(RecsysAlgorithm):
             if new:
                 count[items] += 1.0
             touched.append(items)
-        touched = np.unique(np.concatenate(touched)) if touched else np.zeros(0, dtype=np.int64)
-        V[touched] = self.consensus_rows(S[touched], count[touched])
+        rows = np.unique(np.concatenate(touched)) if touched else np.zeros(0, dtype=np.int64)
+        V[rows] = self.consensus_rows(S[rows], count[rows])
         server = {"item_factors": V, "item_sum": S, "item_count": count}
         return server, {"item_factors": V, "item_seen": count > 0}
 

@@ -33,11 +33,11 @@ def generate_ratings(n_users: int = 600, n_items: int = 1000, rank: int = 5, mea
     popularity = 1.0 / np.arange(1, n_items + 1) ** 0.8
     popularity = popularity[rng.permutation(n_items)]
     popularity /= popularity.sum()
-    users, items = [], []
+    user_parts, item_parts = [], []
     for t, c in enumerate(counts):
-        users.append(np.full(c, t))
-        items.append(rng.choice(n_items, size=c, replace=False, p=popularity))
-    users, items = np.concatenate(users), np.concatenate(items)
+        user_parts.append(np.full(c, t))
+        item_parts.append(rng.choice(n_items, size=c, replace=False, p=popularity))
+    users, items = np.concatenate(user_parts), np.concatenate(item_parts)
     value = (centre + user_bias[users] + item_bias[items] + np.einsum("ij,ij->i", U[users], V[items])
              + rng.normal(0, noise, len(users)))
     value = np.clip(np.round(value / step) * step, rating_min, rating_max)
