@@ -93,8 +93,9 @@ class JobState(Base):
     job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True)
     round: Mapped[int] = mapped_column(Integer)
     phase: Mapped[str] = mapped_column(String(16))
-    participants: Mapped[list[Any]] = mapped_column(JSON)
-    info: Mapped[dict[str, Any]] = mapped_column(JSON)  # rng state, counts, preprocessing, ...
+    participants: Mapped[list[Any]] = mapped_column(JSON)  # written when it changes (the statistics phase)
+    counts: Mapped[list[Any] | None] = mapped_column(JSON, nullable=True)  # each participant's records, likewise
+    info: Mapped[dict[str, Any]] = mapped_column(JSON)  # rng state, preprocessing, ...
     server: Mapped[bytes] = mapped_column(LargeBinary)
     broadcast: Mapped[bytes] = mapped_column(LargeBinary)
 

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from typing import Any, ClassVar
 
 import numpy as np
-from sqlalchemy import select
+from sqlalchemy import select, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from coordinator.db import Device, Job, JobState, ModelVersion, Round, ServerChunk, pack, unpack, utcnow
@@ -55,6 +55,9 @@ class JobRunner(ABC):
         self.rng: np.random.Generator | None = None
         #: rows of the row tables changed since the last save (None: all, as after the statistics phase)
         self.touched: dict[str, np.ndarray] | None = None
+        #: each participant's record count (from the statistics phase), and whether the stored row has them
+        self.counts: list[float] = []
+        self.roster_saved = False
 
     # -- what a job type decides ----------------------------------------------------------------------
     @classmethod
@@ -90,6 +93,7 @@ class JobRunner(ABC):
         if st is not None:
             self.round, self.phase = st.round, st.phase
             self.participants, self.info = list(st.participants), dict(st.info)
+            self.counts, self.roster_saved = list(st.counts or []), True
             with self.sessions() as s:
                 self.server = self.load_server(s, unpack(st.server))
             self.broadcast = unpack(st.broadcast)
@@ -125,7 +129,7 @@ class JobRunner(ABC):
         """Participant indices and data shares (n_i / mean n, from the statistics phase) of those who answered."""
         index = {a: i for i, a in enumerate(self.participants)}
         ids = np.array([index[a] for a in answered], dtype=int)
-        counts = np.array(self.info["counts"], dtype=float)
+        counts = np.array(self.counts, dtype=float)
         return ids, (counts[ids] / counts.mean() if len(ids) else np.zeros(0))
 
     # -- messages -------------------------------------------------------------------------------------
@@ -179,18 +183,23 @@ class JobRunner(ABC):
         small = {k: v for k, v in self.server.items() if k not in tables}
         with self.sessions.begin() as s:
             s.merge(rnd)
-            s.merge(JobState(job_id=self.job_id, round=self.round, phase=self.phase, participants=self.participants,
-                             info=_jsonable(self.info), server=pack(small), broadcast=pack(self.broadcast)))
+            if self.roster_saved:  # participants and counts (as long as the federation) are stored already
+                s.execute(update(JobState).where(JobState.job_id == self.job_id).values(
+                    round=self.round, phase=self.phase, info=_jsonable(self.info), server=pack(small),
+                    broadcast=pack(self.broadcast)))
+            else:
+                s.merge(JobState(job_id=self.job_id, round=self.round, phase=self.phase,
+                                 participants=self.participants, counts=self.counts, info=_jsonable(self.info),
+                                 server=pack(small), broadcast=pack(self.broadcast)))
             for k in tables:
                 rows = None if self.touched is None else self.touched.get(k, np.zeros(0, dtype=np.int64))
                 for chunk, data in _dirty_chunks(self.server[k], rows):
                     s.merge(ServerChunk(job_id=self.job_id, array=k, chunk=chunk, data=data))
-            for a in rnd.answered:
-                dev = s.get(Device, a)
-                if dev is not None:
-                    dev.rounds += 1
-                    dev.last_seen = utcnow()
+            if rnd.answered:  # one statement for every device that answered
+                s.execute(update(Device).where(Device.id.in_(list(rnd.answered)))
+                          .values(rounds=Device.rounds + 1, last_seen=utcnow()))
         self.touched = {}
+        self.roster_saved = True
 
     def load_server(self, s: Session, small: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """The server state as saved: the small arrays and the row tables rebuilt from their chunks."""
@@ -212,11 +221,11 @@ class JobRunner(ABC):
                 setattr(job, k, v)
 
 
-CHUNK_BYTES = 1 << 16
+CHUNK_BYTES = 1 << 13
 
 
 def _chunk_rows(arr: np.ndarray) -> int:
-    """Rows per stored chunk of a row table: about 64 KiB."""
+    """Rows per stored chunk of a row table: about 8 KiB."""
     row = max(arr[:1].nbytes if len(arr) else arr.itemsize, 1)
     return max(1, CHUNK_BYTES // row)
 

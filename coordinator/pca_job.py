@@ -104,7 +104,8 @@ class PCAJob(JobRunner):
         mean, scale, _ = global_standardisation(summaries)
         counts = np.array([s[0] for s in summaries], dtype=float)
         self.info = {"features": list(self.spec.features), "mean": mean.tolist(), "scale": scale.tolist(),
-                     "counts": counts.tolist(), "mean_count": float(counts.mean())}
+                     "mean_count": float(counts.mean())}
+        self.counts, self.roster_saved = counts.tolist(), False
         self.rng = np.random.default_rng(self.spec.seed)
         alg = self.algorithm()
         self.server, self.broadcast = alg.init_server(len(answered), self.rng)

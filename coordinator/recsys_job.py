@@ -119,7 +119,8 @@ class RecsysJob(JobRunner):
         self.participants = answered
         counts = np.array([int(self.pending[a].arrays["count"][0]) for a in answered], dtype=float)
         sums = np.array([float(self.pending[a].arrays["sum"][0]) for a in answered])
-        self.info = {"mean": global_mean(counts, sums), "counts": counts.tolist()}
+        self.info = {"mean": global_mean(counts, sums)}
+        self.counts, self.roster_saved = counts.tolist(), False
         self.rng = np.random.default_rng(self.spec.seed)
         self.server, self.broadcast = self.algorithm().init_server(len(answered), self.rng)
         self.info["init_blob"] = pack(self.broadcast).hex()

@@ -154,5 +154,5 @@ def test_the_stored_server_state_rebuilds_exactly_and_rounds_write_only_changed_
     # a round that changed 3 rows of a million-row table writes at most 3 chunks of it, not the table
     table = np.zeros((1_000_000, 20, 9))
     assert len(_dirty_chunks(table, np.array([5, 400_000, 999_999]))) == 3
-    assert sum(len(b) for _, b in _dirty_chunks(table, np.array([5, 6]))) <= 1 << 16
+    assert sum(len(b) for _, b in _dirty_chunks(table, np.array([5, 6]))) <= 1 << 13
     assert len(_dirty_chunks(np.zeros(1000), None)) == 1

@@ -1,4 +1,4 @@
-"""server chunks: the rows of growing server arrays, stored per chunk
+"""server chunks (the rows of growing server arrays, stored per chunk); participants' counts apart
 
 Revision ID: 0003
 Revises: 0002
@@ -23,7 +23,11 @@ def upgrade() -> None:
     sa.ForeignKeyConstraint(['job_id'], ['jobs.id'], ondelete='CASCADE'),
     sa.PrimaryKeyConstraint('job_id', 'array', 'chunk')
     )
+    with op.batch_alter_table('job_state', schema=None) as batch_op:
+        batch_op.add_column(sa.Column('counts', sa.JSON(), nullable=True))
 
 
 def downgrade() -> None:
+    with op.batch_alter_table('job_state', schema=None) as batch_op:
+        batch_op.drop_column('counts')
     op.drop_table('server_chunks')
