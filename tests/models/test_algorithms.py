@@ -6,6 +6,7 @@ from models.pca import FEDERATED, FedMM, make_algorithm
 from models.pca.baselines import centralized_pca, local_pca
 from models.pca.fedmm import completion
 from models.pca.quantize import dequantize, quantize, quantize_with_feedback
+from models.rounds import run_round, sample_clients
 from models.simulator import prepare_clients, run_federated
 
 D, K = 12, 3
@@ -114,9 +115,9 @@ def test_fedmm_running_sum_equals_recomputation(clients):
     data = {"C": clients.C, "weight": clients.weight}
     state = alg.init_clients(data, bcast)
     for _ in range(15):
-        idx = np.sort(rng.choice(10, 3, replace=False))
-        _, up = alg.client_update(take(state, idx), take(data, idx), bcast)
-        server, bcast = alg.server_update(server, idx, up, clients.weight[idx])
+        idx = sample_clients(rng, 10, 0.3)
+        done = run_round(alg, server, bcast, idx, take(state, idx), take(data, idx), clients.weight[idx])
+        server, bcast = done.server, done.broadcast
     assert np.allclose(server["M"], alg.refresh(server)["M"])
     assert np.isclose(server["total"], server["w_rows"][: int(server["rows"])].sum())
     assert int(server["rows"]) == np.count_nonzero(server["slot"]) <= 10

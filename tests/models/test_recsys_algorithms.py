@@ -9,6 +9,7 @@ from models.recsys.data import client_data, split_users, stack, train_test_split
 from models.recsys.fedmc_admm import FedMCADMM
 from models.recsys.simulator import prepare_clients, simulate_recsys
 from models.recsys.synthetic import generate_ratings
+from models.rounds import run_round, sample_clients
 
 
 @pytest.fixture(scope="module")
@@ -20,18 +21,19 @@ def small():
 
 
 def drive(alg, clients, rounds, per_round, seed=0):
-    """The simulator's loop, keeping the server state for inspection."""
+    """The simulator's loop (the shared round of models.rounds), keeping the server state for inspection."""
     rng = np.random.default_rng(seed)
     server, broadcast = alg.init_server(clients.n_clients, rng)
     states = [alg.init_clients(d, broadcast) for d in clients.data]
     for _ in range(alg.setup_rounds):
         server, broadcast = alg.server_setup(server, alg.client_setup(stack(states), stack(clients.data), broadcast))
     for _ in range(rounds):
-        idx = np.sort(rng.choice(clients.n_clients, per_round, replace=False))
+        idx = sample_clients(rng, clients.n_clients, per_round / clients.n_clients)
         old = [states[i] for i in idx]
-        sub, up = alg.client_update(stack(old), stack([clients.data[i] for i in idx]), broadcast)
-        server, broadcast = alg.server_update(server, idx, up, clients.weight[idx])
-        for i, s in zip(idx, unstack(alg.client_finish(sub, broadcast), old)):
+        done = run_round(alg, server, broadcast, idx, stack(old), stack([clients.data[i] for i in idx]),
+                         clients.weight[idx])
+        server, broadcast = done.server, done.broadcast
+        for i, s in zip(idx, unstack(done.states, old)):
             states[i] = s
     return server, broadcast, states
 
