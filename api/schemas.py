@@ -10,6 +10,7 @@ from pydantic_core import PydanticCustomError
 
 from models.families import job_spec
 from models.jobspec import JobSpec
+from models.params import SettingError
 from models.pca import FEDERATED as PCA_ALGORITHMS
 from models.recsys import FEDERATED as RECSYS
 from wire.protocol import ID_RE
@@ -50,16 +51,10 @@ class JobCreate(BaseModel):
 
     def spec(self) -> JobSpec:
         """The validated typed settings; a PydanticCustomError naming the field otherwise."""
-        values = self.model_dump(exclude={"type", "id"}, exclude_none=True)
-        if self.type == "pca" and self.features is None:
-            _bad("features", "a pca job needs the feature names its agents provide")
-        if self.type == "recsys" and self.items is None:
-            _bad("items", "a recsys job needs the item catalogue")
         try:
-            return job_spec(self.type, values)
-        except ValueError as e:
-            field, _, problem = str(e).partition(": ")
-            _bad(field.split("[")[0], problem or str(e))
+            return job_spec(self.type, self.model_dump(exclude={"type", "id"}, exclude_none=True))
+        except SettingError as e:
+            _bad(e.field.split("[")[0] or "algorithm_params", e.problem)
             raise
 
     @model_validator(mode="after")

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from models.jobspec import JobSpec
+from models.params import SettingError
 from models.pca.spec import PCAJobSpec
 from models.recsys.spec import RecsysJobSpec
 
@@ -56,7 +57,7 @@ def family(name: str) -> JobFamily:
     try:
         return FAMILIES[name]
     except KeyError:
-        raise ValueError(f"type: unknown job type {name!r}; choose from {', '.join(FAMILIES)}") from None
+        raise SettingError("type", f"unknown job type {name!r}; choose from {', '.join(FAMILIES)}") from None
 
 
 def job_spec(type_: str, values: Mapping[str, Any]) -> JobSpec:

@@ -65,6 +65,17 @@ class FederatedAlgorithm(ABC):
         return 0
 
 
+MAX_STEPS = 1000
+
+
+def step_count(name: str, value: int) -> int:
+    """A count of local steps or iterations: at least 1, and bounded so that a setting cannot stall a
+    round on every device (MAX_STEPS)."""
+    if not 1 <= value <= MAX_STEPS:
+        raise ValueError(f"{name} must be between 1 and {MAX_STEPS}, got {value}")
+    return int(value)
+
+
 def make(registry: Mapping[str, type], name: str, names: tuple[str, ...], **params: Any) -> Any:
     """Instantiate registry[name] with its parameters (None means its default); a parameter the
     algorithm does not take is a ValueError naming it (`models.params.check_params`)."""

@@ -2,8 +2,8 @@
 
 Each job family subclasses `JobSpec` with its own fields. `from_dict` is the only way in from untyped
 input (a JSON body, a stored job row): an unknown setting, a value of the wrong type or out of range,
-an unknown algorithm or an algorithm parameter the algorithm does not take is a ValueError whose text
-starts with the field's name.
+an unknown algorithm or an algorithm parameter the algorithm does not take is a `SettingError` naming the
+field (``algorithm_params.<name>`` for an algorithm parameter).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, TypeVar
 
-from models.params import check_params, coerce
+from models.params import SettingError, check_params, coerce
 
 S = TypeVar("S", bound="JobSpec")
 
@@ -24,6 +24,8 @@ class JobSpec:
     #: the family's registry of federated algorithms (name -> class)
     algorithms: ClassVar[Mapping[str, type]] = {}
     family: ClassVar[str] = ""
+    #: settings a job of this family cannot do without -> what they are (for the message)
+    required: ClassVar[dict[str, str]] = {}
 
     algorithm: str = ""
     rank: int = 3
@@ -38,10 +40,13 @@ class JobSpec:
     @classmethod
     def from_dict(cls: type[S], values: Mapping[str, Any]) -> S:
         """Validate untyped settings (None means the default)."""
+        for name, what in cls.required.items():
+            if values.get(name) is None:
+                raise SettingError(name, f"a {cls.family} job needs {what}")
         names = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(values) - names)
         if unknown:
-            raise ValueError(f"{unknown[0]}: not a setting of a {cls.family} job")
+            raise SettingError(unknown[0], f"not a setting of a {cls.family} job")
         hints = typing.get_type_hints(cls)
         spec = cls(**{k: coerce(k, v, hints[k]) for k, v in values.items() if v is not None})
         spec.validate()
@@ -59,7 +64,10 @@ class JobSpec:
         self.check_common()
         self.check_family()
         cls = self.algorithms[self.algorithm]
-        self.algorithm_params = check_params(cls, self.algorithm_params, **self.problem())
+        try:
+            self.algorithm_params = check_params(cls, self.algorithm_params, **self.problem())
+        except SettingError as e:
+            raise e.within("algorithm_params") from None
 
     def check_family(self) -> None:
         """A family's own checks."""
@@ -68,7 +76,7 @@ class JobSpec:
         if not self.algorithm:
             self.algorithm = self.default_algorithm()
         if self.algorithm not in self.algorithms:
-            raise ValueError(f"algorithm: must be one of {', '.join(sorted(self.algorithms))} for a {self.family} "
+            raise SettingError("algorithm", f"must be one of {', '.join(sorted(self.algorithms))} for a {self.family} "
                              f"job, got {self.algorithm!r}")
         check(self.rank >= 1, "rank", "must be at least 1")
         check(1 <= self.rounds <= 100_000, "rounds", "must be between 1 and 100000")
@@ -88,6 +96,6 @@ class JobSpec:
 
 
 def check(ok: bool, name: str, problem: str) -> None:
-    """Raise the ValueError a spec's validate uses ("field: problem") unless ok."""
+    """Raise the SettingError naming `name` unless ok."""
     if not ok:
-        raise ValueError(f"{name}: {problem}")
+        raise SettingError(name, problem)

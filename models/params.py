@@ -15,6 +15,21 @@ import typing
 from collections.abc import Mapping
 from typing import Any
 
+
+class SettingError(ValueError):
+    """A setting or parameter that cannot be used: which one (`field`, "" when the problem is their
+    combination) and what is wrong with it. Every entry point names the field its own way (an API body
+    path, a command-line flag) from these two parts."""
+
+    def __init__(self, field: str, problem: str):
+        super().__init__(f"{field}: {problem}" if field else problem)
+        self.field, self.problem = field, problem
+
+    def within(self, prefix: str) -> SettingError:
+        """The same error for a field nested under `prefix`."""
+        return SettingError(f"{prefix}.{self.field}" if self.field else prefix, self.problem)
+
+
 #: set by the job (its data and rank), never an algorithm parameter
 PROBLEM_ARGS = ("n_features", "n_items", "rank")
 
@@ -40,44 +55,49 @@ def _hints(cls: type) -> dict[str, Any]:
 
 def coerce(name: str, value: Any, hint: Any) -> Any:
     """value as the annotated type: int, float, bool, str, list[...] or dict[str, ...], None where
-    Optional; ValueError names the field and what was expected."""
+    Optional; SettingError names the field and what was expected."""
     origin = typing.get_origin(hint)
     if hint is Any:
         return value
     if origin is list:
         if not isinstance(value, list | tuple):
-            raise ValueError(f"{name}: expected a list, got {value!r}"[:200])
+            raise SettingError(name, f"expected a list, got {_shown(value)}")
         (inner,) = typing.get_args(hint) or (Any,)
         return [coerce(f"{name}[{i}]", v, inner) for i, v in enumerate(value)]
     if origin is dict:
         if not isinstance(value, Mapping):
-            raise ValueError(f"{name}: expected an object, got {value!r}"[:200])
+            raise SettingError(name, f"expected an object, got {_shown(value)}")
         return dict(value)
     options = typing.get_args(hint) if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union \
         else (hint,)
     if value is None:
         if type(None) in options:
             return None
-        raise ValueError(f"{name}: must not be null")
+        raise SettingError(name, "must not be null")
     for t in options:
         if t is bool and isinstance(value, bool):
             return value
         if t is int and isinstance(value, int | float) and not isinstance(value, bool):
             if float(value) != int(value):
-                raise ValueError(f"{name}: expected a whole number, got {value!r}")
+                raise SettingError(name, f"expected a whole number, got {_shown(value)}")
             return int(value)
         if t is float and isinstance(value, int | float) and not isinstance(value, bool):
             if not math.isfinite(float(value)):
-                raise ValueError(f"{name}: expected a finite number, got {value!r}")
+                raise SettingError(name, f"expected a finite number, got {_shown(value)}")
             return float(value)
         if t is str and isinstance(value, str):
             return value
     wanted = " or ".join(getattr(t, "__name__", str(t)) for t in options)
-    raise ValueError(f"{name}: expected {wanted}, got {value!r}")
+    raise SettingError(name, f"expected {wanted}, got {_shown(value)}")
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def check_params(cls: type, params: Mapping[str, Any], **problem: Any) -> dict[str, Any]:
-    """The parameters, validated and coerced; ValueError names the first bad one.
+    """The parameters, validated and coerced; SettingError names the first bad one.
 
     problem: the job's dimensions (n_features=..., rank=...), used to build the algorithm once so that
     its own range checks run."""
@@ -85,15 +105,15 @@ def check_params(cls: type, params: Mapping[str, Any], **problem: Any) -> dict[s
     unknown = sorted(set(params) - set(known))
     if unknown:
         takes = ", ".join(known) or "no parameters"
-        raise ValueError(f"{unknown[0]}: not a parameter of {getattr(cls, 'name', '') or cls.__name__} "
-                         f"(it takes {takes})")
+        raise SettingError(unknown[0], f"not a parameter of {getattr(cls, 'name', '') or cls.__name__} "
+                                       f"(it takes {takes})")
     hints = _hints(cls)
     out = {n: (coerce(n, v, hints[n]) if n in hints else v) for n, v in params.items()}
     if problem:
         try:
             cls(**problem, **out)
         except (TypeError, ValueError) as e:
-            raise ValueError(str(e)) from None
+            raise SettingError("", str(e)) from None
     return out
 
 

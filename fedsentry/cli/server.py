@@ -108,6 +108,7 @@ def run_job_create(args: argparse.Namespace) -> int:
     from coordinator.db import make_engine, migrate, session_factory
     from coordinator.jobs import JobExistsError, create_job
     from models.families import job_spec
+    from models.params import SettingError
     from wire.protocol import check_id
 
     values: dict[str, Any] = {k: getattr(args, k) for k in ("algorithm", "rank", "rounds", "fraction", "seed",
@@ -120,10 +121,8 @@ def run_job_create(args: argparse.Namespace) -> int:
     values["algorithm_params"] = dict(_param(p) for p in args.param)
     try:
         spec = job_spec(args.type, {k: v for k, v in values.items() if v is not None})
-    except ValueError as e:
-        name, _, problem = str(e).partition(": ")
-        flag = f"--{name.replace('_', '-')}" if name in values else f"--param {name}"
-        raise UsageError(f"{flag}: {problem}") from None
+    except SettingError as e:
+        raise UsageError(f"{_flag(e.field)}: {e.problem}") from None
     job_id = args.id or f"{args.type}-{uuid.uuid4().hex[:8]}"
     try:
         check_id(job_id, "job id")
@@ -137,6 +136,14 @@ def run_job_create(args: argparse.Namespace) -> int:
         raise UsageError(str(e)) from None
     print(job_id)
     return 0
+
+
+def _flag(field: str) -> str:
+    """The `job create` flag that sets a spec's field (algorithm parameters come through --param)."""
+    head, _, rest = field.partition(".")
+    if head == "algorithm_params":
+        return f"--param {rest}" if rest else "--param"
+    return "--" + head.split("[")[0].replace("_", "-")
 
 
 def _param(text: str) -> tuple[str, Any]:

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from fedsentry.errors import UsageError
-from models.params import applicable, check_params
+from models.params import SettingError, applicable, check_params
 
 
 def flag_params(cls: type | None, given: Mapping[str, Any], algorithm: str, strict: bool = True) -> dict[str, Any]:
@@ -24,6 +24,6 @@ def flag_params(cls: type | None, given: Mapping[str, Any], algorithm: str, stri
         return applicable(cls, given)
     try:
         return check_params(cls, given)
-    except ValueError as e:
-        name, _, problem = str(e).partition(": ")
-        raise UsageError(f"--{name.replace('_', '-')}: {problem}") from None
+    except SettingError as e:
+        flag = f"--{e.field.replace('_', '-')}" if e.field else f"the {algorithm} parameters"
+        raise UsageError(f"{flag}: {e.problem}") from None

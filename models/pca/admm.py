@@ -16,7 +16,7 @@ from abc import abstractmethod
 import numpy as np
 
 from models.aggregation import AGGREGATORS, aggregate, clip_norms
-from models.federated import State
+from models.federated import State, step_count
 from models.linalg import orth, procrustes_align
 from models.pca.base import PCAAlgorithm
 from models.pca.objective import reconstruction_gradient
@@ -36,8 +36,7 @@ class ConsensusADMM(PCAAlgorithm):
         self.aggregator, self.trim = aggregator, float(trim)
         if rho is not None and rho <= 0:
             raise ValueError("rho must be positive")
-        if local_steps < 1:
-            raise ValueError("local_steps must be at least 1")
+        step_count("local_steps", local_steps)
         #: default rho = d. Features are standardised with global statistics, so the pooled second
         #: moment has trace d: rho = d puts the consensus penalty on the scale of the whole local
         #: curvature, which keeps each U_i near Z and stops the average of a small sample of non-i.i.d.

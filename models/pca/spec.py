@@ -13,6 +13,7 @@ from models.pca import FEDERATED
 class PCAJobSpec(JobSpec):
     algorithms: ClassVar = FEDERATED
     family: ClassVar[str] = "pca"
+    required: ClassVar[dict[str, str]] = {"features": "the feature names its agents provide"}
 
     features: list[str] = field(default_factory=list)
     quantile: float = 0.99

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from models.federated import State
+from models.federated import State, step_count
 from models.linalg import orth
 from models.recsys.base import RecsysAlgorithm
 from models.recsys.batch import RatingBatch
@@ -42,8 +42,7 @@ class AltGDMin(RecsysAlgorithm):
         super().__init__(n_items, rank, lam, gamma, "l2", 1.0)
         if lr <= 0:
             raise ValueError("lr must be positive")
-        if power_iterations < 1:
-            raise ValueError("power_iterations must be at least 1")
+        step_count("power_iterations", power_iterations)
         self.lr = float(lr)
         self.setup_rounds = int(power_iterations)
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from models.federated import State
+from models.federated import State, step_count
 from models.recsys.base import RecsysAlgorithm
 from models.recsys.batch import RatingBatch
 from models.recsys.factors import largest_eigenvalue, prox_step
@@ -28,8 +28,7 @@ class FedMAvg(RecsysAlgorithm):
     def __init__(self, n_items: int, rank: int = 10, lam: float = 10.0, gamma: float = 10.0,
                  local_steps: int = 10, step_factor: float = 5.0, init_scale: float = 0.1):
         super().__init__(n_items, rank, lam, gamma, "l2", init_scale)
-        if local_steps < 1:
-            raise ValueError("local_steps must be at least 1")
+        step_count("local_steps", local_steps)
         if step_factor <= 0:
             raise ValueError("step_factor must be positive")
         self.local_steps = int(local_steps)

@@ -44,7 +44,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from models.federated import State
+from models.federated import State, step_count
 from models.recsys.base import RecsysAlgorithm, held
 from models.recsys.batch import RatingBatch
 from models.recsys.factors import largest_eigenvalue, prox_step, ridge_solve, soft_threshold
@@ -65,8 +65,7 @@ class FedMCADMM(RecsysAlgorithm):
                          regularizer, init_scale)
         if rho <= 0:
             raise ValueError("rho must be positive")
-        if local_steps < 1:
-            raise ValueError("local_steps must be at least 1")
+        step_count("local_steps", local_steps)
         if user_solver not in USER_SOLVERS:
             raise ValueError(f"unknown user_solver {user_solver!r}; choose from {', '.join(USER_SOLVERS)}")
         if user_solver == "exact" and regularizer == "l1":

@@ -14,6 +14,7 @@ from models.recsys import FEDERATED
 class RecsysJobSpec(JobSpec):
     algorithms: ClassVar = FEDERATED
     family: ClassVar[str] = "recsys"
+    required: ClassVar[dict[str, str]] = {"items": "the item catalogue"}
 
     rank: int = 10
     items: list[int | str] = field(default_factory=list)

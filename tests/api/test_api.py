@@ -70,6 +70,14 @@ def test_create_get_list_and_cancel_a_job(client, keys):
     ({"features": ["a", "b", "c"], "rounds": "many"}, "body.rounds", "valid integer"),
     ({"features": ["a", "b", "c"], "colour": "red"}, "body.colour", "Extra inputs are not permitted"),
     ({}, "body.features", "needs the feature names"),
+    ({"features": ["a", "b", "c"], "rank": 1, "algorithm_params": {"rho": 3}}, "body.algorithm_params.rho",
+     "not a parameter of fedmm"),
+    ({"features": ["a", "b", "c"], "rank": 1, "algorithm": "fedpg", "algorithm_params": {"local_steps": 2.5}},
+     "body.algorithm_params.local_steps", "whole number"),
+    ({"features": ["a", "b", "c"], "rank": 1, "algorithm": "fedpg", "algorithm_params": {"local_steps": 10**6}},
+     "body.algorithm_params", "between 1 and 1000"),
+    ({"features": ["a", "b", "c"], "rank": 1, "algorithm": "fedpg", "algorithm_params": {"aggregator": "mode"}},
+     "body.algorithm_params", "aggregator"),
 ])
 def test_invalid_jobs_name_the_field(client, keys, body, field, problem):
     r = client.post("/api/v1/jobs", json=body, headers=bearer(keys["admin"]))

@@ -1,0 +1,48 @@
+"""`fedsentry job create`: the same typed settings as the API, errors naming the flag, nothing written on error."""
+
+from __future__ import annotations
+
+import pytest
+from sqlalchemy import create_engine, text
+
+from fedsentry.cli import main
+
+
+def create(tmp_path, *args: str) -> int:
+    return main(["job", "create", "--db", f"sqlite:///{tmp_path}/jobs.db", *args])
+
+
+def jobs(tmp_path) -> list[tuple]:
+    engine = create_engine(f"sqlite:///{tmp_path}/jobs.db")
+    with engine.connect() as c:
+        rows = list(c.execute(text("SELECT id, type, algorithm, params FROM jobs ORDER BY id")))
+    engine.dispose()
+    return rows
+
+
+def test_pca_and_recsys_jobs_with_algorithm_parameters(tmp_path, capsys):
+    assert create(tmp_path, "--id", "p1", "--features", "a,b,c,d", "--rank", "2", "--algorithm", "fedpg",
+                  "--param", "rho=20", "--param", "aggregator=median") == 0
+    assert create(tmp_path, "--id", "r1", "--type", "recsys", "--items", "10,20,30,40", "--rank", "2",
+                  "--param", "lam=5") == 0
+    assert capsys.readouterr().out.split() == ["p1", "r1"]
+    (_, pt, pa, pparams), (_, rt, ra, rparams) = jobs(tmp_path)
+    assert (pt, pa, rt, ra) == ("pca", "fedpg", "recsys", "fedmc-admm")
+    assert '"rho": 20.0' in pparams and '"aggregator": "median"' in pparams and '"lam": 5.0' in rparams
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--features", "a,b,c", "--rank", "1", "--param", "rho=3"], "--param rho: not a parameter of fedmm"),
+    (["--features", "a,b,c", "--rank", "1", "--algorithm", "fedpg", "--param", "local_steps=many"],
+     "--param local_steps: expected int"),
+    (["--features", "a,b,c", "--rank", "1", "--param", "rho"], "--param 'rho': expected NAME=VALUE"),
+    (["--features", "a,b,c", "--rank", "5"], "--rank: (5) must be smaller than the number of features (3)"),
+    (["--type", "recsys", "--rank", "2"], "--items: a recsys job needs the item catalogue"),
+    (["--features", "a,b,c", "--items", "1,2,3"], "--items: not a setting of a pca job"),
+    (["--type", "recsys", "--items", "@/nonexistent/items.txt"], "--items @/nonexistent/items.txt"),
+])
+def test_bad_settings_name_the_flag_and_store_nothing(tmp_path, capsys, args, message):
+    assert create(tmp_path, "--id", "bad", *args) == 2
+    assert message in capsys.readouterr().err
+    assert create(tmp_path, "--id", "good", "--features", "a,b,c", "--rank", "1") == 0
+    assert [r[0] for r in jobs(tmp_path)] == ["good"]
