@@ -19,10 +19,11 @@ from collections.abc import Callable
 from typing import Any, ClassVar
 
 import numpy as np
-from sqlalchemy import select, update
+from sqlalchemy import update
 from sqlalchemy.orm import Session, sessionmaker
 
-from coordinator.db import Device, Job, JobState, ModelVersion, Round, ServerChunk, pack, unpack, utcnow
+from coordinator import row_tables
+from coordinator.db import Device, Job, JobState, ModelVersion, Round, pack, unpack, utcnow
 from models.families import job_spec
 from models.federated import FederatedAlgorithm
 from models.rounds import sample_clients
@@ -178,8 +179,7 @@ class JobRunner(ABC):
         if self.rng is not None:
             self.info["rng"] = self.rng.bit_generator.state
         tables = [k for k in self.algorithm().row_tables if k in self.server] if self.server else []
-        self.info["row_tables"] = {k: {"length": len(self.server[k]), "dtype": self.server[k].dtype.str,
-                                       "row": list(self.server[k].shape[1:])} for k in tables}
+        self.info["row_tables"] = row_tables.describe(self.server, tables)
         small = {k: v for k, v in self.server.items() if k not in tables}
         with self.sessions.begin() as s:
             s.merge(rnd)
@@ -191,10 +191,7 @@ class JobRunner(ABC):
                 s.merge(JobState(job_id=self.job_id, round=self.round, phase=self.phase,
                                  participants=self.participants, counts=self.counts, info=_jsonable(self.info),
                                  server=pack(small), broadcast=pack(self.broadcast)))
-            for k in tables:
-                rows = None if self.touched is None else self.touched.get(k, np.zeros(0, dtype=np.int64))
-                for chunk, data in _dirty_chunks(self.server[k], rows):
-                    s.merge(ServerChunk(job_id=self.job_id, array=k, chunk=chunk, data=data))
+            row_tables.store(s, self.job_id, row_tables.changed(self.server, tables, self.touched))
             if rnd.answered:  # one statement for every device that answered
                 s.execute(update(Device).where(Device.id.in_(list(rnd.answered)))
                           .values(rounds=Device.rounds + 1, last_seen=utcnow()))
@@ -203,38 +200,13 @@ class JobRunner(ABC):
 
     def load_server(self, s: Session, small: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """The server state as saved: the small arrays and the row tables rebuilt from their chunks."""
-        server = dict(small)
-        for k, meta in self.info.get("row_tables", {}).items():
-            arr = np.zeros((meta["length"], *meta["row"]), dtype=np.dtype(meta["dtype"]))
-            per = _chunk_rows(arr)
-            flat = arr.reshape(len(arr), -1)
-            for c in s.scalars(select(ServerChunk).where(ServerChunk.job_id == self.job_id, ServerChunk.array == k)):
-                rows = np.frombuffer(c.data, dtype=arr.dtype).reshape(-1, flat.shape[1])
-                flat[c.chunk * per: c.chunk * per + len(rows)] = rows
-            server[k] = arr
-        return server
+        return {**small, **row_tables.load(s, self.job_id, self.info.get("row_tables", {}))}
 
     def set_job(self, **fields: Any) -> None:
         with self.sessions.begin() as s:
             job = s.get(Job, self.job_id)
             for k, v in fields.items():
                 setattr(job, k, v)
-
-
-CHUNK_BYTES = 1 << 13
-
-
-def _chunk_rows(arr: np.ndarray) -> int:
-    """Rows per stored chunk of a row table: about 8 KiB."""
-    row = max(arr[:1].nbytes if len(arr) else arr.itemsize, 1)
-    return max(1, CHUNK_BYTES // row)
-
-
-def _dirty_chunks(arr: np.ndarray, rows: np.ndarray | None) -> list[tuple[int, bytes]]:
-    """(chunk number, raw bytes) of the chunks holding `rows` (all chunks when rows is None)."""
-    per = _chunk_rows(arr)
-    chunks = range(-(-len(arr) // per)) if rows is None else np.unique(np.asarray(rows, dtype=np.int64) // per)
-    return [(int(c), np.ascontiguousarray(arr[int(c) * per:(int(c) + 1) * per]).tobytes()) for c in chunks]
 
 
 def _jsonable(o: Any) -> Any:

@@ -32,8 +32,8 @@ def server_round_seconds(algorithm: str, n_clients: int, sampled: int, rounds: i
     A = rng.standard_normal((sampled, d, d))
     data = {"C": A @ np.swapaxes(A, 1, 2) / d, "weight": np.ones(sampled)}
     data["C"] *= d / np.trace(data["C"], axis1=1, axis2=2)[:, None, None]  # trace d, as after standardising
+    from coordinator import row_tables
     from coordinator.db import pack
-    from coordinator.job_runner import _dirty_chunks
 
     times, stored = [], []
     for _ in range(rounds):
@@ -44,9 +44,9 @@ def server_round_seconds(algorithm: str, n_clients: int, sampled: int, rounds: i
         server, broadcast = alg.server_update(server, ids, uploads, np.ones(len(ids)))
         times.append(time.perf_counter() - t0)
         # what the coordinator writes for this round: the small arrays whole, row tables by changed chunk
-        touched = alg.touched(server, ids)
         small = pack({k: v for k, v in server.items() if k not in alg.row_tables})
-        stored.append(len(small) + sum(len(b) for k in alg.row_tables for _, b in _dirty_chunks(server[k], touched[k])))
+        chunks = row_tables.changed(server, list(alg.row_tables), alg.touched(server, ids))
+        stored.append(len(small) + sum(len(data) for _, _, data in chunks))
     table_mb = sum(v.nbytes for k, v in server.items() if k in alg.row_tables) / 2**20
     return {"algorithm": algorithm, "clients": n_clients, "sampled": sampled, "features": d, "rank": rank,
             "median_round_seconds": float(np.median(times)), "max_round_seconds": float(np.max(times)),

@@ -136,7 +136,7 @@ def test_recsys_deployment_equals_simulation(tmp_path, algorithm, params):
 
 def test_the_stored_server_state_rebuilds_exactly_and_rounds_write_only_changed_chunks(tmp_path, traffic):
     from coordinator.db import JobState, ServerChunk
-    from coordinator.job_runner import _dirty_chunks
+    from coordinator.row_tables import dirty_chunks
 
     features, parts = traffic
     participants = pca_participants(tmp_path, features, parts)
@@ -153,6 +153,6 @@ def test_the_stored_server_state_rebuilds_exactly_and_rounds_write_only_changed_
         np.testing.assert_array_equal(rebuilt[k], v, err_msg=k)
     # a round that changed 3 rows of a million-row table writes at most 3 chunks of it, not the table
     table = np.zeros((1_000_000, 20, 9))
-    assert len(_dirty_chunks(table, np.array([5, 400_000, 999_999]))) == 3
-    assert sum(len(b) for _, b in _dirty_chunks(table, np.array([5, 6]))) <= 1 << 13
-    assert len(_dirty_chunks(np.zeros(1000), None)) == 1
+    assert len(dirty_chunks(table, np.array([5, 400_000, 999_999]))) == 3
+    assert sum(len(b) for _, b in dirty_chunks(table, np.array([5, 6]))) <= 1 << 13
+    assert len(dirty_chunks(np.zeros(1000), None)) == 1
