@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 import math
+import re
+import time
 from collections import Counter
 from collections.abc import Sequence
 from datetime import datetime, timezone
@@ -20,13 +22,29 @@ from sqlalchemy.orm import Session
 from coordinator.db import Alert, Device, utcnow
 from wire.protocol import ProtocolError
 
+#: an alert id as agents make them (hex uuids): nothing that could break a log line, a CSV or an event stream
+ALERT_ID = re.compile(r"[A-Za-z0-9_.:-]{1,64}")
+#: alert times accepted: 2000-01-01 .. a day from now (an agent's clock may be a little ahead)
+EARLIEST = 946684800.0
+
+
+def alert_id(m: Any) -> str | None:
+    """The id of an alert if it has a well-formed one (a refusal can then be confirmed to the agent)."""
+    i = m.get("id") if isinstance(m, dict) else None
+    return i if isinstance(i, str) and ALERT_ID.fullmatch(i) else None
+
 
 def alert_row(agent: str, job: str, version: int, m: Any, received: datetime) -> dict[str, Any]:
     """The table row of one alert as an agent sent it; ProtocolError when a field is missing or wrong."""
+    if alert_id(m) is None:
+        raise ProtocolError("alert", "alert id must be 1-64 letters, digits or _.:-")
     try:
+        ts = float(m["ts"])
+        if not EARLIEST <= ts <= time.time() + 86400:
+            raise ValueError(f"time {ts!r} outside 2000-01-01 .. tomorrow")
         row: dict[str, Any] = {
-               "id": str(m["id"])[:64], "device_id": agent, "job_id": job, "model_version": int(version),
-               "ts": datetime.fromtimestamp(float(m["ts"]), timezone.utc).replace(tzinfo=None),
+               "id": m["id"], "device_id": agent, "job_id": job, "model_version": int(version),
+               "ts": datetime.fromtimestamp(ts, timezone.utc).replace(tzinfo=None),
                "received": received, "score": float(m["score"]), "threshold": float(m["threshold"]),
                "count": int(m.get("count", 1)), "explanation": list(m.get("explanation", [])),
                "acknowledged": False}
@@ -40,6 +58,12 @@ def alert_row(agent: str, job: str, version: int, m: Any, received: datetime) ->
         raise ProtocolError("alert", f"count {row['count']} outside 1..2^31-1")
     if len(row["explanation"]) > 64 or not all(isinstance(e, dict) for e in row["explanation"]):
         raise ProtocolError("alert", "explanation must be a list of at most 64 objects")
+    try:  # finite numbers only (the readers serve JSON), and a bounded size
+        text = json.dumps(row["explanation"], allow_nan=False)
+    except (TypeError, ValueError) as e:
+        raise ProtocolError("alert", f"explanation is not plain JSON with finite numbers: {e}") from None
+    if len(text) > 16384:
+        raise ProtocolError("alert", "explanation larger than 16 KiB")
     return row
 
 

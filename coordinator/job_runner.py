@@ -59,6 +59,8 @@ class JobRunner(ABC):
         #: each participant's record count (from the statistics phase), and whether the stored row has them
         self.counts: list[float] = []
         self.roster_saved = False
+        self._index: dict[str, int] = {}
+        self._weights = np.zeros(0)
 
     # -- what a job type decides ----------------------------------------------------------------------
     @classmethod
@@ -126,12 +128,23 @@ class JobRunner(ABC):
         idx = sample_clients(self.rng, len(self.participants), self.spec.fraction)
         self.begin(phase, rnd, [self.participants[i] for i in idx])
 
+    def index(self) -> dict[str, int]:
+        """Each participant's position (in the participants list, the counts and the server's tables)."""
+        if len(self._index) != len(self.participants):
+            self._index = {a: i for i, a in enumerate(self.participants)}
+        return self._index
+
+    def device_weights(self, counts: np.ndarray) -> np.ndarray:
+        """Each participant's weight from its record count (mean 1); families may cap them."""
+        return counts / counts.mean()
+
     def weights(self, answered: list[str]) -> tuple[np.ndarray, np.ndarray]:
-        """Participant indices and data shares (n_i / mean n, from the statistics phase) of those who answered."""
-        index = {a: i for i, a in enumerate(self.participants)}
+        """Participant indices and weights (from the statistics phase's counts) of those who answered."""
+        index = self.index()
         ids = np.array([index[a] for a in answered], dtype=int)
-        counts = np.array(self.counts, dtype=float)
-        return ids, (counts[ids] / counts.mean() if len(ids) else np.zeros(0))
+        if len(self._weights) != len(self.counts):
+            self._weights = self.device_weights(np.array(self.counts, dtype=float))
+        return ids, self._weights[ids]
 
     # -- messages -------------------------------------------------------------------------------------
     def accept(self, env: Envelope) -> None:

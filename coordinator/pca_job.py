@@ -18,8 +18,16 @@ from coordinator.job_runner import JobRunner
 from models.linalg import subspace_distance
 from models.pca import PCAAlgorithm
 from models.pca.spec import PCAJobSpec
-from models.preprocessing import Preprocessor, global_standardisation, trace_from_summary
-from models.threshold import EDGES, quantile_from_histogram
+from models.preprocessing import Preprocessor
+from models.screening import (
+    capped_weights,
+    check_histogram,
+    check_summary,
+    federation_statistics,
+    model_problem,
+    robust_threshold,
+    value_bound,
+)
 from wire.model import model_envelope
 from wire.protocol import Envelope, ProtocolError, expect_arrays
 
@@ -49,7 +57,12 @@ class PCAJob(JobRunner):
             return {}, {**meta, "features": self.spec.features}
         arrays = {**self.broadcast, **{f"init.{k}": v for k, v in self.initial().items()},
                   "mean": np.array(self.info["mean"]), "scale": np.array(self.info["scale"])}
+        if phase == "train":  # each sampled device's weight, as capped here (in the order of `sampled`)
+            arrays["weights"] = self.weights(self.sampled)[1]
         return arrays, {**meta, "features": self.info["features"], "mean_count": self.info["mean_count"]}
+
+    def device_weights(self, counts: np.ndarray) -> np.ndarray:
+        return capped_weights(counts, self.spec.guard())
 
     def initial(self) -> dict[str, np.ndarray]:
         return unpack(bytes.fromhex(self.info.get("init_blob", "")))
@@ -65,19 +78,28 @@ class PCAJob(JobRunner):
 
     # -- replies --------------------------------------------------------------------------------------
     def validate(self, env: Envelope) -> None:
+        """Nothing a device claims is taken on trust (models.screening): sums that real records could
+        have, an upload of the algorithm's shape with finite values, a histogram of exactly the records
+        it claimed, on the agreed grid."""
         if self.phase == "stats":
             d = len(self.spec.features)
             expect_arrays(env, {"count": (1,), "total": (d,), "sumsq": (d,)})
-            if env.arrays["count"][0] < 1 or (env.arrays["sumsq"] < 0).any():
-                raise ProtocolError("value", "count must be positive and sums of squares non-negative")
+            a = env.arrays
+            if any(a[k].dtype.kind not in "fiu" for k in a):
+                raise ProtocolError("dtype", "statistics must be real numbers")
+            problem = check_summary(float(a["count"][0]), a["total"].astype(float), a["sumsq"].astype(float),
+                                    self.spec.guard(), value_bound(self.spec.log_transform))
+            if problem:
+                raise ProtocolError("value", problem)
         elif self.phase == "train":
             expect_arrays(env, {k: v.shape for k, v in self.expected_upload().items()}, max_norm=MAX_UPLOAD_NORM)
         else:
             bins, counts = env.arrays.get("bins"), env.arrays.get("counts")
-            if bins is None or counts is None or bins.shape != counts.shape or bins.ndim != 1:
-                raise ProtocolError("shape", "histogram needs bins and counts of one length")
-            if len(bins) and (bins.min() < 0 or bins.max() >= len(EDGES) - 1 or (counts < 0).any()):
-                raise ProtocolError("value", "histogram bins out of range or negative counts")
+            if bins is None or counts is None or set(env.arrays) != {"bins", "counts"}:
+                raise ProtocolError("shape", "a histogram is the arrays bins and counts")
+            problem = check_histogram(bins, counts, self.counts[self.index()[env.sender]])
+            if problem:
+                raise ProtocolError("value", problem)
 
     def expected_upload(self) -> dict[str, np.ndarray]:
         """The upload a client would send (shapes only matter), from the algorithm itself."""
@@ -92,26 +114,28 @@ class PCAJob(JobRunner):
             return self.close_stats(answered)
         if self.phase == "train":
             return self.close_train(answered)
-        return {"threshold": self.close_threshold(answered)}
+        threshold = self.close_threshold(answered)
+        return {"threshold": threshold if np.isfinite(threshold) else None}
 
     def close_stats(self, answered: list[str]) -> dict[str, Any]:
         if not answered:
             self.fail("no agent answered the statistics phase")
             return {}
         self.participants = answered
-        summaries = [(int(self.pending[a].arrays["count"][0]), self.pending[a].arrays["total"],
-                      self.pending[a].arrays["sumsq"]) for a in answered]
-        mean, scale, _ = global_standardisation(summaries)
-        counts = np.array([s[0] for s in summaries], dtype=float)
-        self.info = {"features": list(self.spec.features), "mean": mean.tolist(), "scale": scale.tolist(),
+        a = [self.pending[p].arrays for p in answered]
+        counts = np.array([float(x["count"][0]) for x in a])
+        fed = federation_statistics(counts, np.stack([x["total"] for x in a]).astype(float),
+                                    np.stack([x["sumsq"] for x in a]).astype(float), self.spec.guard())
+        self.info = {"features": list(self.spec.features), "mean": fed.mean.tolist(), "scale": fed.scale.tolist(),
                      "mean_count": float(counts.mean())}
         self.counts, self.roster_saved = counts.tolist(), False
         self.rng = np.random.default_rng(self.spec.seed)
         alg = self.algorithm()
         self.server, self.broadcast = alg.init_server(len(answered), self.rng)
         self.info["init_blob"] = pack(self.broadcast).hex()
-        self.server = alg.attach_traces(self.server, np.array([trace_from_summary(s, mean, scale) for s in summaries]))
-        return {"records": int(counts.sum())}
+        self.server = alg.attach_bounds(self.server, fed.diag, fed.trace)
+        return {"records": int(counts.sum()), "weight_capped": int(np.count_nonzero(fed.weight < counts / counts.mean()
+                                                                                     * (1 - 1e-9)))}
 
     def close_train(self, answered: list[str]) -> dict[str, Any]:
         alg = self.algorithm()
@@ -129,14 +153,20 @@ class PCAJob(JobRunner):
                 "implausible_uploads": int(float(self.server.get("rejected", 0)) - refused)}
 
     def close_threshold(self, answered: list[str]) -> float:
-        counts = np.zeros(len(EDGES) - 1, dtype=np.int64)
-        for a in answered:
-            np.add.at(counts, self.pending[a].arrays["bins"], self.pending[a].arrays["counts"])
-        threshold = quantile_from_histogram(counts, self.spec.quantile)
+        if not answered:
+            self.fail("no agent answered the threshold phase")
+            return float("nan")
+        _, weights = self.weights(answered)
+        histograms = [(self.pending[a].arrays["bins"], self.pending[a].arrays["counts"]) for a in answered]
+        threshold = robust_threshold(histograms, weights, self.spec.quantile, self.spec.device_trim)
         features = self.info["features"]
         pre = Preprocessor(features, np.full(len(features), self.spec.log_transform),
                            np.array(self.info["mean"]), np.array(self.info["scale"]))
         Z = self.algorithm().consensus(self.broadcast)
+        problem = model_problem(Z, pre.mean, pre.scale, threshold)
+        if problem:
+            self.fail(f"the model failed its sanity check and is not promoted: {problem}")
+            return threshold
         with self.sessions.begin() as s:
             version = s.query(ModelVersion).filter_by(job_id=self.job_id).count() + 1
             s.add(ModelVersion(job_id=self.job_id, version=version, type="pca", round=self.spec.rounds,

@@ -20,17 +20,20 @@ from typing import Any
 from sqlalchemy import select, update
 from sqlalchemy.exc import OperationalError
 
-from coordinator.alerts import alert_row, store_alerts
+from coordinator.alerts import alert_id, alert_row, store_alerts
 from coordinator.db import Alert, Device, Job, Rejection, Round, make_engine, migrate, session_factory, utcnow
+from coordinator.ingest_limit import IngestLimit
 from coordinator.job_runner import JobRunner
 from coordinator.jobs import create_job
 from coordinator.models_service import publish_promoted
 from models.families import family, job_spec
 from wire.mqtt import make_client, parse_broker_url
 from wire.protocol import (
-    AGENT_SUBSCRIPTION,
+    ACK_IDS_PER_MESSAGE,
+    AGENT_SUBSCRIPTIONS,
     Envelope,
     ProtocolError,
+    agent_topic,
     decode,
     job_topic,
     parse_agent_topic,
@@ -46,7 +49,8 @@ HOUSEKEEPING = (0.05, 1.0)  # database polling interval: after activity, and at 
 class Coordinator:
     def __init__(self, broker: str, db: str | None = None, client_id: str = "fedsentry-coordinator",
                  username: str | None = None, password: str | None = None, tls: bool = False,
-                 ca_cert: str | None = None, retention_days: float | None = None):
+                 ca_cert: str | None = None, retention_days: float | None = None,
+                 alert_rate: float = 1000.0, alert_burst: float = 20000.0):
         self.client_id = client_id
         self.retention_days = retention_days
         self._pruned = -1e9
@@ -73,6 +77,9 @@ class Coordinator:
         self.client.on_message = lambda c, u, m: self.inbox.put((m.topic, bytes(m.payload), m.mid, m.qos))
         self._alerts: list[dict[str, Any]] = []  # rows waiting for their batch
         self._acks: list[tuple[int, int]] = []  # the messages they came in, acknowledged once stored
+        self._refused: dict[str, list[str]] = {}  # per device, ids of alerts refused for good (confirmed too)
+        #: alerts each device may have stored per second (more wait on the device, unconfirmed, and come again)
+        self.ingest_limit = IngestLimit(alert_rate, alert_burst)
         self._alerts_since = 0.0
         self.thread: threading.Thread | None = None
 
@@ -91,7 +98,7 @@ class Coordinator:
         if reason_code.is_failure:
             log.error("broker refused the coordinator: %s", reason_code)
             return
-        client.subscribe(AGENT_SUBSCRIPTION, qos=1)
+        client.subscribe(AGENT_SUBSCRIPTIONS)
         self.connected.set()
         log.info("coordinator connected to %s:%s", self.broker.host, self.broker.port)
 
@@ -147,6 +154,9 @@ class Coordinator:
             except OperationalError as e:
                 log.error("database error: %s", str(e.orig).strip()[:200])
                 time.sleep(1)
+            except Exception:  # a bug must not stop the worker: every message and job is isolated below
+                log.exception("coordinator worker: unexpected error (continuing)")
+                time.sleep(0.1)
 
     # -- jobs -----------------------------------------------------------------------------------------
     def tick(self) -> None:
@@ -154,7 +164,15 @@ class Coordinator:
         if not self.connected.is_set():
             return
         for job_id, runner in list(self.jobs.items()):
-            if runner.phase != "waiting" and runner.tick():
+            try:
+                over = runner.phase != "waiting" and runner.tick()
+            except OperationalError:
+                raise  # the database, not the job: retried by the worker
+            except Exception as e:  # one job's failure (a numerical error, a bug) ends that job only
+                log.exception("job=%s failed while closing a round", job_id)
+                runner.fail(f"internal error while closing round {runner.round}: {type(e).__name__}: {e}")
+                over = True
+            if over:
                 self._release(job_id)
 
     def housekeeping(self) -> bool:
@@ -168,9 +186,16 @@ class Coordinator:
         published = publish_promoted(self.sessions, self.publish)
         self._prune()
         started = False
-        for runner in list(self.jobs.values()):
+        for job_id, runner in list(self.jobs.items()):
             if runner.phase == "waiting":
-                runner.start(self.online_devices(runner.type))
+                try:
+                    runner.start(self.online_devices(runner.type))
+                except OperationalError:
+                    raise
+                except Exception as e:
+                    log.exception("job=%s failed to start", job_id)
+                    runner.fail(f"internal error while starting: {type(e).__name__}: {e}")
+                    self._release(job_id)
                 started = started or runner.phase != "waiting"
         return bool(published) or started or set(self.jobs) != before or any(
             r.phase == "waiting" for r in self.jobs.values())
@@ -229,11 +254,11 @@ class Coordinator:
         return [d for d in online if job_type in self.capabilities.get(d, ("pca",))]
 
     # -- messages -------------------------------------------------------------------------------------
-    def reject(self, reason: str, detail: str, topic: str) -> None:
+    def reject(self, reason: str, detail: str, topic: str, n: int = 1) -> None:
         """Count and log; the counts reach the database at most once per tick (a flood of garbage must not
         turn into a flood of writes)."""
-        log.warning("rejected message on %s: %s: %s", topic, reason, detail)
-        self.rejected[reason] += 1
+        log.warning("rejected %s on %s: %s: %s", f"{n} alerts" if n > 1 else "message", topic, reason, detail)
+        self.rejected[reason] += n
 
     def _flush_rejections(self) -> None:
         unsaved = self.rejected - self._saved_rejections
@@ -272,6 +297,11 @@ class Coordinator:
             self.accepted += 1
         except ProtocolError as e:
             self.reject(e.reason, e.detail, topic)
+        except OperationalError:
+            raise  # the database is down: the message is not acknowledged, the broker redelivers it
+        except Exception as e:  # whatever a message does to a handler, it is refused alone and acknowledged
+            log.exception("message on %s broke its handler", topic)
+            self.reject("error", f"{type(e).__name__}: {e}"[:300], topic)
         return "done"
 
     def _status(self, agent: str, online: bool) -> None:
@@ -287,14 +317,21 @@ class Coordinator:
         alerts = [env.meta] if env.kind == "alert" else env.meta.get("alerts")
         if not isinstance(alerts, list) or not alerts:
             raise ProtocolError("alert", "an alerts message needs a non-empty list 'alerts'")
+        admitted = self.ingest_limit.take(agent, len(alerts))
+        if admitted < len(alerts):  # not confirmed: the device keeps them and sends them again later
+            self.reject("rate_limited", f"{agent} over {self.ingest_limit.rate:g} alerts/s", topic,
+                        len(alerts) - admitted)
         now = utcnow()
-        rows = []
-        for a in alerts:
+        rows, refused = [], self._refused.setdefault(agent, [])
+        for a in alerts[:admitted]:
             try:
                 rows.append(alert_row(agent, env.job, env.round, a, now))
             except ProtocolError as e:
                 self.reject(e.reason, e.detail, topic)
-        if not rows:
+                bad = alert_id(a)
+                if bad:  # refused for good: confirmed, so that the device stops sending it
+                    refused.append(bad)
+        if not rows and not refused:
             return "done"
         if not self._alerts:
             self._alerts_since = time.monotonic()
@@ -307,12 +344,43 @@ class Coordinator:
         """Store buffered alerts in one transaction (an alert id already stored is a redelivery: skipped),
         then acknowledge them to the broker."""
         batch, acks, self._alerts, self._acks = self._alerts, self._acks, [], []
+        refused, self._refused = self._refused, {}
         rows = list({r["id"]: r for r in batch}.values())  # the same alert twice in one batch: once
-        with self.sessions.begin() as s:
-            fresh = store_alerts(s, rows)
+        try:
+            with self.sessions.begin() as s:
+                fresh = store_alerts(s, rows)
+        except OperationalError:
+            raise  # the database is down: nothing confirmed, the devices send these again
+        except Exception:  # a row the database refuses: store the others one by one, refuse that one alone
+            log.exception("storing a batch of %d alerts failed; storing them one by one", len(rows))
+            fresh, kept = Counter(), []
+            for r in rows:
+                try:
+                    with self.sessions.begin() as s:
+                        fresh.update(store_alerts(s, [r]))
+                    kept.append(r)
+                except OperationalError:
+                    raise
+                except Exception as e:
+                    self.reject("alert_store", f"{type(e).__name__}: {e}"[:300], agent_topic(r["device_id"], "alerts"))
+                    refused.setdefault(r["device_id"], []).append(r["id"])
+            rows = kept
         self.alerts_ingested += sum(fresh.values())
+        stored: dict[str, list[str]] = {}
+        for r in rows:
+            stored.setdefault(r["device_id"], []).append(r["id"])
+        for device in stored.keys() | refused.keys():
+            self._confirm(device, stored.get(device, []), refused.get(device, []))
         for mid, qos in acks:
             self.client.ack(mid, qos)
+
+    def _confirm(self, device: str, stored: list[str], refused: list[str]) -> None:
+        """Tell a device which of its alerts are stored (or refused for good): only then does it drop them."""
+        ids = [(i, "stored") for i in stored] + [(i, "refused") for i in refused]
+        for k in range(0, len(ids), ACK_IDS_PER_MESSAGE):
+            part = ids[k:k + ACK_IDS_PER_MESSAGE]
+            meta = {"stored": [i for i, w in part if w == "stored"], "refused": [i for i, w in part if w == "refused"]}
+            self.publish(agent_topic(device, "ack"), Envelope("ack", "", 0, "coordinator", {}, meta).encode())
 
     # -- jobs API used by the CLI, the demo and the REST API --------------------------------------------
     def create_job(self, job_id: str, type_: str, algorithm: str, params: dict[str, Any]) -> None:

@@ -4,6 +4,11 @@ One thread reads the traffic source and processes queued broker messages; paho's
 decodes topics and hands messages over. Everything the agent must not lose (training records, the
 algorithm's client state, the model, the position in a followed log, undelivered alerts) is on disk
 under --state-dir, so a restart continues where it stopped.
+
+Alerts are delivered exactly once: the alerts a batch of records raised, the position past that batch and
+the rate limiter's counts are written in one transaction (edge_agent.store.Outbox); an alert leaves the
+outbox only when the coordinator says it stored it (an "ack" message on the agent's ack topic), and is
+sent again every RESEND_AFTER seconds until then; the coordinator skips an alert id it already has.
 """
 
 from __future__ import annotations
@@ -39,6 +44,8 @@ from wire.protocol import (
 )
 
 log = logging.getLogger("fedsentry.agent")
+RESEND_AFTER = 10.0  # seconds without the coordinator's confirmation before an alert is sent again
+RESEND_BATCH = 1000  # alerts sent per pass over the outbox (the outbox drains over successive passes)
 
 
 @dataclass
@@ -81,9 +88,12 @@ class Agent:
         if saved:
             self.scorer.load(decode(saved))
         self.outbox = Outbox(Path(cfg.state_dir) / "outbox.sqlite")
+        self.scorer.limiter.restore(self.outbox.load_state("limiter"))
+        if isinstance(source, ZeekFollower) and self.outbox.load_state("zeek"):
+            source.seek(self.outbox.load_state("zeek"))  # the position saved with the alerts
         self.source = source
         self.inbox: queue.Queue[tuple[str, bytes]] = queue.Queue()
-        self.inflight: dict[int, list[str]] = {}
+        self._next_resend = 0.0
         self.stop = threading.Event()
         self.connected = threading.Event()
         self.counters = {"records": 0, "alerts": 0, "rejected": 0, "rounds": 0}
@@ -92,7 +102,6 @@ class Agent:
                                      cfg.certfile, cfg.keyfile, will=(self.topic("status"), status_off, 1, True))
         self.client.on_connect = self._on_connect
         self.client.on_message = lambda c, u, m: self.inbox.put((m.topic, bytes(m.payload)))
-        self.client.on_publish = self._on_publish
         self.client.on_disconnect = lambda *a: self.connected.clear()
         self._scores = open(cfg.scores_out, "a") if cfg.scores_out else None  # noqa: SIM115 (closed in run)
 
@@ -104,28 +113,19 @@ class Agent:
         if reason_code.is_failure:
             log.error("agent=%s broker refused the connection: %s", self.cfg.agent_id, reason_code)
             return
-        client.subscribe([(JOB_SUBSCRIPTION, 1), (model_topic("pca"), 1)])
+        client.subscribe([(JOB_SUBSCRIPTION, 1), (model_topic("pca"), 1), (self.topic("ack"), 1)])
         status = Envelope("status", "", 0, self.cfg.agent_id, {}, {"online": True, "records": self.buffer.seen,
                                                                   "jobs": sorted(self.participants)})
         client.publish(self.topic("status"), status.encode(), qos=1, retain=True)
         self.connected.set()
         self.inbox.put(("__resend__", b""))
 
-    def _on_publish(self, client, userdata, mid, reason_code=None, properties=None) -> None:
-        # paho holds its own locks here: only hand the acknowledgement over to the agent thread
-        self.inbox.put(("__ack__", mid.to_bytes(4, "little")))
-
     # -- work (agent thread) ------------------------------------------------------------------------
     def handle(self, topic: str, payload: bytes) -> None:
         if topic == "__resend__":
-            self._resend()
+            self._resend(force=True)
             return
         if not payload:  # a cleared retained message (a job that ended)
-            return
-        if topic == "__ack__":
-            alert_ids = self.inflight.pop(int.from_bytes(payload, "little"), None)
-            if alert_ids:
-                self.outbox.done(*alert_ids)
             return
         try:
             env = decode(payload)
@@ -133,7 +133,9 @@ class Agent:
             self.counters["rejected"] += 1
             log.warning("agent=%s rejected message on %s: %s", self.cfg.agent_id, topic, e)
             return
-        if env.kind == "model":
+        if env.kind == "ack" and topic == self.topic("ack"):
+            self._confirmed(env)
+        elif env.kind == "model":
             if self.cfg.model_job and env.job != self.cfg.model_job:
                 return
             try:
@@ -159,8 +161,25 @@ class Agent:
                 self.counters["rounds"] += 1
                 self.client.publish(self.topic("upload"), reply.encode(), qos=1)
 
-    def _resend(self) -> None:
-        self._publish_alerts([decode(payload) for _, payload in self.outbox.pending()])
+    def _confirmed(self, env: Envelope) -> None:
+        """The coordinator stored (or, for a malformed alert, refused for good) these alerts."""
+        stored, refused = env.meta.get("stored", []), env.meta.get("refused", [])
+        if not (isinstance(stored, list) and isinstance(refused, list)):
+            return
+        if refused:
+            log.error("agent=%s the coordinator refused %d alerts for good (see its rejections)",
+                      self.cfg.agent_id, len(refused))
+        self.outbox.done(*(str(i) for i in stored + refused))
+
+    def _resend(self, force: bool = False) -> None:
+        """Alerts the coordinator has not confirmed after RESEND_AFTER seconds (all of them after a
+        reconnect), RESEND_BATCH at a time; the rest on the next passes, one per second."""
+        if not self.connected.is_set() or (not force and time.monotonic() < self._next_resend):
+            return
+        self._next_resend = time.monotonic() + 1.0
+        due = self.outbox.due(time.time() - (0 if force else RESEND_AFTER), RESEND_BATCH)
+        if due:
+            self._publish_alerts([decode(payload) for _, payload in due])
 
     def _publish_alerts(self, envelopes: list[Envelope]) -> None:
         """Alerts (one envelope each, as the outbox keeps them) sent in batches per model version: under
@@ -171,11 +190,24 @@ class Agent:
         for (job, version), alerts in groups.items():
             for batch in alert_batches(job, version, self.cfg.agent_id, alerts):
                 info = self.client.publish(self.topic("alerts"), batch.encode(), qos=1)
-                if info.rc == mqtt.MQTT_ERR_SUCCESS:  # the ack is queued behind this in the inbox: no race
-                    self.inflight[info.mid] = [a["id"] for a in batch.meta["alerts"]]
+                if info.rc == mqtt.MQTT_ERR_SUCCESS:
+                    self.outbox.sent(*(a["id"] for a in batch.meta["alerts"]))
+
+    def reading_state(self, alerts: list[dict[str, Any]]) -> None:
+        """Alerts raised, the source's position past the records that raised them and the rate limiter's
+        counts: one transaction, then the alerts are sent."""
+        envelopes = [self.scorer.envelope(a) for a in alerts]
+        state: dict[str, Any] = {"limiter": self.scorer.limiter.state()}
+        if isinstance(self.source, ZeekFollower):
+            state["zeek"] = self.source.position
+        self.outbox.add(*((env.meta["id"], env.encode()) for env in envelopes), state=state)
+        self.counters["alerts"] += len(envelopes)
+        if envelopes and self.connected.is_set():
+            self._publish_alerts(envelopes)
 
     def ingest(self, batch: Batch) -> None:
         if self.scorer.detector is None:
+            self.reading_state([])
             return
         try:
             X = select(batch, self.scorer.detector.feature_names_)
@@ -188,20 +220,14 @@ class Agent:
             labels = batch.labels if batch.labels is not None else np.full(len(scores), np.nan)
             self._scores.writelines(f"{s:.9g},{lab:g}\n" for s, lab in zip(scores, labels))
             self._scores.flush()
-        envelopes = [self.scorer.envelope(a) for a in alerts]
-        self.outbox.add(*((env.meta["id"], env.encode()) for env in envelopes))
-        self.counters["alerts"] += len(envelopes)
-        if envelopes and self.connected.is_set():
-            self._publish_alerts(envelopes)
+        self.reading_state(alerts)
 
     def _next_batch(self) -> Batch | Literal[False] | None:
         """A batch, None if nothing now, False when the source is exhausted."""
         if self.source is None:
             return False
         if isinstance(self.source, ZeekFollower):
-            b = self.source.poll()
-            self.store.save_json("zeek", self.source.position)
-            return b
+            return self.source.poll()  # the position is saved with the batch's alerts (reading_state)
         return next(self.source, False)
 
     def run(self) -> int:
@@ -217,6 +243,11 @@ class Agent:
                     continue
                 except queue.Empty:
                     pass
+                self._resend()
+                if self.scorer.limiter.suppressed:
+                    summary = self.scorer.limiter.flush()
+                    if summary:  # a closed window's summary leaves on time, not with the next flagged record
+                        self.reading_state(summary)
                 if idle:
                     if exhausted and self.cfg.exit_after_replay and len(self.outbox) == 0:
                         break

@@ -61,7 +61,7 @@ class TrainingBuffer:
 
 class PCAParticipant(Participant):
     family = "pca"
-    extra_arrays = ("mean", "scale")
+    extra_arrays = ("mean", "scale", "weights")
 
     def __init__(self, agent_id: str, store: AgentStore, buffer: TrainingBuffer):
         super().__init__(agent_id, store)
@@ -86,7 +86,10 @@ class PCAParticipant(Participant):
     def client_data(self, env: Envelope) -> dict[str, np.ndarray]:
         T = self._transformed(env.meta)
         C = Moments.of(T).second_moment(env.arrays["mean"], env.arrays["scale"])
-        weight = len(T) / float(env.meta["mean_count"])
+        if "weights" in env.arrays:  # the weight the coordinator gives this device (capped, models.screening)
+            weight = float(env.arrays["weights"][env.meta["sampled"].index(self.id)])
+        else:
+            weight = len(T) / float(env.meta["mean_count"])
         return {"C": C[None], "weight": np.array([weight])}
 
     # -- phases ------------------------------------------------------------------------------------

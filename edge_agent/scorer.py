@@ -21,16 +21,19 @@ from wire.protocol import Envelope
 
 @dataclass
 class RateLimiter:
+    """Its counts are part of the agent's reading state (saved with the alerts a batch raised), and its
+    window runs on the wall clock, so a restart neither forgets suppressed records nor resets the window."""
+
     burst: int = 20
     window: float = 60.0
-    started: float = field(default_factory=time.monotonic)
+    started: float = field(default_factory=time.time)
     sent: int = 0
     suppressed: int = 0
     worst: dict[str, Any] | None = None
 
     def admit(self, alert: dict[str, Any], now: float | None = None) -> list[dict[str, Any]]:
         """Alerts to send now: this one, a summary of the closed window, both, or none."""
-        now = time.monotonic() if now is None else now
+        now = time.time() if now is None else now
         out = self.flush(now)
         if self.sent < self.burst:
             self.sent += 1
@@ -41,8 +44,10 @@ class RateLimiter:
                 self.worst = alert
         return out
 
-    def flush(self, now: float) -> list[dict[str, Any]]:
-        if now - self.started < self.window:
+    def flush(self, now: float | None = None) -> list[dict[str, Any]]:
+        """The summary of a window that has closed (counting every suppressed record), if any."""
+        now = time.time() if now is None else now
+        if now - self.started < self.window and now >= self.started:
             return []
         out = []
         if self.suppressed:
@@ -51,6 +56,14 @@ class RateLimiter:
             out.append(summary)
         self.started, self.sent, self.suppressed, self.worst = now, 0, 0, None
         return out
+
+    def state(self) -> dict[str, Any]:
+        return {"started": self.started, "sent": self.sent, "suppressed": self.suppressed, "worst": self.worst}
+
+    def restore(self, state: dict[str, Any] | None) -> None:
+        if state:
+            self.started, self.sent = float(state["started"]), int(state["sent"])
+            self.suppressed, self.worst = int(state["suppressed"]), state.get("worst")
 
 
 class Scorer:
@@ -78,7 +91,7 @@ class Scorer:
                                               "threshold": self.detector.threshold_, "explanation": e,
                                               "model_version": self.model_version, "summary": False, "count": 1})
         else:
-            alerts += self.limiter.flush(time.monotonic())
+            alerts += self.limiter.flush()
         return s, alerts
 
     def envelope(self, alert: dict[str, Any]) -> Envelope:

@@ -132,6 +132,9 @@ class ZeekFollower:
 
     def __init__(self, path: str | os.PathLike, position: dict | None = None):
         self.path = Path(path)
+        self.seek(position)
+
+    def seek(self, position: dict | None) -> None:
         pos = position or {}
         self.inode, self.offset, self.fields = pos.get("inode"), int(pos.get("offset", 0)), pos.get("fields")
 

@@ -58,25 +58,47 @@ class AgentStore:
 
 
 class Outbox:
-    """Alerts waiting for the broker's acknowledgement, in SQLite so they survive restarts and outages."""
+    """Alerts waiting for the coordinator's confirmation that it stored them, in SQLite so they survive
+    restarts and outages, and beside them the agent's reading state (the position in a followed log, the
+    rate limiter's counts): written in one transaction with the alerts a batch raised, so a record is
+    acknowledged (the position moves past it) exactly when its alerts are safe."""
 
     def __init__(self, path: str | os.PathLike):
         self.db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None)
         self.db.execute("PRAGMA journal_mode=WAL")
-        self.db.execute("CREATE TABLE IF NOT EXISTS outbox (id TEXT PRIMARY KEY, created REAL, payload BLOB)")
+        self.db.execute("CREATE TABLE IF NOT EXISTS outbox (id TEXT PRIMARY KEY, created REAL, payload BLOB, "
+                        "sent REAL NOT NULL DEFAULT 0)")
+        self.db.execute("CREATE TABLE IF NOT EXISTS state (name TEXT PRIMARY KEY, value TEXT)")
+        if "sent" not in [r[1] for r in self.db.execute("PRAGMA table_info(outbox)")]:  # an older outbox
+            self.db.execute("ALTER TABLE outbox ADD COLUMN sent REAL NOT NULL DEFAULT 0")
 
-    def add(self, *items: tuple[str, bytes]) -> None:
-        """(alert id, payload) pairs, in one transaction."""
+    def add(self, *items: tuple[str, bytes], state: dict[str, Any] | None = None) -> None:
+        """(alert id, payload) pairs and named state values, in one transaction."""
         now = time.time()
         with self.db:
             self.db.execute("BEGIN")
-            self.db.executemany("INSERT OR IGNORE INTO outbox VALUES (?, ?, ?)", [(i, now, p) for i, p in items])
+            self.db.executemany("INSERT OR IGNORE INTO outbox (id, created, payload) VALUES (?, ?, ?)",
+                                [(i, now, p) for i, p in items])
+            self.db.executemany("INSERT OR REPLACE INTO state VALUES (?, ?)",
+                                [(k, json.dumps(v)) for k, v in (state or {}).items()])
 
-    def pending(self, limit: int = 500) -> list[tuple[str, bytes]]:
-        return list(self.db.execute("SELECT id, payload FROM outbox ORDER BY created LIMIT ?", (limit,)))
+    def load_state(self, name: str, default: Any = None) -> Any:
+        row = self.db.execute("SELECT value FROM state WHERE name = ?", (name,)).fetchone()
+        return default if row is None else json.loads(row[0])
+
+    def due(self, older_than: float, limit: int = 1000) -> list[tuple[str, bytes]]:
+        """Alerts not sent since `older_than` (a time.time()), oldest first."""
+        return list(self.db.execute("SELECT id, payload FROM outbox WHERE sent <= ? ORDER BY created LIMIT ?",
+                                    (older_than, limit)))
+
+    def sent(self, *alert_ids: str) -> None:
+        now = time.time()
+        self.db.executemany("UPDATE outbox SET sent = ? WHERE id = ?", [(now, i) for i in alert_ids])
 
     def done(self, *alert_ids: str) -> None:
-        self.db.executemany("DELETE FROM outbox WHERE id = ?", [(i,) for i in alert_ids])
+        with self.db:
+            self.db.execute("BEGIN")
+            self.db.executemany("DELETE FROM outbox WHERE id = ?", [(i,) for i in alert_ids])
 
     def __len__(self) -> int:
         return self.db.execute("SELECT COUNT(*) FROM outbox").fetchone()[0]

@@ -20,10 +20,18 @@ from models.linalg import subspace_distance
 from models.metrics import detection_report
 from models.pca import PCAAlgorithm, make_algorithm
 from models.pca.baselines import centralized_pca, local_pca
-from models.preprocessing import Moments, Preprocessor, global_standardisation, signed_log1p
+from models.preprocessing import Moments, Preprocessor, signed_log1p
 from models.robust import TRIM_CRITERIA, distance_masks, residual_mask, residuals, second_moment
 from models.rounds import run_round, sample_clients
-from models.threshold import EDGES, error_histogram, quantile_from_histogram
+from models.screening import (
+    DEFAULT_GUARD,
+    Guard,
+    capped_traces,
+    federation_statistics,
+    robust_threshold,
+    stack_summaries,
+)
+from models.threshold import error_histogram, quantile_from_histogram
 
 
 @dataclass
@@ -33,7 +41,9 @@ class ClientData:
     preprocessor: Preprocessor
     X: list[np.ndarray]  # standardised records per client
     C: np.ndarray  # (N, d, d) second moments (of the kept records)
-    weight: np.ndarray  # (N,) n_i / mean(n)
+    weight: np.ndarray  # (N,) n_i / mean(n), capped (models.screening)
+    diag: np.ndarray  # (N, d) diag(C_i) and (N,) the bound on tr(C_i): what the server checks uploads against
+    trace: np.ndarray
     keep: list[np.ndarray] | None = None  # records kept by a distance trim
 
     def kept(self, i: int) -> np.ndarray:
@@ -45,35 +55,41 @@ class ClientData:
 
 
 def prepare_clients(parts: list[np.ndarray], feature_names: list[str], log_transform: bool = True,
-                    trim: float = 0.0, trim_by: str = "distance") -> ClientData:
+                    trim: float = 0.0, trim_by: str = "distance", guard: Guard = DEFAULT_GUARD) -> ClientData:
     """Federated statistics phase: each client's count, sum and sum of squares give the global
-    standardisation; each client then computes its own second moment around the global mean
-    (over the records a distance trim keeps, see models.robust)."""
+    standardisation, its weight and its trace bound (models.screening, as the coordinator computes
+    them); each client then computes its own second moment around the global mean (over the records a
+    distance trim keeps, see models.robust)."""
     d = parts[0].shape[1]
     mask = np.full(d, log_transform)
     T = [signed_log1p(P, mask) for P in parts]
     moments = [Moments.of(t) for t in T]
-    mean, scale, _ = global_standardisation([m.summary() for m in moments])
+    fed = federation_statistics(*stack_summaries([m.summary() for m in moments]), guard)
+    mean, scale = fed.mean, fed.scale
     pre = Preprocessor(list(feature_names), mask, mean, scale)
     X = [(t - mean) / scale for t in T]
-    n = np.array([m.count for m in moments], dtype=float)
     if trim > 0 and trim_by == "distance":
         keep = distance_masks(X, trim)
         C = np.stack([second_moment(x[k]) for x, k in zip(X, keep)])
-        return ClientData(pre, X, C, n / n.mean(), keep)
+        diag = np.diagonal(C, axis1=1, axis2=2).copy()
+        return ClientData(pre, X, C, fed.weight, diag, capped_traces(diag.sum(axis=1), guard), keep)
     C = np.stack([m.second_moment(mean, scale) for m in moments])
-    return ClientData(pre, X, C, n / n.mean())
+    return ClientData(pre, X, C, fed.weight, fed.diag, fed.trace)
 
 
-def federated_threshold(clients: ClientData, Z: np.ndarray, quantile: float, trim: float = 0.0) -> float:
-    """Quantile of the (kept) training errors from per-client histograms (errors never pooled)."""
-    counts = np.zeros(len(EDGES) - 1, dtype=np.int64)  # the shape error_histogram gives
+def federated_threshold(clients: ClientData, Z: np.ndarray, quantile: float, trim: float = 0.0,
+                        guard: Guard = DEFAULT_GUARD) -> float:
+    """The label-free threshold from per-client histograms of the (kept) training errors (errors never
+    pooled), combined as the coordinator does (models.screening.robust_threshold)."""
+    histograms = []
     for i in range(len(clients.X)):
         X = clients.kept(i)
         if trim > 0 and clients.keep is None:  # residual trim: each client drops its worst share
             X = X[residual_mask(X, Z, trim)]
-        counts = counts + error_histogram(residuals(X, Z))
-    return quantile_from_histogram(counts, quantile)
+        counts = error_histogram(residuals(X, Z))
+        nz = np.flatnonzero(counts)
+        histograms.append((nz, counts[nz]))
+    return robust_threshold(histograms, clients.weight, quantile, guard.device_trim)
 
 
 @dataclass
@@ -109,7 +125,7 @@ def run_federated(
     C = data["C"]
     pooled = clients.pooled
     server, broadcast = algorithm.init_server(N, rng)
-    server = algorithm.attach_traces(server, np.trace(clients.C, axis1=1, axis2=2))
+    server = algorithm.attach_bounds(server, clients.diag, clients.trace)
     state = algorithm.init_clients(data, broadcast)
     history: list[dict[str, float]] = []
     train_time = 0.0

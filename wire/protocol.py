@@ -28,7 +28,7 @@ ALLOWED_DTYPES = {"<f8", "<f4", "<i8", "<i4", "<i2", "|i1", "|u1", "|b1"}
 _FIXED = struct.Struct("<4sHI")
 ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 
-KINDS = ("round", "upload", "model", "status", "alert", "alerts", "stats", "histogram", "setup", "eval")
+KINDS = ("round", "upload", "model", "status", "alert", "alerts", "stats", "histogram", "setup", "eval", "ack")
 
 
 class ProtocolError(ValueError):
@@ -57,7 +57,10 @@ def agent_topic(agent: str, what: str) -> str:
     return f"{PREFIX}/agents/{agent}/{what}"
 
 
-AGENT_SUBSCRIPTION = f"{PREFIX}/agents/+/+"
+#: what the coordinator reads: every agent's status, uploads and alerts (not the ack topics it writes)
+AGENT_SUBSCRIPTIONS = [(f"{PREFIX}/agents/+/{what}", 1) for what in ("status", "upload", "alerts")]
+#: alert ids confirmed per "ack" message at most
+ACK_IDS_PER_MESSAGE = 1000
 JOB_SUBSCRIPTION = f"{PREFIX}/jobs/+/round"
 
 
@@ -184,10 +187,14 @@ def expect_arrays(env: Envelope, shapes: dict[str, tuple[int, ...]], max_norm: f
         got = env.arrays[name].shape
         if got != tuple(shape):
             raise ProtocolError("shape", f"array {name!r} has shape {got}, expected {tuple(shape)}")
-        if max_norm is not None and env.arrays[name].dtype.kind == "f":
-            norm = float(np.linalg.norm(env.arrays[name]))
-            if norm > max_norm:
-                raise ProtocolError("norm", f"array {name!r} has norm {norm:.3g} > {max_norm:.3g}")
+        if max_norm is not None:
+            a = env.arrays[name]
+            if a.dtype.kind not in "fiu":
+                raise ProtocolError("dtype", f"array {name!r} must hold real numbers, not {a.dtype}")
+            norm = float(np.linalg.norm(a))
+            if not norm <= max_norm:  # NaN and infinity fail too
+                raise ProtocolError("norm", f"array {name!r} has norm {norm:.3g}, not a finite number "
+                                            f"<= {max_norm:.3g}")
 
 
 ALERTS_PER_MESSAGE = 100

@@ -27,7 +27,7 @@ def server_round_seconds(algorithm: str, n_clients: int, sampled: int, rounds: i
     alg = FEDERATED[algorithm](n_features=d, rank=rank)
     t0 = time.perf_counter()
     server, broadcast = alg.init_server(n_clients, rng)
-    server = alg.attach_traces(server, np.full(n_clients, float(d)))
+    server = alg.attach_bounds(server, np.full((n_clients, d), float(d)), np.full(n_clients, float(d)))
     init = time.perf_counter() - t0
     A = rng.standard_normal((sampled, d, d))
     data = {"C": A @ np.swapaxes(A, 1, 2) / d, "weight": np.ones(sampled)}

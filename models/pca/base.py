@@ -19,8 +19,9 @@ class PCAAlgorithm(FederatedAlgorithm):
         self.n_features = int(n_features)
         self.rank = int(rank)
 
-    def attach_traces(self, server: State, traces: np.ndarray) -> State:
-        """Give the server each client's tr(C_i) from the statistics phase (used to validate uploads)."""
+    def attach_bounds(self, server: State, diag: np.ndarray, trace: np.ndarray) -> State:
+        """Give the server what the statistics phase says about each client's C_i: its diagonal (n, d) and a
+        bound on its trace (n,), used to validate uploads."""
         return server
 
     @abstractmethod

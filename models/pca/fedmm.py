@@ -15,6 +15,12 @@ the weighted sum of these completions (a Rayleigh-Ritz step), kept as a running 
 are invariant subspaces of the pooled covariance, and only the dominant one is stable. A block wider
 than k (m = k + oversample) speeds convergence; the detector uses the top k columns.
 
+Aggregation: ``aggregator="mean"`` (the default) is the paper's weighted mean (a running sum, O(sampled)
+per round); ``aggregator="trimmed"`` combines the clients' transported statistics by a coordinate-wise
+trimmed mean (models.screening), so one client, whatever statistic it invents within the plausibility
+checks, moves each entry only as far as the spread of the honest ones allows, at O(clients) per round and
+at the price of no longer converging to the pooled covariance's subspace on non-i.i.d. data.
+
 Options: ``transport=False`` gives the plain scheme of DESIGN.md (Z = orth(sum_i w_i S_i) with
 Rayleigh-Ritz ordering); ``bits`` quantises uploads with error feedback; ``sa_step`` < 1 is the
 stochastic-approximation step of seed 003 Alg. 2 on the aggregated statistic.
@@ -28,6 +34,11 @@ from models.federated import State
 from models.linalg import orth, top_eigvecs
 from models.pca.base import PCAAlgorithm
 from models.pca.quantize import quantize_with_feedback, quantized_bytes
+from models.screening import trimmed_weighted_mean
+
+#: "mean": seed 003's weighted mean of the clients' statistics; "trimmed": FedSentry's hardening, a
+#: coordinate-wise trimmed weighted mean over clients, so that one client cannot steer the basis
+AGGREGATORS = ("mean", "trimmed")
 
 
 def completion(S: np.ndarray, Q: np.ndarray) -> np.ndarray:
@@ -39,32 +50,43 @@ def completion(S: np.ndarray, Q: np.ndarray) -> np.ndarray:
     return SQt + np.swapaxes(SQt, -1, -2) - Q @ QtS @ Qt
 
 
-def plausible(S: np.ndarray, Q: np.ndarray, trace: np.ndarray, tol: float = 1e-8) -> np.ndarray:
-    """Which uploads S_i = C_i Q could come from a positive semi-definite C_i with trace tr(C_i).
+def plausible(S: np.ndarray, Q: np.ndarray, trace: np.ndarray, diag: np.ndarray, tol: float = 1e-8) -> np.ndarray:
+    """Which uploads S_i = C_i Q could come from a positive semi-definite C_i with trace at most tr(C_i)
+    and diagonal diag(C_i) (both known from the statistics phase).
 
     In the basis [Q, Q_perp], C_i = [[B, X'], [X, D]] with B = Q'S_i and X = (I - QQ')S_i, so an honest
     statistic has B symmetric and PSD, tr B <= tr C_i, and ||X||_F^2 <= tr(B) ||D|| <= tr(B)(tr C_i - tr B).
-    Noise fails the symmetry, a scaled-up statistic the trace, one rotated away from Q the last bound.
-    The server knows tr C_i from the statistics phase, so no data is needed to check."""
+    Writing C_i = G G', row j of S_i is g_j' (G'Q), so ||S_i[j]||^2 <= C_i[j, j] lambda_max(B): a client
+    cannot put more weight on a feature than the variance it reported for it.
+    Noise fails the symmetry, a scaled-up statistic the trace, one rotated away from Q the cross bound, one
+    invented on features the client has little variance in the row bound. No data is needed to check."""
     Qt = np.swapaxes(Q, -1, -2)
     B = Qt @ S
     X = S - Q @ B
     size = np.linalg.norm(S, axis=(-2, -1))
     slack = 10 * tol * size
     asym = np.linalg.norm(B - np.swapaxes(B, -1, -2), axis=(-2, -1))
-    lam_min = np.linalg.eigvalsh((B + np.swapaxes(B, -1, -2)) / 2)[..., 0]
+    lam = np.linalg.eigvalsh((B + np.swapaxes(B, -1, -2)) / 2)
     tb = np.trace(B, axis1=-2, axis2=-1)
     cross = np.linalg.norm(X, axis=(-2, -1)) ** 2
-    return ((asym <= slack) & (lam_min >= -slack) & (tb <= trace * (1 + 10 * tol) + slack)
-            & (cross <= np.maximum(tb, 0) * np.maximum(trace - tb, 0) * (1 + 10 * tol) + slack * size))
+    rows = np.einsum("...jl,...jl->...j", S, S)
+    row_bound = diag * np.maximum(lam[..., -1:], 0) * (1 + 10 * tol) + (slack * size)[..., None]
+    return ((asym <= slack) & (lam[..., 0] >= -slack) & (tb <= trace * (1 + 10 * tol) + slack)
+            & (cross <= np.maximum(tb, 0) * np.maximum(trace - tb, 0) * (1 + 10 * tol) + slack * size)
+            & (rows <= row_bound).all(axis=-1))
 
 
 class FedMM(PCAAlgorithm):
     name = "fedmm"
 
     def __init__(self, n_features: int, rank: int = 3, oversample: int = 6, transport: bool = True,
-                 bits: int | None = None, sa_step: float = 1.0):
+                 bits: int | None = None, sa_step: float = 1.0, aggregator: str = "mean", trim: float = 0.1):
         super().__init__(n_features, rank)
+        if aggregator not in AGGREGATORS:
+            raise ValueError(f"aggregator must be one of {', '.join(AGGREGATORS)}")
+        if not 0 <= trim < 0.5:
+            raise ValueError("trim must be in [0, 0.5)")
+        self.aggregator, self.trim = aggregator, float(trim)
         if bits is not None and not 2 <= bits <= 16:
             raise ValueError("bits must be between 2 and 16")
         if not 0 < sa_step <= 1:
@@ -119,7 +141,7 @@ class FedMM(PCAAlgorithm):
         ids = np.asarray(client_ids)
         weight = np.asarray(weight, dtype=float)
         if "trace" in server:  # drop statistics no honest client could have sent (see `plausible`)
-            keep = plausible(S, Q, server["trace"][ids], self.tolerance)
+            keep = plausible(S, Q, server["trace"][ids], server["diag"][ids], self.tolerance)
             server["rejected"] = server["rejected"] + np.count_nonzero(~keep)
             ids, S, weight = ids[keep], S[keep], weight[keep]
             if len(ids) == 0:
@@ -139,28 +161,43 @@ class FedMM(PCAAlgorithm):
         server["w_rows"][rows] = weight
         total = float(server["total"])
         if self.transport:
-            M = server["M"] / total
+            M = server["M"] / total if self.aggregator == "mean" else self._trimmed(server)
             if self.sa_step < 1 and np.any(server["M_used"]):
                 M = self.sa_step * M + (1 - self.sa_step) * server["M_used"]
             server["M_used"] = M
             _, Q_new = top_eigvecs(M, Q.shape[1])
         else:
             n = int(server["rows"])
-            A = np.einsum("b,bij->ij", server["w_rows"][:n], server["S_rows"][:n]) / total
+            S_all, w_all = server["S_rows"][:n], server["w_rows"][:n]
+            if self.aggregator == "mean":
+                A = np.einsum("b,bij->ij", w_all, S_all) / total
+            else:
+                A = trimmed_weighted_mean(S_all.reshape(n, -1), w_all, self.trim).reshape(S_all.shape[1:])
             B = Q.T @ A
             _, V = top_eigvecs(B, B.shape[0])
             Q_new = orth(A @ V)
         server["Q"] = Q_new
         return server, {"Q": Q_new}
 
+    def _trimmed(self, server: State) -> np.ndarray:
+        """Per entry, the weighted mean of every answered client's transported statistic after leaving out
+        the most extreme clients on either side (models.screening): one client moves each entry by at most
+        the spread of the others. O(clients d^2 m) per round, against O(sampled d^2 m) for the mean."""
+        n = int(server["rows"])
+        C = completion(server["S_rows"][:n], server["Q_rows"][:n])
+        d = C.shape[-1]
+        return trimmed_weighted_mean(C.reshape(n, d * d), server["w_rows"][:n], self.trim).reshape(d, d)
+
     @property
     def tolerance(self) -> float:
         """Relative slack of the plausibility checks: float rounding, or the quantisation step."""
         return 1e-8 if self.bits is None else 2.0 / (2 ** (self.bits - 1) - 1)
 
-    def attach_traces(self, server: State, traces: np.ndarray) -> State:
-        """Each client's tr(C_i), known from the statistics phase: what makes uploads checkable."""
-        return {**server, "trace": np.asarray(traces, dtype=float), "rejected": np.zeros(())}
+    def attach_bounds(self, server: State, diag: np.ndarray, trace: np.ndarray) -> State:
+        """Each client's diag(C_i) and bound on tr(C_i), known from the statistics phase: what makes uploads
+        checkable."""
+        return {**server, "diag": np.asarray(diag, dtype=float), "trace": np.asarray(trace, dtype=float),
+                "rejected": np.zeros(())}
 
     @staticmethod
     def _rows_for(server: State, ids: np.ndarray, slot: np.ndarray) -> np.ndarray:
@@ -179,14 +216,14 @@ class FedMM(PCAAlgorithm):
             server["rows"] = np.array(need)
         return server["slot"][ids] - 1
 
-    row_tables = ("slot", "trace", "S_rows", "Q_rows", "w_rows")
+    row_tables = ("slot", "trace", "diag", "S_rows", "Q_rows", "w_rows")
 
     def touched(self, server: State, client_ids: np.ndarray) -> dict[str, np.ndarray]:
         """The rows of each row table a server step with these clients may have changed."""
         ids = np.asarray(client_ids, dtype=np.int64)
         rows = server["slot"][ids]
         rows = rows[rows > 0] - 1
-        return {"slot": ids, "trace": ids[:0], "S_rows": rows, "Q_rows": rows, "w_rows": rows}
+        return {"slot": ids, "trace": ids[:0], "diag": ids[:0], "S_rows": rows, "Q_rows": rows, "w_rows": rows}
 
     def refresh(self, server: State) -> State:
         """Recompute the running sum from the table (removes accumulated rounding)."""

@@ -7,6 +7,7 @@ from typing import ClassVar
 
 from models.jobspec import JobSpec, check
 from models.pca import FEDERATED
+from models.screening import Guard
 
 
 @dataclass
@@ -18,6 +19,12 @@ class PCAJobSpec(JobSpec):
     features: list[str] = field(default_factory=list)
     quantile: float = 0.99
     log_transform: bool = True
+    # how far one device is trusted (models.screening.Guard)
+    max_records: int = Guard.max_records
+    count_cap: float = Guard.count_cap
+    max_share: float = Guard.max_share
+    device_trim: float = Guard.device_trim
+    trace_cap: float = Guard.trace_cap
 
     @classmethod
     def default_algorithm(cls) -> str:
@@ -33,3 +40,11 @@ class PCAJobSpec(JobSpec):
         check(self.rank < len(self.features), "rank",
               f"({self.rank}) must be smaller than the number of features ({len(self.features)})")
         check(0 < self.quantile < 1, "quantile", "must be in (0, 1)")
+        check(1 <= self.max_records <= 10**12, "max_records", "must be between 1 and 10^12")
+        check(1 <= self.count_cap <= 1e6, "count_cap", "must be between 1 and 10^6 (times the median count)")
+        check(0 < self.max_share <= 1, "max_share", "must be in (0, 1]")
+        check(0 <= self.device_trim < 0.5, "device_trim", "must be in [0, 0.5)")
+        check(1 <= self.trace_cap <= 1e6, "trace_cap", "must be between 1 and 10^6 (times the median trace)")
+
+    def guard(self) -> Guard:
+        return Guard(self.max_records, self.count_cap, self.max_share, self.device_trim, self.trace_cap)

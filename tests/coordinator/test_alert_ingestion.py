@@ -55,6 +55,12 @@ def test_a_batch_is_stored_once_and_a_bad_alert_is_refused_alone(coordinator):
     assert devices == {"dev-1": 30, "dev-2": 1}
     assert stored[good[0]["id"]].model_version == 2 and stored[good[0]["id"]].explanation[0]["feature"] == "src_bytes"
     assert coordinator.rejected["alert"] == 2 * len(bad)
-    # a batch of nothing but bad alerts is acknowledged at once (nothing to store)
+    # a batch of nothing but bad alerts is buffered too: their refusals are confirmed to the device (so that
+    # it stops sending them) with the next flush; bad alerts without a usable id are acknowledged at once
     (env,) = alert_batches("job-1", 2, "dev-1", bad)
-    assert coordinator.handle(topic, env.encode(), mid=4, qos=1) == "done"
+    assert coordinator.handle(topic, env.encode(), mid=4, qos=1) == "buffered"
+    assert coordinator._refused == {"dev-1": [a["id"] for a in bad]}
+    coordinator._flush_alerts()
+    assert coordinator._refused == {}
+    (env,) = alert_batches("job-1", 2, "dev-1", [{"id": "bad\nid", "ts": 1.0}])
+    assert coordinator.handle(topic, env.encode(), mid=5, qos=1) == "done"

@@ -1,0 +1,193 @@
+"""What one device may weigh in a federation: its claims checked, its weight capped, and the federation's
+statistics taken so that no single device can move them far.
+
+A device reports numbers about data nobody else can see (record counts, sums, histograms). The rules:
+
+- a claim that no honest device could make is refused (`check_summary`, `check_histogram`);
+- a count is capped at a multiple of the federation's median and each device's share of the total
+  weight at `max_share` (`capped_weights`), so claiming 10^12 records buys no more than a big device has;
+- the standardisation and the threshold are trimmed means over devices (`robust_standardisation`,
+  `robust_threshold`): the `trim` share of the most extreme devices on either side (at least one each
+  side once there are three) is left out per coordinate, so one device's claim moves them at most by the
+  spread of the honest ones divided by their number;
+- each device's trace bound (what FedMM's plausibility check measures uploads against) is capped at a
+  multiple of the median trace.
+
+The simulator and the coordinator call the same functions, so a simulated federation and a deployed one
+compute the same model.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from models.threshold import EDGES, quantile_from_histogram
+
+#: |signed_log1p(x)| for every finite float64 x is below this: a larger transformed value is a lie
+LOG_BOUND = 710.0
+#: without the log transform, values must stay clear of overflow when squared and summed
+RAW_BOUND = 1e100
+
+
+@dataclass(frozen=True)
+class Guard:
+    """How much a device is trusted (the job's settings; defaults in PCAJobSpec)."""
+
+    max_records: int = 1_000_000  # a device claiming more records than this is refused
+    count_cap: float = 4.0  # counts are capped at this multiple of the federation's median count
+    max_share: float = 0.2  # no device weighs more than this share of the total (at least 1/n)
+    device_trim: float = 0.1  # share of devices left out on either side of robust means
+    trace_cap: float = 4.0  # a device's trace bound is capped at this multiple of the median
+
+
+DEFAULT_GUARD = Guard()
+
+
+def trim_count(n: int, trim: float) -> int:
+    """Devices left out on each side: floor(trim n), at least one once there are three."""
+    if trim <= 0 or n < 3:
+        return 0
+    return min(max(1, int(np.floor(trim * n))), (n - 1) // 2)
+
+
+def trimmed_weighted_mean(X: np.ndarray, w: np.ndarray, trim: float) -> np.ndarray:
+    """Per coordinate (axis 0 is the device), the weighted mean of the values left after dropping the
+    k lowest and k highest devices (k = `trim_count`)."""
+    X = np.asarray(X, dtype=float)
+    w = np.asarray(w, dtype=float)
+    n = X.shape[0]
+    k = trim_count(n, trim)
+    if k == 0:
+        return np.tensordot(w / w.sum(), X, axes=1)
+    order = np.argsort(X, axis=0, kind="stable")[k:n - k]
+    kept = np.take_along_axis(X, order, axis=0)
+    wk = w[order]
+    return (kept * wk).sum(axis=0) / wk.sum(axis=0)
+
+
+def capped_weights(counts: np.ndarray, guard: Guard) -> np.ndarray:
+    """Each device's weight (mean 1 over the federation): its count, capped at `count_cap` times the
+    median count, then no device above `max_share` of the total (water-filling; the share is at least 1/n)."""
+    w = np.minimum(np.asarray(counts, dtype=float), guard.count_cap * np.median(counts)) if len(counts) else \
+        np.zeros(0)
+    n = len(w)
+    if n == 0:
+        return w
+    share = max(guard.max_share, 1.0 / n)
+    order = np.argsort(-w, kind="stable")
+    ws = w[order]
+    for j in range(n):  # the j largest capped at share * T, where T = (sum of the rest) / (1 - j share)
+        total = ws[j:].sum() / (1 - j * share)
+        if ws[j] <= share * total * (1 + 1e-12):
+            w[order[:j]] = share * total
+            break
+    return w / w.mean()
+
+
+def value_bound(log_transform: bool) -> float:
+    return LOG_BOUND if log_transform else RAW_BOUND
+
+
+def check_summary(count: float, total: np.ndarray, sumsq: np.ndarray, guard: Guard, bound: float) -> str | None:
+    """Why a device's (count, sum, sum of squares) could not come from real records, or None."""
+    if not (np.isfinite(count) and float(count).is_integer() and 1 <= count <= guard.max_records):
+        return f"count {count!r} outside 1..{guard.max_records}"
+    if not (np.isfinite(total).all() and np.isfinite(sumsq).all()):
+        return "sums must be finite"
+    mean, second = total / count, sumsq / count
+    if (np.abs(mean) > bound).any() or (second > bound * bound).any():
+        return f"sums imply values beyond {bound:g}"
+    if (second < mean * mean * (1 - 1e-9) - 1e-12 * (1 + mean * mean)).any():
+        return "sum of squares below what the sum implies (negative variance)"
+    return None
+
+
+def robust_standardisation(count: np.ndarray, total: np.ndarray, sumsq: np.ndarray, weight: np.ndarray,
+                           trim: float, min_scale: float = 1e-12) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Mean, scale and each device's diagonal diag(C_i) (n, d) from per-device (count, sum, sum of squares), stacked
+    (n,), (n, d), (n, d): trimmed weighted means of the devices' means and of their variances around the
+    federation's mean. Zero-variance features get scale 1."""
+    count = np.asarray(count, dtype=float)[:, None]
+    means = total / count
+    var = np.maximum(sumsq / count - means**2, 0.0)
+    mean = trimmed_weighted_mean(means, weight, trim)
+    spread = var + (means - mean) ** 2  # each device's second moment around the federation's mean
+    scale = np.sqrt(trimmed_weighted_mean(spread, weight, trim))
+    scale = np.where(scale <= min_scale * np.maximum(1.0, np.abs(mean)), 1.0, scale)
+    return mean, scale, spread / scale**2
+
+
+def capped_traces(traces: np.ndarray, guard: Guard) -> np.ndarray:
+    traces = np.asarray(traces, dtype=float)
+    return np.minimum(traces, guard.trace_cap * np.median(traces)) if len(traces) else traces
+
+
+def check_histogram(bins: np.ndarray, counts: np.ndarray, claimed: float, n_bins: int = len(EDGES) - 1) -> str | None:
+    """Why an error histogram (sparse: bin indices and counts) is not one of `claimed` records on the
+    agreed grid, or None."""
+    if bins.ndim != 1 or bins.shape != counts.shape:
+        return "histogram needs bins and counts of one length"
+    if not (np.issubdtype(bins.dtype, np.integer) and np.issubdtype(counts.dtype, np.integer)):
+        return "histogram bins and counts must be integers"
+    if len(bins) and (bins.min() < 0 or bins.max() >= n_bins or (np.diff(bins) <= 0).any()):
+        return f"histogram bins must be increasing indices in 0..{n_bins - 1}"
+    if (counts < 0).any():
+        return "histogram counts must be non-negative"
+    if int(counts.sum(dtype=np.int64)) != int(claimed):
+        return f"histogram holds {int(counts.sum(dtype=np.int64))} errors, not the {int(claimed)} records claimed"
+    return None
+
+
+def device_quantile(bins: np.ndarray, counts: np.ndarray, q: float, n_bins: int = len(EDGES) - 1) -> float:
+    dense = np.zeros(n_bins)
+    dense[bins] = counts
+    return quantile_from_histogram(dense, q)
+
+
+def robust_threshold(histograms: list[tuple[np.ndarray, np.ndarray]], weight: np.ndarray, q: float,
+                     trim: float) -> float:
+    """The label-free threshold: each device's q-quantile of its own errors (from its histogram), and a
+    trimmed weighted mean of their logarithms over devices (errors are positive and spread over decades)."""
+    logs = np.array([np.log(device_quantile(b, c, q)) for b, c in histograms])
+    return float(np.exp(trimmed_weighted_mean(logs[:, None], weight, trim)[0]))
+
+
+@dataclass
+class Federation:
+    """What the statistics phase establishes: the standardisation, each device's weight (mean 1), and the
+    diagonal of its C_i and bound on its trace that later uploads are checked against."""
+
+    mean: np.ndarray
+    scale: np.ndarray
+    weight: np.ndarray
+    diag: np.ndarray
+    trace: np.ndarray
+
+
+def stack_summaries(summaries: list[tuple[int, np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per-device (count, sum, sum of squares) tuples as the stacked arrays the functions here take."""
+    return (np.array([s[0] for s in summaries], dtype=float), np.stack([s[1] for s in summaries]),
+            np.stack([s[2] for s in summaries]))
+
+
+def federation_statistics(count: np.ndarray, total: np.ndarray, sumsq: np.ndarray, guard: Guard) -> Federation:
+    """From the devices' (count, sum, sum of squares), stacked (n,), (n, d), (n, d), already checked."""
+    weight = capped_weights(count, guard)
+    mean, scale, diag = robust_standardisation(count, total, sumsq, weight, guard.device_trim)
+    return Federation(mean, scale, weight, diag, capped_traces(diag.sum(axis=1), guard))
+
+
+def model_problem(Z: np.ndarray, mean: np.ndarray, scale: np.ndarray, threshold: float) -> str | None:
+    """Why a finished PCA model must not be promoted, or None: non-finite numbers, a basis that is not
+    orthonormal, a threshold off the histogram grid."""
+    if not (np.isfinite(Z).all() and np.isfinite(mean).all() and np.isfinite(scale).all()):
+        return "non-finite numbers in the model"
+    if (scale <= 0).any():
+        return "non-positive feature scales"
+    if np.abs(Z.T @ Z - np.eye(Z.shape[1])).max() > 1e-6:
+        return "the basis is not orthonormal"
+    if not EDGES[0] < threshold < EDGES[-1]:
+        return f"threshold {threshold!r} outside the error grid ({EDGES[0]:g}..{EDGES[-1]:g})"
+    return None
