@@ -1,24 +1,44 @@
 """Brokers the product starts itself: the embedded pure-Python broker (amqtt) for `fedsentry demo`
 and `serve` when no --broker is given, and a private Mosquitto on a free port (tests, benchmarks).
-The embedded broker listens on a free port, never on 1883, where a Mosquitto may already run."""
+The embedded broker listens on a free port, never on 1883, where a Mosquitto may already run.
+
+The embedded broker is secured like the deployed Mosquitto (deploy/mosquitto): no anonymous clients,
+a random password per run for the coordinator and for each device it is told of, and the same ACL."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import secrets
 import shutil
 import socket
 import subprocess
 import tempfile
 import threading
 import time
+from collections.abc import Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
+
+from wire.protocol import JOB_SUBSCRIPTION, MAX_PAYLOAD, PREFIX, agent_topic, check_id
 
 if TYPE_CHECKING:
     from amqtt.broker import Broker
 
 log = logging.getLogger("fedsentry.broker")
+
+COORDINATOR_USER = "fedsentry-coordinator"
+#: the largest MQTT packet a broker accepts: the largest envelope the protocol decodes (wire.protocol:
+#: recommendation rounds and uploads are item-sized) and room for its topic and MQTT headers
+MAX_PACKET = MAX_PAYLOAD + 64 * 1024
+
+
+def device_acl(agent_id: str) -> tuple[list[str], list[str]]:
+    """What a device may write and read: deploy/mosquitto/acl with %u = its username (= its agent id)."""
+    write = [agent_topic(agent_id, what) for what in ("status", "upload", "alerts")]
+    read = [JOB_SUBSCRIPTION, f"{PREFIX}/models/#", agent_topic(agent_id, "ack")]
+    return write, read
 
 
 def free_port() -> int:
@@ -38,28 +58,74 @@ def wait_for_port(port: int, timeout: float = 10.0) -> None:
 
 
 class EmbeddedBroker:
-    """amqtt in a background thread with its own event loop."""
+    """amqtt in a background thread with its own event loop.
 
-    def __init__(self, port: int | None = None):
+    Clients authenticate (amqtt's FileAuthPlugin): the coordinator as `username`/`password`, each device
+    in `devices` with its agent id and `passwords[id]`, also written to `password_file(id)` (mode 0600,
+    in a folder of this run only, removed at stop). amqtt's TopicAccessControlListPlugin applies the
+    deployed ACL (`device_acl`): anonymous clients are refused, a device publishes only under its own id
+    and subscribes only to rounds, models and its own acknowledgements. Packets over `max_packet` bytes
+    end the sender's connection."""
+
+    def __init__(self, port: int | None = None, devices: Iterable[str] = (), max_packet: int = MAX_PACKET):
         self.port = port or free_port()
         self.url = f"mqtt://127.0.0.1:{self.port}"
+        self.username, self.password = COORDINATOR_USER, secrets.token_urlsafe(24)
+        self.passwords: dict[str, str] = {}
+        for d in devices:
+            check_id(d, "device id")
+            if d == COORDINATOR_USER:
+                raise ValueError(f"{d!r} is the coordinator's username, not a device id")
+            self.passwords[d] = secrets.token_urlsafe(24)
+        self.max_packet = max_packet
+        self.dir = Path(tempfile.mkdtemp(prefix="fedsentry-broker-"))  # mode 0700
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="amqtt", daemon=True)
         self._broker: Broker | None = None
 
-    def start(self) -> EmbeddedBroker:
-        from amqtt.broker import Broker
+    def password_file(self, device: str) -> Path:
+        return self.dir / f"{device}.password"
 
+    def credentials_env(self, device: str) -> dict[str, str]:
+        """The environment that gives `fedsentry agent` this device's credentials (never its argv)."""
+        return {"FEDSENTRY_MQTT_USERNAME": device, "FEDSENTRY_MQTT_PASSWORD_FILE": str(self.password_file(device))}
+
+    def _write_secrets(self) -> Path:
+        from pwdlib.hashers.argon2 import Argon2Hasher
+
+        # the passwords are 192 random bits: a costly hash would add nothing but start-up time per device
+        hasher = Argon2Hasher(time_cost=1, memory_cost=1024, parallelism=1)
+        users = {self.username: self.password, **self.passwords}
+        passwd = self.dir / "passwd"
+        write_private(passwd, "".join(f"{u}:{hasher.hash(pw)}\n" for u, pw in users.items()))
+        for d, pw in self.passwords.items():
+            write_private(self.password_file(d), pw + "\n")
+        return passwd
+
+    def config(self, passwd: Path) -> dict[str, Any]:
+        acls = {d: device_acl(d) for d in self.passwords}
+        everything = [f"{PREFIX}/#"]
+        return {
+            "listeners": {"default": {"type": "tcp", "bind": f"127.0.0.1:{self.port}", "max_connections": 10000}},
+            "plugins": {
+                "amqtt.plugins.authentication.FileAuthPlugin": {"password_file": str(passwd)},
+                "amqtt.plugins.topic_checking.TopicAccessControlListPlugin": {
+                    "publish_acl": {self.username: everything, **{d: w for d, (w, _) in acls.items()}},
+                    # subscriptions: amqtt 0.12's plugin settings name them `acl` (it warns the name is
+                    # deprecated for `subscribe-acl`, which its settings class does not take yet)
+                    "acl": {self.username: everything, **{d: r for d, (_, r) in acls.items()}},
+                },
+            },
+        }
+
+    def start(self) -> EmbeddedBroker:
         for name in ("amqtt", "transitions"):  # amqtt logs every probe of its port as a failed session
             logging.getLogger(name).setLevel(logging.ERROR)
-        config = {
-            "listeners": {"default": {"type": "tcp", "bind": f"127.0.0.1:{self.port}", "max_connections": 10000}},
-            "plugins": {"amqtt.plugins.authentication.AnonymousAuthPlugin": {"allow_anonymous": True}},
-        }
+        config = self.config(self._write_secrets())
         self._thread.start()
 
         async def _start() -> None:
-            self._broker = Broker(config)
+            self._broker = _size_limited_broker(self.max_packet)(config)
             await self._broker.start()
 
         asyncio.run_coroutine_threadsafe(_start(), self._loop).result(timeout=30)
@@ -72,6 +138,51 @@ class EmbeddedBroker:
             asyncio.run_coroutine_threadsafe(self._broker.shutdown(), self._loop).result(timeout=30)
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(timeout=10)
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def write_private(path: Path, text: str) -> None:
+    """Write a secret readable by its owner only, whatever the umask."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.fchmod(fd, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+
+
+class PacketTooLargeError(Exception):
+    """Ends the connection of a client sending a packet over the limit."""
+
+
+def _size_limited_broker(limit: int) -> Any:
+    """amqtt's Broker refusing packets over `limit` bytes: amqtt 0.12 has no such setting (Mosquitto's
+    max_packet_size). amqtt reads a packet's body in one read of its announced length, so a read over
+    the limit is refused before the bytes are buffered, and the sender's connection ends."""
+    from amqtt.broker import Broker
+
+    class _Reader:
+        def __init__(self, reader: asyncio.StreamReader, peer: Any):
+            self._reader, self._peer = reader, peer
+
+        async def read(self, n: int = -1) -> bytes:
+            return await self._reader.read(n)
+
+        async def readexactly(self, n: int) -> bytes:
+            if n > limit:
+                log.warning("embedded broker: %s sent a packet of %d bytes (limit %d): disconnected",
+                            self._peer, n, limit)
+                raise PacketTooLargeError(n)
+            return await self._reader.readexactly(n)
+
+        def feed_eof(self) -> None:
+            self._reader.feed_eof()
+
+    class SizeLimitedBroker(Broker):
+        async def stream_connected(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                                   listener_name: str) -> None:
+            reader_proxy: Any = _Reader(reader, writer.get_extra_info("peername"))
+            await super().stream_connected(reader_proxy, writer, listener_name)
+
+    return SizeLimitedBroker
 
 
 class Mosquitto:
@@ -87,6 +198,7 @@ class Mosquitto:
         self.dir = Path(tempfile.mkdtemp(prefix="fedsentry-mosquitto-"))
         self.config = config or (f"listener {self.port} 127.0.0.1\nallow_anonymous true\npersistence true\n"
                                  f"persistence_location {self.dir}/\nmax_queued_messages 100000\n"
+                                 f"max_packet_size {MAX_PACKET}\n"
                                  # the coordinator acknowledges alerts once stored, in batches: a window of 20
                                  # unacknowledged messages (the default) would cap ingestion
                                  "max_inflight_messages 1000\n")
@@ -97,7 +209,11 @@ class Mosquitto:
         conf.write_text(self.config)
         self.proc = subprocess.Popen([self.binary, "-c", str(conf)], stdout=subprocess.DEVNULL,
                                      stderr=open(self.dir / "log.txt", "w"))  # noqa: SIM115
-        wait_for_port(self.port)
+        try:
+            wait_for_port(self.port)
+        except TimeoutError:
+            self.stop()
+            raise RuntimeError(f"mosquitto did not start: {(self.dir / 'log.txt').read_text()[-500:]}") from None
         return self
 
     def stop(self) -> None:

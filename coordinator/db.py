@@ -4,7 +4,9 @@
 from __future__ import annotations
 
 import io
+import logging
 import os
+import stat
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, ClassVar
@@ -24,10 +26,11 @@ from sqlalchemy import (
     event,
     text,
 )
-from sqlalchemy.engine import Engine
+from sqlalchemy.engine import Engine, make_url
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, sessionmaker
 
 DEFAULT_DB_URL = "sqlite:///fedsentry.db"
+log = logging.getLogger("fedsentry.db")
 
 
 def utcnow() -> datetime:
@@ -178,10 +181,32 @@ class ApiKey(Base):
     revoked: Mapped[bool] = mapped_column(Boolean, default=False)
 
 
+def private_sqlite_file(path: str | os.PathLike) -> None:
+    """Create the SQLite file readable by its owner only (it holds the cookie-signing key and API key
+    hashes) before SQLite does (with 0644 under the usual umask); SQLite gives its -wal and -shm files the
+    database's mode. Existing files readable by others are narrowed to 0600, with a warning."""
+    path = Path(path)
+    try:
+        os.close(os.open(path, os.O_CREAT | os.O_RDWR, 0o600))
+    except OSError:  # no such folder, no permission: SQLite says so when it connects
+        return
+    for f in (path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")):
+        try:
+            mode = stat.S_IMODE(f.stat().st_mode)
+        except FileNotFoundError:
+            continue
+        if mode & 0o077:
+            log.warning("database file %s was readable by others (mode %o): set to 0600", f, mode)
+            f.chmod(0o600)
+
+
 def make_engine(url: str | None = None) -> Engine:
     url = db_url(url)
     kwargs: dict[str, Any] = {"future": True}
     if url.startswith("sqlite"):
+        database = make_url(url).database
+        if database and database != ":memory:" and not database.startswith("file:"):
+            private_sqlite_file(database)
         kwargs["connect_args"] = {"check_same_thread": False, "timeout": 30}
     engine = create_engine(url, pool_pre_ping=True, **kwargs)
     if url.startswith("sqlite"):

@@ -19,7 +19,7 @@ import queue
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
@@ -54,7 +54,7 @@ class AgentConfig:
     broker: str
     state_dir: str
     username: str | None = None
-    password: str | None = None
+    password: str | None = field(default=None, repr=False)  # never in a log line or traceback
     tls: bool = False
     ca_cert: str | None = None
     certfile: str | None = None

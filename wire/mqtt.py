@@ -5,6 +5,7 @@ coordinator)."""
 
 from __future__ import annotations
 
+import os
 import ssl
 from dataclasses import dataclass
 from urllib.parse import unquote, urlparse
@@ -33,6 +34,33 @@ def parse_broker_url(url: str) -> BrokerURL:
         raise ValueError(f"invalid port in broker URL {url!r}") from None
     return BrokerURL(u.hostname, port, tls, unquote(u.username) if u.username else None,
                      unquote(u.password) if u.password else None)
+
+
+def redact_url(url: str) -> str:
+    """The URL as it may be logged or shown: a password in it replaced by ***."""
+    u = urlparse(url)
+    if u.password is None:
+        return url
+    host = u.netloc.rpartition("@")[2]
+    return u._replace(netloc=f"{u.username}:***@{host}").geturl()
+
+
+def read_password(path: str) -> str:
+    """A password kept in a file (first line, without its line end): never on a command line, where every
+    local user can read it in /proc/<pid>/cmdline."""
+    with open(path) as f:
+        return f.readline().rstrip("\r\n")
+
+
+def password_from_env(password: str | None = None, password_file: str | None = None) -> str | None:
+    """The MQTT password: given, else from the file given or $FEDSENTRY_MQTT_PASSWORD_FILE, else
+    $FEDSENTRY_MQTT_PASSWORD."""
+    if password:
+        return password
+    path = password_file or os.environ.get("FEDSENTRY_MQTT_PASSWORD_FILE")
+    if path:
+        return read_password(path)
+    return os.environ.get("FEDSENTRY_MQTT_PASSWORD") or None
 
 
 def make_client(client_id: str, url: str, username: str | None = None, password: str | None = None,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import multiprocessing
+import os
 import shlex
 import subprocess
 import sys
@@ -35,7 +36,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _broker(url: str | None) -> tuple[Mosquitto | EmbeddedBroker | None, str, str]:
+def _broker(url: str | None, devices: list[str]) -> tuple[Mosquitto | EmbeddedBroker | None, str, str]:
     from coordinator.broker import EmbeddedBroker, Mosquitto
 
     if url:
@@ -44,8 +45,15 @@ def _broker(url: str | None) -> tuple[Mosquitto | EmbeddedBroker | None, str, st
         m = Mosquitto().start()
         return m, m.url, "mosquitto"
     except FileNotFoundError:
-        e = EmbeddedBroker().start()
+        e = EmbeddedBroker(devices=devices).start()
         return e, e.url, "embedded amqtt"
+
+
+def _credentials(broker: Mosquitto | EmbeddedBroker | None) -> dict[str, Any]:
+    """The coordinator's username and password on the embedded broker (none on the others)."""
+    from coordinator.broker import EmbeddedBroker
+
+    return {"username": broker.username, "password": broker.password} if isinstance(broker, EmbeddedBroker) else {}
 
 
 def fleet_rounds(args: argparse.Namespace) -> dict[str, Any]:
@@ -54,7 +62,9 @@ def fleet_rounds(args: argparse.Namespace) -> dict[str, Any]:
     from models.partition import partition
     from models.synthetic import generate_traffic
 
-    broker, url, kind = _broker(args.broker)
+    broker, url, kind = _broker(args.broker, [f"fleet-{i:04d}" for i in range(args.agents)])
+    # the embedded broker's per-device passwords reach the agent processes through multiprocessing's pipe
+    passwords = getattr(broker, "passwords", {})
     tmp = Path(tempfile.mkdtemp(prefix="fedsentry-fleet-"))
     traffic = generate_traffic(n_devices=args.agents, records_per_device=100, seed=0)
     parts = partition(traffic.X_normal, args.agents, "noniid", np.random.default_rng(0))
@@ -70,10 +80,11 @@ def fleet_rounds(args: argparse.Namespace) -> dict[str, Any]:
         for first in range(0, args.agents, PER_PROCESS):
             ids = list(range(first, min(first + PER_PROCESS, args.agents)))
             w = ctx.Process(target=_agents_process, daemon=True, args=(
-                url, tmp, ids, [traffic.X_normal[parts[i]] for i in ids], traffic.feature_names, stop))
+                url, tmp, ids, [traffic.X_normal[parts[i]] for i in ids], traffic.feature_names, stop,
+                {n: passwords[n] for i in ids if (n := f"fleet-{i:04d}") in passwords}))
             w.start()
             workers.append(w)
-        coord = Coordinator(url, args.db or f"sqlite:///{tmp}/fleet.db").start()
+        coord = Coordinator(url, args.db or f"sqlite:///{tmp}/fleet.db", **_credentials(broker)).start()
         t_start = time.monotonic()
         while len(coord.online_devices()) < args.agents and time.monotonic() - t_start < 600:
             time.sleep(0.5)
@@ -91,7 +102,7 @@ def fleet_rounds(args: argparse.Namespace) -> dict[str, Any]:
         with coord.sessions() as s:
             rounds = s.query(Round).filter_by(job_id="fleet").order_by(Round.round).all()
         train = [r.seconds for r in rounds if r.phase == "train"]
-        ingestion = alert_ingestion(coord, url, min(100, args.agents))
+        ingestion = alert_ingestion(coord, url, min(100, args.agents), _credentials(broker))
         if not train:
             raise SystemExit(f"the job did not finish: {coord.job_status('fleet')}")
         return {"agents": args.agents, "online": online, "database": coord.engine.dialect.name,
@@ -114,7 +125,8 @@ def fleet_rounds(args: argparse.Namespace) -> dict[str, Any]:
 PER_PROCESS = 100
 
 
-def _agents_process(url: str, tmp: Path, ids: list[int], parts: list[np.ndarray], names: list[str], stop) -> None:
+def _agents_process(url: str, tmp: Path, ids: list[int], parts: list[np.ndarray], names: list[str], stop,
+                    passwords: dict[str, str]) -> None:
     """Real agents (the same Agent objects, participants and MQTT connections a device runs), many per
     process, driven by one thread: a select() loop over their sockets hands each agent its messages
     (Agent.handle), as each device's own agent thread would. A thread pair per agent would measure the
@@ -127,8 +139,12 @@ def _agents_process(url: str, tmp: Path, ids: list[int], parts: list[np.ndarray]
     from wire.mqtt import parse_broker_url
 
     broker = parse_broker_url(url)
-    agents = [Agent(AgentConfig(f"fleet-{i:04d}", url, str(tmp / f"a{i}")), None, iter([Batch(names, X)]))
-              for i, X in zip(ids, parts)]
+    agents = []
+    for i, X in zip(ids, parts):
+        name = f"fleet-{i:04d}"
+        cfg = AgentConfig(name, url, str(tmp / f"a{i}"), username=name if name in passwords else None,
+                          password=passwords.get(name))
+        agents.append(Agent(cfg, None, iter([Batch(names, X)])))
     for a in agents:
         a.client.connect(broker.host, broker.port)
     while not stop.is_set():
@@ -150,16 +166,18 @@ def _agents_process(url: str, tmp: Path, ids: list[int], parts: list[np.ndarray]
         a.client.disconnect()
 
 
-def alert_ingestion(coord, url: str, n_devices: int, per_agent: int = 1000) -> dict[str, Any]:
+def alert_ingestion(coord, url: str, n_devices: int, credentials: dict[str, Any],
+                    per_agent: int = 1000) -> dict[str, Any]:
     """A flood: devices publish alerts (QoS 1) as fast as one connection can, batched as the agent
     batches them (wire.protocol.alert_batches), from a separate process whose messages are encoded before
     the clock starts; the time runs until the coordinator has stored every one (its own count of stored
-    rows, so the measurement adds no load to the database)."""
+    rows, so the measurement adds no load to the database). On the embedded broker the sender uses the
+    coordinator's credentials: only they may write under every device's topics."""
     before = coord.alerts_ingested
     total = n_devices * per_agent
     ctx = multiprocessing.get_context("spawn")
     ready, go = ctx.Event(), ctx.Event()
-    sender = ctx.Process(target=_flood, args=(url, n_devices, per_agent, ready, go), daemon=True)
+    sender = ctx.Process(target=_flood, args=(url, n_devices, per_agent, ready, go, credentials), daemon=True)
     sender.start()
     ready.wait(300)
     t0 = time.monotonic()
@@ -176,7 +194,7 @@ def alert_ingestion(coord, url: str, n_devices: int, per_agent: int = 1000) -> d
             "alert_ingestion_seconds": seconds}
 
 
-def _flood(url: str, n_devices: int, per_agent: int, ready, go) -> None:
+def _flood(url: str, n_devices: int, per_agent: int, ready, go, credentials: dict[str, Any]) -> None:
     import uuid
 
     from wire.mqtt import make_client
@@ -192,7 +210,7 @@ def _flood(url: str, n_devices: int, per_agent: int, ready, go) -> None:
                   for _ in range(per_agent)]
         messages += [(agent_topic(agent_id, "alerts"), env.encode())
                      for env in alert_batches("fleet", 1, agent_id, alerts)]
-    client, b = make_client("bench-alerts", url, clean_session=True)  # one connection sends for them all
+    client, b = make_client("bench-alerts", url, clean_session=True, **credentials)  # one sends for them all
     client.max_inflight_messages_set(1000)
     client.connect(b.host, b.port)
     client.loop_start()
@@ -220,9 +238,9 @@ def agent_memory(records: int = 200_000) -> dict[str, Any]:
     X = np.vstack([t.X_normal, t.X_attack])
     X = X[np.random.default_rng(0).integers(0, len(X), records)]
     np.savetxt(tmp / "replay.csv", X, delimiter=",", header=",".join(t.feature_names), comments="", fmt="%.6g")
-    broker = EmbeddedBroker().start()
+    broker = EmbeddedBroker(devices=["mem-agent"]).start()
     try:
-        client, b = make_client("bench-publisher", broker.url, clean_session=True)
+        client, b = make_client("bench-publisher", broker.url, broker.username, broker.password, clean_session=True)
         client.connect(b.host, b.port)
         client.loop_start()
         env = model_envelope("bench", 1, det.components_, det.preprocessor_, det.threshold_)
@@ -230,7 +248,8 @@ def agent_memory(records: int = 200_000) -> dict[str, Any]:
         proc = subprocess.Popen([sys.executable, "-m", "fedsentry.cli", "agent", "--broker", broker.url, "--id",
                                  "mem-agent", "--csv", str(tmp / "replay.csv"), "--state-dir", str(tmp / "state"),
                                  "--wait-for-model", "--exit-after-replay"],
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                env={**os.environ, **broker.credentials_env("mem-agent")})
         peak, t0 = 0.0, time.monotonic()
         status = Path(f"/proc/{proc.pid}/status")
         while proc.poll() is None:

@@ -10,7 +10,13 @@ import sys
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from fedsentry.cli.common import add_rating_columns, positive_float, positive_int
+from fedsentry.cli.common import (
+    add_credential_args,
+    add_rating_columns,
+    broker_password,
+    positive_float,
+    positive_int,
+)
 from fedsentry.errors import UsageError
 
 if TYPE_CHECKING:
@@ -34,10 +40,7 @@ def register(groups: dict[str, Any], verbs: Any) -> None:
     add_rating_columns(p)
     p.add_argument("--label-column", help="evaluation only: a label column in --csv, never used by the model")
     p.add_argument("--state-dir", help="where the agent keeps its state (default ./fedsentry-agent-ID)")
-    p.add_argument("--username", default=os.environ.get("FEDSENTRY_MQTT_USERNAME"),
-                   help="broker username (default $FEDSENTRY_MQTT_USERNAME, else the id when a password is set)")
-    p.add_argument("--password", default=os.environ.get("FEDSENTRY_MQTT_PASSWORD"),
-                   help="default $FEDSENTRY_MQTT_PASSWORD")
+    add_credential_args(p, "broker username (default $FEDSENTRY_MQTT_USERNAME, else the id when a password is set)")
     p.add_argument("--tls", action="store_true", help="connect with TLS")
     p.add_argument("--ca-cert", default=os.environ.get("FEDSENTRY_CA_CERT"),
                    help="CA certificate for TLS (default $FEDSENTRY_CA_CERT; implies --tls)")
@@ -52,28 +55,40 @@ def register(groups: dict[str, Any], verbs: Any) -> None:
     p.set_defaults(func=run_agent)
 
 
+def private_folder(path: str) -> None:
+    """The agent's state folder (its training records, model, alerts) is for its own user only."""
+    os.makedirs(path, mode=0o700, exist_ok=True)
+    mode = os.stat(path).st_mode & 0o777
+    if mode & 0o077:
+        logging.getLogger("fedsentry").warning("state folder %s was open to other users (mode %o): set to 0700",
+                                               path, mode)
+        os.chmod(path, 0o700)
+
+
 def run_agent(args: argparse.Namespace) -> int:
     from edge_agent.agent import Agent, AgentConfig, training_source
     from edge_agent.sources import ZeekFollower, csv_source, json_lines
     from edge_agent.store import AgentStore
-    from wire.mqtt import parse_broker_url
+    from wire.mqtt import parse_broker_url, redact_url
     from wire.protocol import check_id
 
     if not args.broker:
         raise UsageError("no broker: give --broker mqtt://host:port or set FEDSENTRY_BROKER_URL")
     if not args.id:
         raise UsageError("no agent id: give --id or set FEDSENTRY_AGENT_ID")
-    if args.password and not args.username:
-        args.username = args.id
     try:
         check_id(args.id, "agent id")
-        parse_broker_url(args.broker)
+        broker = parse_broker_url(args.broker)
     except ValueError as e:
         raise UsageError(str(e)) from None
+    password = broker_password(args)
+    if password and not (args.username or broker.username):
+        args.username = args.id
     for f in (args.csv, args.train, args.ratings, args.test_ratings, args.ca_cert, args.cert, args.key):
         if f and not os.path.isfile(f):
             raise UsageError(f"file not found: {f}")
     state_dir = args.state_dir or f"fedsentry-agent-{args.id}"
+    private_folder(state_dir)
     source: Iterator[Batch] | ZeekFollower | None
     if args.csv:
         source = csv_source(args.csv, args.rate, label_column=args.label_column)
@@ -83,7 +98,7 @@ def run_agent(args: argparse.Namespace) -> int:
         source = json_lines(iter(sys.stdin.readline, ""))
     else:
         source = None
-    cfg = AgentConfig(args.id, args.broker, state_dir, args.username, args.password, args.tls, args.ca_cert,
+    cfg = AgentConfig(args.id, args.broker, state_dir, args.username, password, args.tls, args.ca_cert,
                       args.cert, args.key, args.model_job, args.wait_for_model, args.exit_after_replay,
                       args.scores_out, args.alert_burst, args.alert_window)
     ratings = None
@@ -97,5 +112,6 @@ def run_agent(args: argparse.Namespace) -> int:
                    load_ratings_csv(args.test_ratings, *cols) if args.test_ratings else None)
     agent = Agent(cfg, source, training_source(args.train), ratings)
     signal.signal(signal.SIGTERM, lambda *a: agent.stop.set())
-    logging.getLogger("fedsentry").info("agent=%s starting (broker %s, state %s)", args.id, args.broker, state_dir)
+    logging.getLogger("fedsentry").info("agent=%s starting (broker %s, state %s)", args.id,
+                                              redact_url(args.broker), state_dir)
     return agent.run()

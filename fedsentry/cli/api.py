@@ -70,18 +70,16 @@ def run_serve(args: argparse.Namespace) -> int:
         settings.cookie_secure = False
     broker, coord = None, None
     if not args.no_coordinator:
-        from coordinator.broker import EmbeddedBroker
         from coordinator.service import Coordinator
+        from fedsentry.cli.server import service_broker
 
-        url = args.broker
-        if not url:
-            broker = EmbeddedBroker().start()
-            url = broker.url
-            print(f"embedded MQTT broker on {url}", file=sys.stderr, flush=True)
+        broker, url, username, password = service_broker(args)
         try:
-            coord = Coordinator(url, settings.db_url, username=args.username, password=args.password, tls=args.tls,
+            coord = Coordinator(url, settings.db_url, username=username, password=password, tls=args.tls,
                                 ca_cert=args.ca_cert, retention_days=settings.retention_days).start()
         except ValueError as e:
+            if broker:
+                broker.stop()
             raise UsageError(str(e)) from None
     app = create_app(settings)
     print(f"FedSentry dashboard on http://{args.host}:{args.port}/  (API docs: /docs)", file=sys.stderr, flush=True)

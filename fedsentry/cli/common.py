@@ -3,8 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import logging
+import os
 
 import numpy as np
+
+from fedsentry.errors import UsageError
+
+log = logging.getLogger("fedsentry.cli")
 
 
 def fraction(text: str) -> float:
@@ -71,3 +77,34 @@ def add_rating_columns(g) -> None:
     g.add_argument("--rating-max", type=float, default=5.0, help="highest valid rating (default 5)")
 
 
+
+
+def add_credential_args(p: argparse.ArgumentParser, username_help: str) -> None:
+    """Broker username and password: the password from a file or the environment, never the command line."""
+    p.add_argument("--username", default=os.environ.get("FEDSENTRY_MQTT_USERNAME"), help=username_help)
+    p.add_argument("--mqtt-password-file", metavar="F",
+                   help="read the broker password from this file (default $FEDSENTRY_MQTT_PASSWORD_FILE, "
+                        "else the password is $FEDSENTRY_MQTT_PASSWORD)")
+    p.add_argument("--password", help="deprecated: every local user can read it in the process list; use "
+                                      "--mqtt-password-file or $FEDSENTRY_MQTT_PASSWORD")
+
+
+def broker_password(args: argparse.Namespace) -> str | None:
+    """The broker password of add_credential_args, with a warning for one given on the command line."""
+    from wire.mqtt import parse_broker_url, password_from_env
+
+    if args.password:
+        log.warning("--password is visible to every local user in the process list: use --mqtt-password-file "
+                    "F or $FEDSENTRY_MQTT_PASSWORD")
+    if args.broker and args.broker != os.environ.get("FEDSENTRY_BROKER_URL"):
+        try:
+            in_url = parse_broker_url(args.broker).password
+        except ValueError:
+            in_url = None  # reported where the URL is checked
+        if in_url:
+            log.warning("a password in --broker is visible to every local user in the process list: give the "
+                        "URL without it and the password with --mqtt-password-file F or $FEDSENTRY_MQTT_PASSWORD")
+    try:
+        return password_from_env(args.password, args.mqtt_password_file)
+    except OSError as e:
+        raise UsageError(f"cannot read the MQTT password file {e.filename}: {e.strerror}") from None

@@ -6,15 +6,24 @@ import argparse
 import os
 import signal
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from fedsentry.cli.common import add_federation_args, positive_float, positive_int
+from fedsentry.cli.common import (
+    add_credential_args,
+    add_federation_args,
+    broker_password,
+    positive_float,
+    positive_int,
+)
 from fedsentry.cli.pca import add_data_args, add_pca_args
 from fedsentry.errors import UsageError
 from fedsentry.output import write_json
 from models.families import FAMILIES
 from models.pca import FEDERATED
 from models.recsys import FEDERATED as RECSYS
+
+if TYPE_CHECKING:
+    from coordinator.broker import EmbeddedBroker
 
 
 def register(groups: dict[str, Any], verbs: Any) -> None:
@@ -65,28 +74,46 @@ def add_service_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--broker", default=os.environ.get("FEDSENTRY_BROKER_URL"),
                    help="mqtt://host:port (default $FEDSENTRY_BROKER_URL; the embedded broker when unset)")
     p.add_argument("--db", help="database URL (default $FEDSENTRY_DB_URL or sqlite:///fedsentry.db)")
-    p.add_argument("--username", default=os.environ.get("FEDSENTRY_MQTT_USERNAME"),
-                   help="broker username (default $FEDSENTRY_MQTT_USERNAME)")
-    p.add_argument("--password", default=os.environ.get("FEDSENTRY_MQTT_PASSWORD"),
-                   help="broker password (default $FEDSENTRY_MQTT_PASSWORD)")
+    add_credential_args(p, "broker username (default $FEDSENTRY_MQTT_USERNAME)")
     p.add_argument("--tls", action="store_true")
     p.add_argument("--ca-cert")
+    p.add_argument("--enrol", action="append", default=[], metavar="ID",
+                   help="with the embedded broker (no --broker): a device that may connect (repeatable); its "
+                        "password is written to a file only you can read, named at start")
+
+
+def service_broker(args: argparse.Namespace) -> tuple[EmbeddedBroker | None, str, str | None, str | None]:
+    """The broker of `coordinator` and `serve`: --broker with its credentials, or the embedded one (its
+    own per-run credentials, and the --enrol devices') when no --broker is given."""
+    import sys
+
+    from coordinator.broker import EmbeddedBroker
+    from wire.mqtt import redact_url
+
+    if args.broker:
+        if args.enrol:
+            raise UsageError("--enrol is for the embedded broker: enrol devices on yours with deploy/enrol-device.sh")
+        return None, args.broker, args.username, broker_password(args)
+    try:
+        broker = EmbeddedBroker(devices=args.enrol).start()
+    except ValueError as e:
+        raise UsageError(f"--enrol: {e}") from None
+    print(f"embedded MQTT broker on {redact_url(broker.url)}", file=sys.stderr, flush=True)
+    for d in args.enrol:
+        print(f"  device {d}: fedsentry agent --broker {broker.url} --id {d} --mqtt-password-file "
+              f"{broker.password_file(d)}", file=sys.stderr, flush=True)
+    return broker, broker.url, broker.username, broker.password
 
 
 def run_coordinator(args: argparse.Namespace) -> int:
-    from coordinator.broker import EmbeddedBroker
     from coordinator.service import Coordinator
 
-    broker = None
-    url = args.broker
-    if not url:
-        broker = EmbeddedBroker().start()
-        url = broker.url
-        print(f"embedded MQTT broker on {url}", flush=True)
+    broker, url, username, password = service_broker(args)
     try:
-        coord = Coordinator(url, args.db, username=args.username, password=args.password, tls=args.tls,
-                            ca_cert=args.ca_cert)
+        coord = Coordinator(url, args.db, username=username, password=password, tls=args.tls, ca_cert=args.ca_cert)
     except ValueError as e:
+        if broker:
+            broker.stop()
         raise UsageError(str(e)) from None
     done = threading.Event()
     signal.signal(signal.SIGTERM, lambda *a: done.set())

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from fedsentry.demo.stack import Stack, keep_serving, write_csv
+from wire.mqtt import redact_url
 
 
 def demo(args: argparse.Namespace) -> dict[str, Any]:
@@ -36,7 +37,7 @@ def demo(args: argparse.Namespace) -> dict[str, Any]:
     data, split, parts = prepare(args)
     test_parts = np.array_split(np.random.default_rng(args.seed).permutation(len(split.X_test)), args.agents)
     label = f"{args.agents} agents, {args.algorithm}, {args.rounds} rounds on {data.name}"
-    with Stack(args.broker, args.db, label) as st:
+    with Stack(args.broker, args.db, label, args.agents) as st:
         for i in range(args.agents):
             write_csv(st.tmp / f"train-{i}.csv", data.feature_names, (map(repr, r) for r in parts[i].tolist()))
             idx = test_parts[i]
@@ -66,7 +67,8 @@ def demo(args: argparse.Namespace) -> dict[str, Any]:
             "subspace_distance": subspace_distance(Z, centralized_pca(clients.C, clients.weight, args.rank)),
             "threshold": threshold, "seconds_per_round": float(np.mean(rounds)) if rounds else None,
             "median_round_seconds": float(np.median(rounds)) if rounds else None, "training_seconds": seconds,
-            "rejected": dict(st.coordinator.rejected), "broker": st.broker_url, "work_folder": str(st.tmp),
+            "rejected": dict(st.coordinator.rejected), "broker": redact_url(st.broker_url or ""),
+            "work_folder": str(st.tmp),
             "dashboard": st.dashboard,
         }
         print(f"fedsentry demo: {result['rounds_completed']} rounds, {alerts} alerts stored, AUC "

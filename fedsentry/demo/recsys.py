@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from fedsentry.demo.stack import Stack, keep_serving, write_csv
+from wire.mqtt import redact_url
 
 
 def demo_recsys(args: argparse.Namespace) -> dict[str, Any]:
@@ -32,7 +33,7 @@ def demo_recsys(args: argparse.Namespace) -> dict[str, Any]:
     prep = prepare(args, [args.rank])
     train, test = prep.train, prep.test
     label = f"{args.agents} agents, {algorithm}, {args.rounds} rounds of recommendation on {prep.ratings.name}"
-    with Stack(args.broker, args.db, label) as st:
+    with Stack(args.broker, args.db, label, args.agents) as st:
         for i, users in enumerate(prep.parts):
             for part, r in (("train", train), ("test", test)):
                 mine = np.isin(r.user, users)
@@ -55,7 +56,8 @@ def demo_recsys(args: argparse.Namespace) -> dict[str, Any]:
                   "rank": args.rank, "rounds_completed": len(rounds), "test_rmse": test_rmse,
                   "test_ratings": len(test), "seconds_per_round": float(np.mean(rounds)) if rounds else None,
                   "median_round_seconds": float(np.median(rounds)) if rounds else None, "training_seconds": seconds,
-                  "rejected": dict(st.coordinator.rejected), "broker": st.broker_url, "work_folder": str(st.tmp),
+                  "rejected": dict(st.coordinator.rejected), "broker": redact_url(st.broker_url or ""),
+                  "work_folder": str(st.tmp),
                   "dashboard": st.dashboard}
         print(f"fedsentry demo: {len(rounds)} rounds, test RMSE {test_rmse:.4f}", file=sys.stderr)
         keep_serving(args)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import os
 import subprocess
 import sys
 import tempfile
@@ -39,9 +40,16 @@ def keep_serving(args: argparse.Namespace) -> None:
         pass
 
 
+def agent_id(i: int) -> str:
+    return f"demo-agent-{i:03d}"
+
+
 class Stack:
-    def __init__(self, broker_url: str | None, db: str | None, label: str):
-        self.broker_url, self.db, self.label = broker_url, db, label
+    """The embedded broker (unless `broker_url`) knows the `agents` demo agents: each gets its own password,
+    through its environment (never its command line, which every local user can read)."""
+
+    def __init__(self, broker_url: str | None, db: str | None, label: str, agents: int):
+        self.broker_url, self.db, self.label, self.n_agents = broker_url, db, label, agents
         self.tmp = Path(tempfile.mkdtemp(prefix="fedsentry-demo-"))
         self.job_id = f"demo-{uuid.uuid4().hex[:8]}"
         self.broker: EmbeddedBroker | None = None
@@ -52,18 +60,20 @@ class Stack:
     def __enter__(self) -> Stack:
         from coordinator.broker import EmbeddedBroker
         from coordinator.service import Coordinator
+        from wire.mqtt import redact_url
 
+        username = password = None
         if not self.broker_url:
-            self.broker = EmbeddedBroker().start()
-            self.broker_url = self.broker.url
-        print(f"fedsentry demo: {self.label}; broker {self.broker_url}; work folder {self.tmp}", file=sys.stderr,
-              flush=True)
+            self.broker = EmbeddedBroker(devices=[agent_id(i) for i in range(self.n_agents)]).start()
+            self.broker_url, username, password = self.broker.url, self.broker.username, self.broker.password
+        print(f"fedsentry demo: {self.label}; broker {redact_url(self.broker_url)}; work folder {self.tmp}",
+              file=sys.stderr, flush=True)
         try:
-            self._coordinator = Coordinator(self.broker_url, self.db).start()
+            self._coordinator = Coordinator(self.broker_url, self.db, username=username, password=password).start()
         except ValueError as e:
             raise UsageError(str(e)) from None
         if not self.coordinator.connected.wait(15):
-            raise UsageError(f"cannot reach the MQTT broker at {self.broker_url} (is it running?)")
+            raise UsageError(f"cannot reach the MQTT broker at {redact_url(self.broker_url)} (is it running?)")
         self._serve_dashboard()
         return self
 
@@ -112,12 +122,13 @@ class Stack:
     def agent(self, i: int, *args: str) -> None:
         """Start agent i (`fedsentry agent` in its own process) with extra arguments."""
         assert self.broker_url is not None, "start the stack (with block) before its agents"
-        agent_id = f"demo-agent-{i:03d}"
-        self.ids.append(agent_id)
+        name = agent_id(i)
+        self.ids.append(name)
+        env = {**os.environ, **(self.broker.credentials_env(name) if self.broker else {})}
         log = open(self.tmp / f"agent-{i}.log", "w")  # noqa: SIM115 - the process owns it
         self.procs.append(subprocess.Popen(
-            [sys.executable, "-m", "fedsentry.cli", "agent", "--broker", self.broker_url, "--id", agent_id,
-             "--state-dir", str(self.tmp / f"agent-{i}"), *args], stdout=subprocess.DEVNULL, stderr=log))
+            [sys.executable, "-m", "fedsentry.cli", "agent", "--broker", self.broker_url, "--id", name,
+             "--state-dir", str(self.tmp / f"agent-{i}"), *args], stdout=subprocess.DEVNULL, stderr=log, env=env))
 
     def wait_online(self, job_type: str, timeout: float = 120) -> None:
         end = time.monotonic() + timeout

@@ -3,6 +3,8 @@ revocation and TLS, and a whole job through it."""
 
 from __future__ import annotations
 
+import os
+import shutil
 import signal
 import subprocess
 import tempfile
@@ -13,12 +15,12 @@ from pathlib import Path
 import paho.mqtt.client as mqtt
 import pytest
 
-from coordinator.broker import Mosquitto, free_port
+from coordinator.broker import MAX_PACKET, Mosquitto, free_port
 from coordinator.service import Coordinator
 from edge_agent.agent import Agent, AgentConfig
 from edge_agent.sources import Batch
 from tests.integration.conftest import HAVE_MOSQUITTO, parts_for, wait_until
-from wire.protocol import Envelope, agent_topic
+from wire.protocol import MAX_PAYLOAD, Envelope, agent_topic
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 pytestmark = pytest.mark.skipif(not HAVE_MOSQUITTO, reason="mosquitto is not installed")
@@ -28,37 +30,48 @@ def env_file(path: Path) -> dict[str, str]:
     return dict(line.split("=", 1) for line in path.read_text().splitlines() if "=" in line)
 
 
-def readable(*paths: Path) -> None:
-    """Mosquitto started as root drops to its own user: let it read the test's files."""
-    for p in paths:
-        p.chmod(0o777 if p.is_dir() else 0o644)
+def shipped_config(root: Path, plain: int, tls: int) -> str:
+    """deploy/mosquitto/mosquitto.conf with the compose volume root (/mosquitto/) moved to `root` and the
+    listeners on free ports (1883 may be taken by the host's Mosquitto): nothing else differs."""
+    shipped = (DEPLOY / "mosquitto" / "mosquitto.conf").read_text()
+    conf = shipped.replace("/mosquitto/", f"{root}/")
+    for a, b in (("listener 1883 127.0.0.1", f"listener {plain} 127.0.0.1"),
+                 ("listener 8883", f"listener {tls} 127.0.0.1")):
+        assert a in conf
+        conf = conf.replace(a, b)
+    changed = [(a, b) for a, b in zip(shipped.splitlines(), conf.splitlines()) if a != b]
+    assert all("/mosquitto/" in a or a.startswith("listener ") for a, _ in changed), changed
+    return conf
 
 
 @pytest.fixture
-def secure(tmp_path):
-    tmp_path = Path(tempfile.mkdtemp(prefix="fedsentry-secure-"))
-    certs, devices = tmp_path / "certs", tmp_path / "devices"
+def secure():
+    """The compose file's layout (config/, certs/, data/ under one root), made by the shipped scripts as
+    the README says, and a Mosquitto started as root (it drops to its own user before reading them).
+    Test set-up only: the root is 0755 like /etc (mkdtemp makes it 0700), and data/ belongs to the
+    mosquitto user, as the image's entrypoint and Debian's package make it."""
+    root = Path(tempfile.mkdtemp(prefix="fedsentry-secure-"))
+    root.chmod(0o755)
+    config, certs, data, devices = root / "config", root / "certs", root / "data", root / "devices"
+    config.mkdir(mode=0o755)
+    data.mkdir()
+    if os.geteuid() == 0:
+        shutil.chown(data, "mosquitto", "mosquitto")
+    shutil.copy(DEPLOY / "mosquitto" / "acl", config / "acl")
     subprocess.run([str(DEPLOY / "gen-certs.sh"), str(certs), "localhost"], check=True, capture_output=True)
-    passwd = tmp_path / "passwd"
-    subprocess.run(["mosquitto_passwd", "-c", "-b", str(passwd), "fedsentry-coordinator", "coord-secret"], check=True)
+    passwd = config / "passwd"
+    subprocess.run(["mosquitto_passwd", "-c", str(passwd), "fedsentry-coordinator"], input="coord-secret\n" * 2,
+                   text=True, check=True, capture_output=True)
     for dev in ("dev-a", "dev-b", "dev-c"):
         subprocess.run([str(DEPLOY / "enrol-device.sh"), dev, "--passwd", str(passwd), "--out", str(devices),
                         "--ca", str(certs / "ca.crt")], check=True, capture_output=True)
     plain, tls = free_port(), free_port()
-    (tmp_path / "data").mkdir()
-    readable(tmp_path, certs, *certs.iterdir(), passwd, tmp_path / "data")
-    conf = (DEPLOY / "mosquitto" / "mosquitto.conf").read_text()
-    for a, b in (("/mosquitto/config/passwd", str(passwd)), ("/mosquitto/config/acl", str(DEPLOY / "mosquitto/acl")),
-                 ("/mosquitto/data/", f"{tmp_path}/data/"), ("/mosquitto/certs/", f"{certs}/"),
-                 ("listener 1883 127.0.0.1", f"listener {plain} 127.0.0.1"),
-                 ("listener 8883", f"listener {tls} 127.0.0.1")):
-        assert a in conf
-        conf = conf.replace(a, b)
-    broker = Mosquitto(port=plain, config=conf).start()
-    secrets = {d: env_file(devices / f"{d}.env")["FEDSENTRY_MQTT_PASSWORD"] for d in ("dev-a", "dev-b", "dev-c")}
+    broker = Mosquitto(port=plain, config=shipped_config(root, plain, tls)).start()
+    secrets = {d: (devices / f"{d}.mqtt-password").read_text().strip() for d in ("dev-a", "dev-b", "dev-c")}
     yield {"broker": broker, "plain": plain, "tls": tls, "certs": certs, "passwd": passwd, "devices": devices,
            "secret": secrets}
     broker.stop()
+    shutil.rmtree(root, ignore_errors=True)
 
 
 def connect(port, user, password, ca=None, protocol=mqtt.MQTTv311):
@@ -133,7 +146,6 @@ def test_a_revoked_device_can_no_longer_connect(secure):
     c.loop_stop()
     subprocess.run([str(DEPLOY / "enrol-device.sh"), "dev-c", "--passwd", str(secure["passwd"]), "--revoke"],
                    check=True, capture_output=True)
-    readable(secure["passwd"])
     secure["broker"].proc.send_signal(signal.SIGHUP)  # what --reload PID does
     time.sleep(0.5)
     c, reason = connect(secure["tls"], "dev-c", secure["secret"]["dev-c"], ca=secure["certs"] / "ca.crt")
@@ -156,14 +168,72 @@ def test_a_whole_job_through_the_secured_broker(secure, traffic, tmp_path):
             agents.append(a)
             threads.append(t)
         wait_until(lambda: len(coordinator.online_devices()) == 3, 20, "devices online over TLS")
+        # a second connection with dev-b's credentials floods an oversized upload: it is cut off, the job is not
+        rogue, _ = connect(secure["tls"], "dev-b", secure["secret"]["dev-b"], ca=secure["certs"] / "ca.crt")
+        rogue.publish(agent_topic("dev-b", "upload"), bytes(MAX_PACKET + 1), qos=1)
         coordinator.create_job("sec", "pca", "fedmm", {"features": data.feature_names, "rank": 3, "rounds": 5,
                                                        "fraction": 1.0, "seed": 0, "min_agents": 3})
         wait_until(lambda: coordinator.job_status("sec") == "finished", 60, "job over the secured broker")
         wait_until(lambda: all(a.scorer.detector is not None for a in agents), 10, "model at every device")
         assert not coordinator.rejected
+        rogue.loop_stop()
     finally:
         for a in agents:
             a.stop.set()
         for t in threads:
             t.join(timeout=10)
         coordinator.close()
+
+
+def test_a_device_reads_its_own_acknowledgements_only(secure):
+    ca = secure["certs"] / "ca.crt"
+    coord, _ = connect(secure["plain"], "fedsentry-coordinator", "coord-secret")
+    a, _ = connect(secure["tls"], "dev-a", secure["secret"]["dev-a"], ca=ca)
+    got: list[str] = []
+    a.on_message = lambda c, u, m: got.append(m.topic)
+    a.subscribe([(agent_topic("dev-a", "ack"), 1), (agent_topic("dev-b", "ack"), 1)])
+    time.sleep(0.3)
+    for dev in ("dev-b", "dev-a"):  # the coordinator may write every device's ack topic
+        coord.publish(agent_topic(dev, "ack"), b"ack", qos=1).wait_for_publish(5)
+    wait_until(lambda: agent_topic("dev-a", "ack") in got, 5, "dev-a's acknowledgement")
+    time.sleep(0.3)
+    assert got == [agent_topic("dev-a", "ack")]
+    for c in (coord, a):
+        c.disconnect()
+        c.loop_stop()
+
+
+def test_the_largest_envelope_passes_and_a_larger_packet_is_refused(secure):
+    """max_packet_size fits wire.protocol.MAX_PAYLOAD (the largest envelope decode accepts) and its topic;
+    one byte past MAX_PACKET ends the sender's connection and reaches nobody."""
+    received: list[int] = []
+    coord, _ = connect(secure["plain"], "fedsentry-coordinator", "coord-secret")
+    coord.on_message = lambda c, u, m: received.append(len(m.payload))
+    coord.subscribe(agent_topic("dev-a", "upload"), qos=1)
+    time.sleep(0.3)
+    a, _ = connect(secure["tls"], "dev-a", secure["secret"]["dev-a"], ca=secure["certs"] / "ca.crt")
+    a.publish(agent_topic("dev-a", "upload"), bytes(MAX_PAYLOAD), qos=1).wait_for_publish(30)
+    wait_until(lambda: received, 30, "the largest legitimate message")
+    gone = threading.Event()
+    a.on_disconnect = lambda *args: gone.set()
+    a.publish(agent_topic("dev-a", "upload"), bytes(MAX_PACKET + 1), qos=1)
+    assert gone.wait(30), "the broker kept a client sending an oversized packet"
+    time.sleep(0.5)
+    assert received == [MAX_PAYLOAD]
+    for c in (coord, a):
+        c.disconnect()
+        c.loop_stop()
+
+
+def test_the_private_test_mosquitto_has_the_same_packet_limit():
+    broker = Mosquitto().start()
+    try:
+        c, reason = connect(broker.port, "anyone", None)
+        assert not reason.is_failure
+        gone = threading.Event()
+        c.on_disconnect = lambda *args: gone.set()
+        c.publish(agent_topic("dev-a", "upload"), bytes(MAX_PACKET + 1), qos=1)
+        assert gone.wait(30), "the private Mosquitto kept a client sending an oversized packet"
+        c.loop_stop()
+    finally:
+        broker.stop()

@@ -1,5 +1,7 @@
 """A real broker for the integration tests: a private Mosquitto on a free port when `mosquitto` is
-installed (CI installs it), the embedded amqtt broker otherwise (the run summary says so)."""
+installed (CI installs it), the embedded amqtt broker otherwise (the run summary says so). Both are open
+to anonymous clients on 127.0.0.1: these tests are about the protocol; the brokers' credentials, ACLs and
+size limits are tested in tests/deploy."""
 
 from __future__ import annotations
 
@@ -7,6 +9,7 @@ import shutil
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -27,9 +30,18 @@ def pytest_report_header(config):
                                                      "embedded amqtt (mosquitto not installed)")
 
 
+class OpenEmbeddedBroker(EmbeddedBroker):
+    """The embedded broker without its per-run credentials and ACL, as open as the private test Mosquitto
+    (the product never starts it so)."""
+
+    def config(self, passwd: Path) -> dict[str, Any]:
+        return {**super().config(passwd),
+                "plugins": {"amqtt.plugins.authentication.AnonymousAuthPlugin": {"allow_anonymous": True}}}
+
+
 @pytest.fixture
 def broker():
-    b = (Mosquitto() if HAVE_MOSQUITTO else EmbeddedBroker()).start()
+    b = (Mosquitto() if HAVE_MOSQUITTO else OpenEmbeddedBroker()).start()
     yield b
     b.stop()
 

@@ -1,0 +1,138 @@
+"""The embedded broker (amqtt: `fedsentry demo`, `serve` without --broker) is secured like the deployed
+Mosquitto: per-run credentials, the same ACL, the same packet size limit."""
+
+from __future__ import annotations
+
+import stat
+import threading
+import time
+from pathlib import Path
+
+import paho.mqtt.client as mqtt
+import pytest
+
+from coordinator.broker import MAX_PACKET, EmbeddedBroker, device_acl
+from tests.integration.conftest import wait_until
+from wire.protocol import MAX_PAYLOAD, agent_topic
+
+DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
+
+
+@pytest.fixture(scope="module")
+def embedded():
+    b = EmbeddedBroker(devices=["dev-a", "dev-b"]).start()
+    yield b
+    b.stop()
+
+
+def connect(broker: EmbeddedBroker, user: str | None, password: str | None):
+    """A client and its CONNACK reason (None if none came)."""
+    c = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=f"t-{user}-{time.monotonic_ns()}",
+                    protocol=mqtt.MQTTv311)
+    if user:
+        c.username_pw_set(user, password)
+    result = {}
+    done = threading.Event()
+
+    def on_connect(client, userdata, flags, reason, props=None):
+        result["reason"] = reason
+        done.set()
+
+    c.on_connect = on_connect
+    c.connect("127.0.0.1", broker.port)
+    c.loop_start()
+    done.wait(10)
+    return c, result.get("reason")
+
+
+def close(*clients) -> None:
+    for c in clients:
+        c.disconnect()
+        c.loop_stop()
+
+
+def test_anonymous_and_wrong_passwords_are_refused(embedded):
+    for user, password in ((None, None), ("dev-a", "wrong"), ("dev-a", embedded.passwords["dev-b"]),
+                           ("stranger", embedded.passwords["dev-a"])):
+        c, reason = connect(embedded, user, password)
+        assert reason is not None and reason.is_failure, user
+        c.loop_stop()
+    c, reason = connect(embedded, "dev-a", embedded.passwords["dev-a"])
+    assert not reason.is_failure
+    close(c)
+
+
+def test_a_device_cannot_write_as_another_nor_read_everything(embedded):
+    coord, reason = connect(embedded, embedded.username, embedded.password)
+    assert not reason.is_failure
+    seen: list[str] = []
+    coord.on_message = lambda c, u, m: seen.append(m.topic)
+    coord.subscribe("fedsentry/v1/agents/+/+", qos=1)
+    a, _ = connect(embedded, "dev-a", embedded.passwords["dev-a"])
+    granted: list[list[int]] = []
+    a.on_subscribe = lambda c, u, mid, codes, props=None: granted.append([rc.value for rc in codes])
+    a_seen: list[str] = []
+    a.on_message = lambda c, u, m: a_seen.append(m.topic)
+    for topic in ("#", "fedsentry/v1/agents/+/upload", agent_topic("dev-b", "ack"), agent_topic("dev-a", "ack")):
+        a.subscribe(topic, qos=1)
+    wait_until(lambda: len(granted) == 4, 5, "four SUBACKs")
+    assert granted == [[0x80], [0x80], [0x80], [1]]  # only its own acknowledgements
+    time.sleep(0.3)
+    a.publish(agent_topic("dev-b", "upload"), b"forged", qos=1).wait_for_publish(5)
+    a.publish("fedsentry/v1/jobs/j1/round", b"forged", qos=1).wait_for_publish(5)
+    a.publish(agent_topic("dev-a", "upload"), b"mine", qos=1).wait_for_publish(5)
+    b, _ = connect(embedded, "dev-b", embedded.passwords["dev-b"])
+    b.publish(agent_topic("dev-b", "status"), b"online", qos=1).wait_for_publish(5)
+    for dev in ("dev-b", "dev-a"):
+        coord.publish(agent_topic(dev, "ack"), b"ack", qos=1).wait_for_publish(5)
+    wait_until(lambda: agent_topic("dev-a", "ack") in a_seen, 5, "dev-a's acknowledgement")
+    wait_until(lambda: agent_topic("dev-b", "status") in seen, 5, "dev-b's status")
+    time.sleep(0.3)
+    assert agent_topic("dev-b", "upload") not in seen and agent_topic("dev-a", "upload") in seen
+    assert a_seen == [agent_topic("dev-a", "ack")]  # not dev-b's ack, not dev-b's status, not the forged round
+    close(coord, a, b)
+
+
+def test_the_embedded_acl_is_the_deployed_one():
+    """device_acl is deploy/mosquitto/acl with %u = the device: one rule set, two brokers."""
+    rules = [line.split() for line in (DEPLOY / "mosquitto" / "acl").read_text().splitlines()
+             if line.startswith("pattern ")]
+    write = [t.replace("%u", "dev-x") for _, access, t in rules if access == "write"]
+    read = [t.replace("%u", "dev-x") for _, access, t in rules if access == "read"]
+    assert len(write) + len(read) == len(rules)
+    assert device_acl("dev-x") == (write, read)
+
+
+def test_an_oversized_packet_ends_its_sender_and_the_largest_envelope_passes(embedded):
+    coord, _ = connect(embedded, embedded.username, embedded.password)
+    sizes: list[int] = []
+    coord.on_message = lambda c, u, m: sizes.append(len(m.payload))
+    coord.subscribe(agent_topic("dev-a", "upload"), qos=1)
+    a, _ = connect(embedded, "dev-a", embedded.passwords["dev-a"])
+    time.sleep(0.2)
+    a.publish(agent_topic("dev-a", "upload"), bytes(MAX_PAYLOAD), qos=1).wait_for_publish(60)
+    wait_until(lambda: sizes, 60, "the largest legitimate message")
+    gone = threading.Event()
+    a.on_disconnect = lambda *args: gone.set()
+    a.publish(agent_topic("dev-a", "upload"), bytes(MAX_PACKET + 1), qos=1)
+    assert gone.wait(30), "the embedded broker kept a client sending an oversized packet"
+    a.loop_stop()
+    time.sleep(0.3)
+    assert sizes == [MAX_PAYLOAD]
+    b, reason = connect(embedded, "dev-b", embedded.passwords["dev-b"])  # the broker still serves
+    assert not reason.is_failure
+    close(coord, b)
+
+
+def test_its_secrets_are_private_and_gone_after_stop():
+    b = EmbeddedBroker(devices=["dev-a"]).start()
+    folder, pw = b.dir, b.password_file("dev-a")
+    try:
+        assert stat.S_IMODE(folder.stat().st_mode) == 0o700
+        for f in (pw, folder / "passwd"):
+            assert stat.S_IMODE(f.stat().st_mode) == 0o600, f
+        assert pw.read_text().strip() == b.passwords["dev-a"]
+        assert b.password not in (folder / "passwd").read_text()  # hashed
+    finally:
+        b.stop()
+    assert not folder.exists()
