@@ -143,14 +143,15 @@ class PCAJob(JobRunner):
         uploads = {k: np.stack([self.pending[a].arrays[k] for a in answered]) for k in
                    (self.pending[answered[0]].arrays if answered else {})}
         before = alg.consensus(self.broadcast)
-        refused = float(self.server.get("rejected", 0))
+        refused, shrunk = float(self.server.get("rejected", 0)), float(self.server.get("shrunk", 0))
         self.server, self.broadcast = alg.server_update(self.server, ids, uploads, weights)
         if self.touched is not None:
             for k, rows in alg.touched(self.server, ids).items():
                 self.touched[k] = np.union1d(self.touched.get(k, rows[:0]), rows)
         # how far the consensus moved: a convergence signal that needs nobody's data
         return {"subspace_change": subspace_distance(alg.consensus(self.broadcast), before),
-                "implausible_uploads": int(float(self.server.get("rejected", 0)) - refused)}
+                "implausible_uploads": int(float(self.server.get("rejected", 0)) - refused),
+                "shrunk_uploads": int(float(self.server.get("shrunk", 0)) - shrunk)}
 
     def close_threshold(self, answered: list[str]) -> float:
         if not answered:

@@ -29,6 +29,9 @@ from models.threshold import EDGES, quantile_from_histogram
 LOG_BOUND = 710.0
 #: without the log transform, values must stay clear of overflow when squared and summed
 RAW_BOUND = 1e100
+#: a variance this small (a 10 % spread in log1p units) is "none" when bounding a device's influence: a
+#: feature only one device varies on is not refused, and a liar can make its scale no larger than this
+VARIANCE_FLOOR = 0.01
 
 
 @dataclass(frozen=True)
@@ -36,10 +39,10 @@ class Guard:
     """How much a device is trusted (the job's settings; defaults in PCAJobSpec)."""
 
     max_records: int = 1_000_000  # a device claiming more records than this is refused
-    count_cap: float = 4.0  # counts are capped at this multiple of the federation's median count
-    max_share: float = 0.2  # no device weighs more than this share of the total (at least 1/n)
-    device_trim: float = 0.1  # share of devices left out on either side of robust means
-    trace_cap: float = 4.0  # a device's trace bound is capped at this multiple of the median
+    count_cap: float = 2.0  # counts are capped at this multiple of the federation's median count
+    max_share: float = 0.1  # no device weighs more than this share of the total (at least 1/n)
+    influence: float = 3.0  # one device may raise a feature's pooled variance by at most this factor + 1
+    device_trim: float = 0.1  # share of devices whose error quantiles are left out on either side
 
 
 DEFAULT_GUARD = Guard()
@@ -105,23 +108,40 @@ def check_summary(count: float, total: np.ndarray, sumsq: np.ndarray, guard: Gua
 
 
 def robust_standardisation(count: np.ndarray, total: np.ndarray, sumsq: np.ndarray, weight: np.ndarray,
-                           trim: float, min_scale: float = 1e-12) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Mean, scale and each device's diagonal diag(C_i) (n, d) from per-device (count, sum, sum of squares), stacked
-    (n,), (n, d), (n, d): trimmed weighted means of the devices' means and of their variances around the
-    federation's mean. Zero-variance features get scale 1."""
+                           influence: float, min_scale: float = 1e-12) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Mean, scale and each device's diagonal diag(C_i) (n, d) from per-device (count, sum, sum of squares),
+    stacked (n,), (n, d), (n, d), weighted by `weight`.
+
+    Bounded influence: against the pooled statistics of the *other* devices (leave-one-out, mean mu and
+    variance v per feature), a device's spread around mu may be at most v (1 + influence / share), the most
+    that raises the pooled variance by a factor 1 + influence; a device beyond it has its deviations shrunk
+    to that bound. Honest devices are rarely near it (a device with 1 % of the weight would need 100 times
+    the others' variance), so an honest federation gets the plain pooled statistics; a liar moves a
+    feature's scale by at most sqrt(1 + influence). Zero-variance features get scale 1."""
     count = np.asarray(count, dtype=float)[:, None]
+    w = np.asarray(weight, dtype=float)[:, None]
     means = total / count
     var = np.maximum(sumsq / count - means**2, 0.0)
-    mean = trimmed_weighted_mean(means, weight, trim)
-    spread = var + (means - mean) ** 2  # each device's second moment around the federation's mean
-    scale = np.sqrt(trimmed_weighted_mean(spread, weight, trim))
+    if len(means) > 1:
+        W = w.sum()
+        rest = W - w
+        mu = ((w * means).sum(axis=0) - w * means) / rest
+        m2 = ((w * (var + means**2)).sum(axis=0) - w * (var + means**2)) / rest
+        v = np.maximum(m2 - mu**2, 0.0)
+        spread = var + (means - mu) ** 2
+        bound = np.maximum(v, VARIANCE_FLOOR) * (1 + influence * W / w)
+        shrink = np.sqrt(np.minimum(1.0, bound / np.maximum(spread, 1e-300)))
+        beyond = shrink < 1
+        means = np.where(beyond, mu + shrink * (means - mu), means)
+        var = np.where(beyond, shrink**2 * var, var)
+    share = w / w.sum()
+    mean = (share * means).sum(axis=0)
+    second = var + (means - mean) ** 2  # each device's second moment around the federation's mean
+    scale = np.sqrt((share * second).sum(axis=0))
     scale = np.where(scale <= min_scale * np.maximum(1.0, np.abs(mean)), 1.0, scale)
-    return mean, scale, spread / scale**2
-
-
-def capped_traces(traces: np.ndarray, guard: Guard) -> np.ndarray:
-    traces = np.asarray(traces, dtype=float)
-    return np.minimum(traces, guard.trace_cap * np.median(traces)) if len(traces) else traces
+    # the device computes its C_i from raw sums too: allow for the rounding of sum x^2 - n mean^2
+    rounding = 1e-9 * (means**2 + var + mean**2)
+    return mean, scale, (second + rounding) / scale**2
 
 
 def check_histogram(bins: np.ndarray, counts: np.ndarray, claimed: float, n_bins: int = len(EDGES) - 1) -> str | None:
@@ -149,7 +169,8 @@ def device_quantile(bins: np.ndarray, counts: np.ndarray, q: float, n_bins: int 
 def robust_threshold(histograms: list[tuple[np.ndarray, np.ndarray]], weight: np.ndarray, q: float,
                      trim: float) -> float:
     """The label-free threshold: each device's q-quantile of its own errors (from its histogram), and a
-    trimmed weighted mean of their logarithms over devices (errors are positive and spread over decades)."""
+    trimmed weighted mean of their logarithms over devices (errors are positive and spread over decades):
+    one device moves it at most by the spread of the others' quantiles divided by their number."""
     logs = np.array([np.log(device_quantile(b, c, q)) for b, c in histograms])
     return float(np.exp(trimmed_weighted_mean(logs[:, None], weight, trim)[0]))
 
@@ -175,8 +196,8 @@ def stack_summaries(summaries: list[tuple[int, np.ndarray, np.ndarray]]) -> tupl
 def federation_statistics(count: np.ndarray, total: np.ndarray, sumsq: np.ndarray, guard: Guard) -> Federation:
     """From the devices' (count, sum, sum of squares), stacked (n,), (n, d), (n, d), already checked."""
     weight = capped_weights(count, guard)
-    mean, scale, diag = robust_standardisation(count, total, sumsq, weight, guard.device_trim)
-    return Federation(mean, scale, weight, diag, capped_traces(diag.sum(axis=1), guard))
+    mean, scale, diag = robust_standardisation(count, total, sumsq, weight, guard.influence)
+    return Federation(mean, scale, weight, diag, diag.sum(axis=1))
 
 
 def model_problem(Z: np.ndarray, mean: np.ndarray, scale: np.ndarray, threshold: float) -> str | None:

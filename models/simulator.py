@@ -26,7 +26,6 @@ from models.rounds import run_round, sample_clients
 from models.screening import (
     DEFAULT_GUARD,
     Guard,
-    capped_traces,
     federation_statistics,
     robust_threshold,
     stack_summaries,
@@ -72,7 +71,7 @@ def prepare_clients(parts: list[np.ndarray], feature_names: list[str], log_trans
         keep = distance_masks(X, trim)
         C = np.stack([second_moment(x[k]) for x, k in zip(X, keep)])
         diag = np.diagonal(C, axis1=1, axis2=2).copy()
-        return ClientData(pre, X, C, fed.weight, diag, capped_traces(diag.sum(axis=1), guard), keep)
+        return ClientData(pre, X, C, fed.weight, diag, diag.sum(axis=1), keep)
     C = np.stack([m.second_moment(mean, scale) for m in moments])
     return ClientData(pre, X, C, fed.weight, fed.diag, fed.trace)
 

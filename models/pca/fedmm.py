@@ -50,30 +50,50 @@ def completion(S: np.ndarray, Q: np.ndarray) -> np.ndarray:
     return SQt + np.swapaxes(SQt, -1, -2) - Q @ QtS @ Qt
 
 
-def plausible(S: np.ndarray, Q: np.ndarray, trace: np.ndarray, diag: np.ndarray, tol: float = 1e-8) -> np.ndarray:
-    """Which uploads S_i = C_i Q could come from a positive semi-definite C_i with trace at most tr(C_i)
-    and diagonal diag(C_i) (both known from the statistics phase).
+def _parts(S: np.ndarray, Q: np.ndarray) -> tuple[np.ndarray, ...]:
+    Qt = np.swapaxes(Q, -1, -2)
+    B = Qt @ S
+    X = S - Q @ B
+    lam = np.linalg.eigvalsh((B + np.swapaxes(B, -1, -2)) / 2)
+    asym = np.linalg.norm(B - np.swapaxes(B, -1, -2), axis=(-2, -1))
+    return (B, lam, asym, np.trace(B, axis1=-2, axis2=-1), np.linalg.norm(X, axis=(-2, -1)) ** 2,
+            np.einsum("...jl,...jl->...j", S, S), np.linalg.norm(S, axis=(-2, -1)))
+
+
+def admissible_scale(S: np.ndarray, Q: np.ndarray, trace: np.ndarray, diag: np.ndarray,
+                     tol: float = 1e-8) -> np.ndarray:
+    """Per upload S_i = C_i Q, the largest f in [0, 1] such that f S_i could come from a positive
+    semi-definite C_i with trace at most tr(C_i) and diagonal at most diag(C_i) (both from the statistics
+    phase); 0 when no f can (the upload is not even the product of a symmetric PSD matrix with Q).
 
     In the basis [Q, Q_perp], C_i = [[B, X'], [X, D]] with B = Q'S_i and X = (I - QQ')S_i, so an honest
     statistic has B symmetric and PSD, tr B <= tr C_i, and ||X||_F^2 <= tr(B) ||D|| <= tr(B)(tr C_i - tr B).
     Writing C_i = G G', row j of S_i is g_j' (G'Q), so ||S_i[j]||^2 <= C_i[j, j] lambda_max(B): a client
-    cannot put more weight on a feature than the variance it reported for it.
-    Noise fails the symmetry, a scaled-up statistic the trace, one rotated away from Q the cross bound, one
-    invented on features the client has little variance in the row bound. No data is needed to check."""
-    Qt = np.swapaxes(Q, -1, -2)
-    B = Qt @ S
-    X = S - Q @ B
-    size = np.linalg.norm(S, axis=(-2, -1))
+    cannot put more weight on a feature than the variance it reported for it. Scaling S by f scales B,
+    X and lambda_max by f, so each bound gives a largest f: trace / tr B, tr B trace / (||X||^2 + tr B^2),
+    and C[j, j] lambda_max / ||S[j]||^2. Noise fails the symmetry (refused); a scaled-up statistic, one
+    rotated away from Q or one invented on features the client reported little variance for is shrunk
+    to what the client's own claims allow. No data is needed to check."""
+    _, lam, asym, tb, cross, rows, size = _parts(S, Q)
     slack = 10 * tol * size
-    asym = np.linalg.norm(B - np.swapaxes(B, -1, -2), axis=(-2, -1))
-    lam = np.linalg.eigvalsh((B + np.swapaxes(B, -1, -2)) / 2)
-    tb = np.trace(B, axis1=-2, axis2=-1)
-    cross = np.linalg.norm(X, axis=(-2, -1)) ** 2
-    rows = np.einsum("...jl,...jl->...j", S, S)
-    row_bound = diag * np.maximum(lam[..., -1:], 0) * (1 + 10 * tol) + (slack * size)[..., None]
-    return ((asym <= slack) & (lam[..., 0] >= -slack) & (tb <= trace * (1 + 10 * tol) + slack)
-            & (cross <= np.maximum(tb, 0) * np.maximum(trace - tb, 0) * (1 + 10 * tol) + slack * size)
-            & (rows <= row_bound).all(axis=-1))
+    structure = (asym <= slack) & (lam[..., 0] >= -slack)
+    tb_pos = np.maximum(tb, 1e-300)
+    lmax = np.maximum(lam[..., -1], 0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        f = np.minimum.reduce([
+            np.ones_like(tb),
+            trace * (1 + 10 * tol) / tb_pos,
+            tb_pos * trace * (1 + 10 * tol) / np.maximum(cross + tb_pos**2, 1e-300),
+            np.min(np.where(rows > 0, diag * lmax[..., None] * (1 + 10 * tol) / np.maximum(rows, 1e-300), np.inf),
+                   axis=-1),
+        ])
+    f = np.where(tb <= slack, np.where(size <= slack, 1.0, 0.0), f)  # a statistic with nothing on span(Q)
+    return np.where(structure & np.isfinite(f), np.clip(f, 0.0, 1.0), 0.0)
+
+
+def plausible(S: np.ndarray, Q: np.ndarray, trace: np.ndarray, diag: np.ndarray, tol: float = 1e-8) -> np.ndarray:
+    """Which uploads could come, as they are, from a PSD C_i with these trace and diagonal bounds."""
+    return admissible_scale(S, Q, trace, diag, tol) >= 1.0
 
 
 class FedMM(PCAAlgorithm):
@@ -140,10 +160,12 @@ class FedMM(PCAAlgorithm):
         Q = server["Q"]
         ids = np.asarray(client_ids)
         weight = np.asarray(weight, dtype=float)
-        if "trace" in server:  # drop statistics no honest client could have sent (see `plausible`)
-            keep = plausible(S, Q, server["trace"][ids], server["diag"][ids], self.tolerance)
+        if "trace" in server:  # refuse what no honest client could send, shrink what is too big
+            f = admissible_scale(S, Q, server["trace"][ids], server["diag"][ids], self.tolerance)
+            keep = f > 0
             server["rejected"] = server["rejected"] + np.count_nonzero(~keep)
-            ids, S, weight = ids[keep], S[keep], weight[keep]
+            server["shrunk"] = server.get("shrunk", np.zeros(())) + np.count_nonzero(keep & (f < 1))
+            ids, S, weight = ids[keep], S[keep] * f[keep][:, None, None], weight[keep]
             if len(ids) == 0:
                 return server, {"Q": Q}
         slot = server["slot"][ids]
@@ -197,7 +219,7 @@ class FedMM(PCAAlgorithm):
         """Each client's diag(C_i) and bound on tr(C_i), known from the statistics phase: what makes uploads
         checkable."""
         return {**server, "diag": np.asarray(diag, dtype=float), "trace": np.asarray(trace, dtype=float),
-                "rejected": np.zeros(())}
+                "rejected": np.zeros(()), "shrunk": np.zeros(())}
 
     @staticmethod
     def _rows_for(server: State, ids: np.ndarray, slot: np.ndarray) -> np.ndarray:

@@ -23,8 +23,8 @@ class PCAJobSpec(JobSpec):
     max_records: int = Guard.max_records
     count_cap: float = Guard.count_cap
     max_share: float = Guard.max_share
+    influence: float = Guard.influence
     device_trim: float = Guard.device_trim
-    trace_cap: float = Guard.trace_cap
 
     @classmethod
     def default_algorithm(cls) -> str:
@@ -43,8 +43,9 @@ class PCAJobSpec(JobSpec):
         check(1 <= self.max_records <= 10**12, "max_records", "must be between 1 and 10^12")
         check(1 <= self.count_cap <= 1e6, "count_cap", "must be between 1 and 10^6 (times the median count)")
         check(0 < self.max_share <= 1, "max_share", "must be in (0, 1]")
+        check(0 < self.influence <= 1e6, "influence", "must be in (0, 10^6] (how much one device may raise a "
+              "feature's pooled variance, as a factor minus 1)")
         check(0 <= self.device_trim < 0.5, "device_trim", "must be in [0, 0.5)")
-        check(1 <= self.trace_cap <= 1e6, "trace_cap", "must be between 1 and 10^6 (times the median trace)")
 
     def guard(self) -> Guard:
-        return Guard(self.max_records, self.count_cap, self.max_share, self.device_trim, self.trace_cap)
+        return Guard(self.max_records, self.count_cap, self.max_share, self.influence, self.device_trim)

@@ -30,10 +30,13 @@ def umask_022():
 
 def test_the_api_and_the_coordinator_create_the_database_for_their_user_only(tmp_path, umask_022):
     from api.app import create_app
+    from api.security import create_key
     from api.settings import Settings
     from coordinator.service import Coordinator
 
-    create_app(Settings(db_url=f"sqlite:///{tmp_path}/api.db"))
+    app = create_app(Settings(db_url=f"sqlite:///{tmp_path}/api.db"))
+    with app.state.sessions.begin() as s:  # a write, with the pool's connection kept open: -wal and -shm exist
+        create_key(s, "viewer")
     Coordinator(f"mqtt://127.0.0.1:{free_port()}", f"sqlite:///{tmp_path}/coord.db").close()
     files = sorted(tmp_path.glob("*.db*"))
     assert {f.name for f in files} >= {"api.db", "api.db-wal", "api.db-shm", "coord.db"}

@@ -1,0 +1,115 @@
+"""What one device may weigh (models.screening): refused claims, capped weights, bounded influence."""
+
+import numpy as np
+import pytest
+
+from models.pca.fedmm import plausible
+from models.preprocessing import Moments, global_standardisation
+from models.screening import (
+    Guard,
+    capped_weights,
+    check_histogram,
+    check_summary,
+    federation_statistics,
+    robust_threshold,
+    stack_summaries,
+)
+from models.threshold import EDGES, error_histogram
+
+G = Guard()
+
+
+def honest(n_devices=20, d=5, seed=0):
+    rng = np.random.default_rng(seed)
+    return [Moments.of(rng.normal(rng.normal(0, 0.3, d), 1.0, (200 + 10 * i, d))) for i in range(n_devices)]
+
+
+def test_an_honest_federation_gets_the_plain_pooled_statistics():
+    moments = honest()
+    fed = federation_statistics(*stack_summaries([m.summary() for m in moments]), G)
+    mean, scale, _ = global_standardisation([m.summary() for m in moments])
+    assert np.allclose(fed.mean, mean) and np.allclose(fed.scale, scale)
+    C = np.stack([m.second_moment(fed.mean, fed.scale) for m in moments])
+    assert np.allclose(np.diagonal(C, axis1=1, axis2=2), fed.diag, rtol=1e-6)
+    assert np.allclose(fed.weight, [m.count for m in moments] / np.mean([m.count for m in moments]))
+
+
+def test_one_device_claiming_a_huge_variance_moves_a_scale_by_at_most_sqrt_of_one_plus_influence():
+    moments = honest()
+    count, total, sumsq = stack_summaries([m.summary() for m in moments])
+    clean = federation_statistics(count[:-1], total[:-1], sumsq[:-1], G)
+    count[-1] = 10**6  # as many records as a job accepts (the weight is capped), variance 700^2 on 4 features
+    total[-1] *= 10**6 / 210
+    sumsq[-1, :4] = total[-1, :4] ** 2 / count[-1] + 700.0**2 * count[-1]
+    fed = federation_statistics(count, total, sumsq, G)
+    ratio = fed.scale / clean.scale
+    assert (ratio <= np.sqrt(1 + G.influence) * 1.01).all(), ratio
+    assert (ratio[4:] < 1.2).all()
+    plain = global_standardisation([(int(c), t, s) for c, t, s in zip(count, total, sumsq)])[1]
+    assert (plain[:4] / clean.scale[:4] > 100).all()  # what the pooled statistics would have done
+
+
+def test_counts_are_capped_at_the_median_multiple_and_the_share():
+    w = capped_weights(np.array([100.0] * 10 + [1e12]), G)
+    assert w[-1] / w.sum() == pytest.approx(G.max_share)
+    assert np.allclose(w[:-1], w[0])
+    w = capped_weights(np.array([100.0] * 20 + [150.0]), G)  # under both caps: proportional
+    assert w[-1] / w[0] == pytest.approx(1.5)
+    w = capped_weights(np.array([100.0] * 30 + [1000.0]), G)  # the median cap alone
+    assert w[-1] / w[0] == pytest.approx(G.count_cap)
+    assert np.allclose(capped_weights(np.array([1.0, 1e9]), G), 1.0)  # two devices: each at most half
+
+
+@pytest.mark.parametrize("claim, problem", [
+    ((0, 1.0, 1.0), "count"), ((2.5, 1.0, 1.0), "count"), ((10**7, 1.0, 1.0), "count"),
+    ((10, np.inf, 1.0), "finite"), ((10, np.nan, 1.0), "finite"), ((10, 1e300, 1e300), "beyond"),
+    ((10, 10.0, 1.0), "negative variance"),
+])
+def test_impossible_statistics_are_refused(claim, problem):
+    n, t, s = claim
+    assert problem in check_summary(n, np.array([t, 0.0]), np.array([s, 0.0]), G, 710.0)
+
+
+def test_an_honest_summary_passes():
+    n, t, s = honest()[0].summary()
+    assert check_summary(n, t, s, G, 710.0) is None
+
+
+def test_histograms_must_hold_the_claimed_records_on_the_grid():
+    counts = error_histogram(np.random.default_rng(0).exponential(1.0, 500))
+    nz = np.flatnonzero(counts)
+    bins, c = nz.astype(np.int32), counts[nz].astype(np.int64)
+    assert check_histogram(bins, c, 500) is None
+    assert "not the 500" in check_histogram(bins, c * 2, 500)
+    assert "integers" in check_histogram(bins.astype(float), c, 500)
+    assert "increasing" in check_histogram(bins[::-1], c[::-1], 500)
+    assert "increasing" in check_histogram(np.array([len(EDGES) - 1]), np.array([500]), 500)
+    assert "non-negative" in check_histogram(bins[:2], np.array([501, -1]), 500)
+
+
+def test_one_device_moves_the_threshold_by_at_most_the_spread_of_the_others():
+    rng = np.random.default_rng(1)
+    hists = []
+    for _ in range(10):
+        counts = error_histogram(rng.exponential(1.0, 1000))
+        nz = np.flatnonzero(counts)
+        hists.append((nz, counts[nz]))
+    w = np.ones(11)
+    clean = robust_threshold(hists, w[:10], 0.99, G.device_trim)
+    top = (np.array([len(EDGES) - 2]), np.array([1000]))
+    rogue = robust_threshold([*hists, top], w, 0.99, G.device_trim)
+    assert clean < rogue < clean * 1.2
+
+
+def test_an_invented_statistic_on_a_feature_with_little_reported_variance_is_refused():
+    rng = np.random.default_rng(2)
+    d = 6
+    X = rng.normal(0, 1, (500, d)) * np.array([1, 1, 1, 1, 1, 0.05])
+    C = X.T @ X / len(X)
+    Q = np.linalg.qr(rng.standard_normal((d, 4)))[0]
+    diag, trace = np.diag(C), np.trace(C)
+    assert plausible((C @ Q)[None], Q[None], np.array([trace]), diag[None])[0]
+    v = np.zeros(d)
+    v[[0, 5]] = 1 / np.sqrt(2)  # steering towards feature 5, on which the device reported a tiny variance
+    fake = trace * np.outer(v, v)
+    assert not plausible((fake @ Q)[None], Q[None], np.array([trace]), diag[None])[0]
