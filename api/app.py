@@ -10,7 +10,9 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi.staticfiles import StaticFiles
 
-from api.routes import anomalies, dashboard, devices, health, jobs, models
+from api.jsonsafe import SafeJSONResponse
+from api.middleware import AuthFirst, BodyLimit, SecurityHeaders
+from api.routes import anomalies, dashboard, devices, docs, health, jobs, models
 from api.settings import Settings
 
 
@@ -34,14 +36,19 @@ def create_app(settings: Settings | None = None, sessions=None) -> FastAPI:
         sessions = session_factory(engine)
     app = FastAPI(title="FedSentry", version=version("fedsentry"),
                   description="Federated anomaly detection for IoT networks: jobs, anomalies, devices, models. "
-                              "Every route needs an API key (`Authorization: Bearer <key>`) except /healthz.")
+                              "Every route needs an API key (`Authorization: Bearer <key>`) except /healthz.",
+                  docs_url=None, redoc_url=None, default_response_class=SafeJSONResponse)
     app.state.settings, app.state.sessions = settings, sessions
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
         return JSONResponse(status_code=422, content={"detail": [_problem(e) for e in exc.errors()]})
 
-    for r in (jobs, anomalies, devices, models, health, dashboard):
+    # the last added runs first: security headers on every answer, then the body limit, then the key check
+    app.add_middleware(AuthFirst)
+    app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
+    app.add_middleware(SecurityHeaders, https=settings.cookie_secure)
+    for r in (jobs, anomalies, devices, models, health, dashboard, docs):
         app.include_router(r.router)
     app.mount("/static", StaticFiles(directory=str(Path(__file__).parent / "static")), name="static")
     try:

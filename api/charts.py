@@ -15,7 +15,7 @@ def _frame(title: str, body: str) -> str:
             f'<text class="t" x="{PAD}" y="16">{escape(title)}</text>{body}</svg>')
 
 
-def line_chart(title: str, xs: list[float], ys: list[float], ylabel: str, log: bool = True) -> str:
+def line_chart(title: str, xs: list[float], ys: list[float | None], ylabel: str, log: bool = True) -> str:
     pts = [(x, y) for x, y in zip(xs, ys) if y is not None and (y > 0 or not log) and math.isfinite(y)]
     if not pts:
         return _frame(title, f'<text x="{PAD}" y="{H / 2}">no rounds yet</text>')

@@ -1,16 +1,21 @@
-"""Dependencies injected into routes: the database session and the caller's role."""
+"""Dependencies injected into routes: the database session and the caller's role.
+
+Who is calling is settled once per request by `authenticate`: by the `AuthFirst` middleware before the body
+is read (api/middleware.py), or here when a route is reached some other way."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from urllib.parse import urlsplit
 
 from fastapi import Depends, HTTPException, Request
 from sqlalchemy.orm import Session
 
-from api.security import read_cookie, verify_key
+from api.security import read_session, verify_key
 
 COOKIE = "fedsentry_session"
+UNSAFE = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 
 
 def get_db(request: Request) -> Iterator[Session]:
@@ -24,8 +29,33 @@ class Caller:
     role: str
 
 
-def caller(request: Request, db: Session = Depends(get_db)) -> Caller:
-    """The bearer key, or the dashboard's session cookie (browsers cannot set headers on EventSource)."""
+def _origin(url: str) -> tuple[str, str, int] | None:
+    """(scheme, host, port) of an origin or URL; None when it is not an http(s) one."""
+    try:
+        u = urlsplit(url.strip())
+        port = u.port
+    except ValueError:
+        return None
+    if u.scheme not in ("http", "https") or not u.hostname:
+        return None
+    return u.scheme, u.hostname.lower(), port or (443 if u.scheme == "https" else 80)
+
+
+def same_origin(request: Request) -> bool:
+    """Whether a browser request comes from the dashboard's own origin (Origin, else Referer, header)."""
+    sent = request.headers.get("origin") or request.headers.get("referer")
+    if not sent:
+        return False
+    own = request.app.state.settings.public_origin or f"{request.url.scheme}://{request.headers.get('host', '')}"
+    theirs = _origin(sent)
+    return theirs is not None and theirs == _origin(own)
+
+
+def authenticate(request: Request, db: Session) -> Caller:
+    """The bearer key, or the dashboard's session cookie (browsers cannot set headers on EventSource).
+
+    A cookie comes with every request the browser makes to this host, whichever page asked: changes made
+    with it must come from the dashboard's own origin. Bearer keys are sent deliberately and are exempt."""
     auth = request.headers.get("authorization", "")
     if auth:
         scheme, _, key = auth.partition(" ")
@@ -36,14 +66,24 @@ def caller(request: Request, db: Session = Depends(get_db)) -> Caller:
         if row is None:
             raise HTTPException(401, "unknown or revoked API key", headers={"WWW-Authenticate": "Bearer"})
     elif COOKIE in request.cookies:
-        row = read_cookie(db, request.cookies[COOKIE])
+        row = read_session(db, request.cookies[COOKIE])
         if row is None:
-            raise HTTPException(401, "session expired or revoked: sign in again at /login")
-        db.commit()
+            raise HTTPException(401, "session expired, signed out or revoked: sign in again at /login")
+        if request.method in UNSAFE and not same_origin(request):
+            raise HTTPException(403, "cross-site request refused: changes made with the dashboard's cookie must "
+                                     "come from the dashboard's own pages (Origin header)")
     else:
         raise HTTPException(401, "missing API key: send 'Authorization: Bearer <API key>' or sign in at /login",
                             headers={"WWW-Authenticate": "Bearer"})
     return Caller(row.id, row.role)
+
+
+def caller(request: Request) -> Caller:
+    who = request.scope.get("state", {}).get("caller")
+    if isinstance(who, Caller):
+        return who
+    with request.app.state.sessions() as db:
+        return authenticate(request, db)
 
 
 def admin(who: Caller = Depends(caller)) -> Caller:

@@ -8,6 +8,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic_core import PydanticCustomError
 
+from api.validation import ItemId, Name, Scalar
 from models.families import job_spec
 from models.jobspec import JobSpec
 from models.params import SettingError
@@ -22,19 +23,20 @@ class JobCreate(BaseModel):
     """A training job. `pca` jobs name the features the agents provide; `recsys` jobs the item catalogue.
 
     The settings are the job family's typed spec (`models.families`), the same the command line and the
-    demo use: an unknown setting, or an algorithm parameter the chosen algorithm does not take, is an error."""
+    demo use: an unknown setting, or an algorithm parameter the chosen algorithm does not take, is an error.
+    Numbers must be finite, integers fit in 64 bits, names are printable text."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     type: Literal["pca", "recsys"] = "pca"
     id: str | None = Field(None, pattern=ID_PATTERN, description="job id (generated when absent)")
-    features: list[str] | None = Field(None, min_length=2, max_length=1000,
+    features: list[Name] | None = Field(None, min_length=2, max_length=1000,
                                        description="pca: feature names the agents provide")
-    items: list[int | str] | None = Field(None, min_length=2, max_length=1_000_000,
+    items: list[ItemId] | None = Field(None, min_length=2, max_length=1_000_000,
                                           description="recsys: the item catalogue (ids)")
-    algorithm: str | None = Field(None, description=f"pca: one of {', '.join(PCA_ALGORITHMS)} (default fedmm); "
+    algorithm: Name | None = Field(None, description=f"pca: one of {', '.join(PCA_ALGORITHMS)} (default fedmm); "
                                                     f"recsys: one of {', '.join(RECSYS)} (default fedmc-admm)")
-    algorithm_params: dict[str, float | int | bool | str | None] | None = Field(
+    algorithm_params: dict[Name, Scalar] | None = Field(
         None, max_length=32, description="the algorithm's parameters (e.g. rho, local_steps, oversample, bits, "
                                          "aggregator, lam, gamma, regularizer): its constructor's keyword arguments")
     rank: int | None = Field(None, ge=1, le=1000, description="default 3 (pca) or 10 (recsys)")
@@ -105,8 +107,8 @@ class AnomalyOut(BaseModel):
     model_version: int
     ts: datetime
     received: datetime
-    score: float
-    threshold: float
+    score: float | None = Field(description="null when the stored score is not a finite number")
+    threshold: float | None = Field(description="null when the stored threshold is not a finite number")
     count: int
     acknowledged: bool
     acknowledged_at: datetime | None
@@ -133,7 +135,7 @@ class ModelOut(BaseModel):
     created: datetime
     info: dict[str, Any] = Field(description="what the job family stores with the version: pca: features and "
                                              "threshold; recsys: items, mean, rating bounds, lam, test RMSE")
-    features: list[str] | None = Field(None, description="pca: the features the model scores")
+    features: list[Name] | None = Field(None, description="pca: the features the model scores")
     threshold: float | None = Field(None, description="pca: the label-free alert threshold")
     arrays: dict[str, list[Any]] | None = Field(None, description="with ?matrix=true: the model's arrays (pca: "
                                                                   "Z, mean, scale; recsys: item_factors)")
@@ -141,8 +143,8 @@ class ModelOut(BaseModel):
 
 
 class RecommendRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
-    ratings: dict[str, float] = Field(..., min_length=1, max_length=10_000,
+    ratings: dict[Name, float] = Field(..., min_length=1, max_length=10_000,
                                       description="the new user's ratings: item id -> rating")
     n: int = Field(10, ge=1, le=1000)

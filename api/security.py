@@ -1,22 +1,26 @@
-"""API keys (stored hashed) and the dashboard's signed session cookie."""
+"""API keys (stored hashed) and the dashboard's sessions (random tokens, stored hashed, ended on sign-out)."""
 
 from __future__ import annotations
 
 import hashlib
 import hmac
+import re
 import secrets
-import time
+from datetime import timedelta
 
-from sqlalchemy import select
+from sqlalchemy import delete, select
 
-from coordinator.db import ApiKey, Secret
+from coordinator.db import ApiKey, DashboardSession, utcnow
 
 ROLES = ("admin", "viewer")
 PREFIX = "fsk"
+# fsk_<12 hex>_<43 url-safe base64>: anything else is refused before the database is asked
+KEY_RE = re.compile(rf"{PREFIX}_([0-9a-f]{{12}})_([A-Za-z0-9_-]{{43}})")
+TOKEN_RE = re.compile(r"[A-Za-z0-9_-]{43}")
 
 
 def _hash(secret: str) -> str:
-    # keys are 256-bit random strings: a plain SHA-256 is enough (no dictionary to guard against)
+    # keys and session tokens are 256-bit random strings: a plain SHA-256 is enough (no dictionary to guard against)
     return hashlib.sha256(secret.encode()).hexdigest()
 
 
@@ -31,43 +35,38 @@ def create_key(session, role: str) -> str:
 
 
 def verify_key(session, key: str) -> ApiKey | None:
-    parts = key.split("_", 2)
-    if len(parts) != 3 or parts[0] != PREFIX:
+    m = KEY_RE.fullmatch(key)
+    if m is None:
         return None
-    row = session.get(ApiKey, parts[1])
-    if row is None or row.revoked or not hmac.compare_digest(row.hash, _hash(parts[2])):
+    row = session.get(ApiKey, m.group(1))
+    if row is None or row.revoked or not hmac.compare_digest(row.hash, _hash(m.group(2))):
         return None
     return row
 
 
-def signing_key(session) -> bytes:
-    row = session.get(Secret, "session")
-    if row is None:
-        row = Secret(name="session", value=secrets.token_hex(32))
-        session.add(row)
-        session.flush()
-    return bytes.fromhex(row.value)
+def start_session(session, key_id: str, hours: float) -> str:
+    """A new dashboard session for the key; returns the cookie's token (only its hash is stored)."""
+    now = utcnow()
+    session.execute(delete(DashboardSession).where(DashboardSession.expires < now))
+    token = secrets.token_urlsafe(32)
+    session.add(DashboardSession(id=_hash(token), key_id=key_id, created=now, expires=now + timedelta(hours=hours)))
+    return token
 
 
-def make_cookie(session, key_id: str, hours: float) -> str:
-    expires = int(time.time() + hours * 3600)
-    msg = f"{key_id}.{expires}"
-    sig = hmac.new(signing_key(session), msg.encode(), hashlib.sha256).hexdigest()
-    return f"{msg}.{sig}"
-
-
-def read_cookie(session, value: str) -> ApiKey | None:
-    try:
-        key_id, expires, sig = value.split(".")
-        if int(expires) < time.time():
-            return None
-    except ValueError:
+def read_session(session, token: str) -> ApiKey | None:
+    """The key a live session belongs to: None when unknown, signed out, expired or its key revoked."""
+    if not TOKEN_RE.fullmatch(token):
         return None
-    good = hmac.new(signing_key(session), f"{key_id}.{expires}".encode(), hashlib.sha256).hexdigest()
-    if not hmac.compare_digest(good, sig):
+    row = session.get(DashboardSession, _hash(token))
+    if row is None or row.expires < utcnow():
         return None
-    row = session.get(ApiKey, key_id)
-    return None if row is None or row.revoked else row
+    key = session.get(ApiKey, row.key_id)
+    return None if key is None or key.revoked else key
+
+
+def end_session(session, token: str) -> None:
+    if TOKEN_RE.fullmatch(token):
+        session.execute(delete(DashboardSession).where(DashboardSession.id == _hash(token)))
 
 
 def list_keys(session) -> list[ApiKey]:

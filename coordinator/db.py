@@ -181,6 +181,17 @@ class ApiKey(Base):
     revoked: Mapped[bool] = mapped_column(Boolean, default=False)
 
 
+class DashboardSession(Base):
+    """A signed-in dashboard: the cookie carries a random token, only its SHA-256 is stored. Signing out
+    deletes the row; a revoked key's sessions stop working at once (checked on every request)."""
+
+    __tablename__ = "dashboard_sessions"
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)  # sha256 hex of the cookie's token
+    key_id: Mapped[str] = mapped_column(ForeignKey("api_keys.id", ondelete="CASCADE"), index=True)
+    created: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
+    expires: Mapped[datetime] = mapped_column(DateTime)
+
+
 def private_sqlite_file(path: str | os.PathLike) -> None:
     """Create the SQLite file readable by its owner only (it holds the cookie-signing key and API key
     hashes) before SQLite does (with 0644 under the usual umask); SQLite gives its -wal and -shm files the

@@ -4,23 +4,53 @@ and a live stream (server-sent events)."""
 from __future__ import annotations
 
 import asyncio
+import math
+import re
 from datetime import datetime
+from typing import Any
 
-from fastapi import APIRouter, Depends, HTTPException, Query, Request
+from fastapi import APIRouter, Depends, HTTPException, Path, Query, Request
 from fastapi.responses import StreamingResponse
 from sqlalchemy import select, tuple_
 from sqlalchemy.orm import Session
 
-from api.deps import admin, caller, get_db
-from api.pagination import decode_cursor, encode_cursor
+from api.deps import admin, authenticate, caller, get_db
+from api.jsonsafe import dumps, finite
+from api.pagination import CURSOR, decode_cursor, encode_cursor
 from api.schemas import ID_PATTERN, AnomalyOut, Page
+from api.validation import ALERT_ID_PATTERN, utc_naive
 from coordinator.db import Alert, utcnow
 
 router = APIRouter(prefix="/api/v1/anomalies", tags=["anomalies"])
+ALERT_ID = Path(..., pattern=ALERT_ID_PATTERN)
+_LINE_BREAKS = re.compile(r"[\r\n\x00]")
+
+
+def _number(v: Any) -> float | None:
+    return float(v) if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) else None
 
 
 def anomaly_out(a: Alert) -> AnomalyOut:
-    return AnomalyOut.model_validate(a, from_attributes=True)
+    """The alert as served, whatever the row holds: an explanation that is not a list of objects is
+    served as [], a score or threshold that is not a finite number as null."""
+    explanation = [finite(e) for e in a.explanation if isinstance(e, dict)] if isinstance(a.explanation, list) else []
+    return AnomalyOut(id=a.id, device_id=a.device_id, job_id=a.job_id, model_version=a.model_version, ts=a.ts,
+                      received=a.received, score=_number(a.score), threshold=_number(a.threshold), count=a.count,
+                      acknowledged=bool(a.acknowledged), acknowledged_at=a.acknowledged_at, explanation=explanation)
+
+
+def sse_event(a: Alert) -> str:
+    """One `anomaly` event: the data one line of JSON, the id without the line breaks that would end it."""
+    event_id = _LINE_BREAKS.sub("", a.id)
+    return f"event: anomaly\nid: {event_id}\ndata: {dumps(anomaly_out(a).model_dump(mode='json'))}\n\n"
+
+
+def still_allowed(request: Request, db: Session) -> bool:
+    try:
+        authenticate(request, db)
+        return True
+    except HTTPException:
+        return False
 
 
 def _filtered(q, device, job, since, until, min_score, acknowledged):
@@ -44,18 +74,16 @@ def list_anomalies(
     device: str | None = Query(None, pattern=ID_PATTERN), job: str | None = Query(None, pattern=ID_PATTERN),
     since: datetime | None = None, until: datetime | None = None,
     min_score: float | None = Query(None, ge=0, le=1e300), acknowledged: bool | None = None,
-    limit: int = Query(50, ge=1, le=500), cursor: str | None = None, db: Session = Depends(get_db),
+    limit: int = Query(50, ge=1, le=500), cursor: str | None = CURSOR, db: Session = Depends(get_db),
 ) -> Page:
-    """Newest first. Pass `next_cursor` back as `cursor` for the next page."""
+    """Newest first. Pass `next_cursor` back as `cursor` for the next page. Times without a UTC offset
+    are UTC."""
+    since, until = utc_naive(since, "query.since"), utc_naive(until, "query.until")
     if since and until and since >= until:
         raise HTTPException(400, [{"field": "query.since", "problem": "since must be before until"}])
     q = _filtered(select(Alert), device, job, since, until, min_score, acknowledged)
     if cursor:
-        ts, alert_id = decode_cursor(cursor, 2)
-        try:
-            ts = datetime.fromisoformat(ts)
-        except (TypeError, ValueError):
-            raise HTTPException(400, [{"field": "query.cursor", "problem": "not a cursor this API returned"}]) from None
+        ts, alert_id = decode_cursor(cursor, ("ts", "id"))
         q = q.where(tuple_(Alert.ts, Alert.id) < tuple_(ts, alert_id))
     rows = list(db.scalars(q.order_by(Alert.ts.desc(), Alert.id.desc()).limit(limit + 1)))
     nxt = encode_cursor([rows[limit - 1].ts.isoformat(), rows[limit - 1].id]) if len(rows) > limit else None
@@ -66,7 +94,8 @@ def list_anomalies(
             responses={200: {"content": {"text/event-stream": {}}, "description": "one `anomaly` event per alert"}})
 async def stream(request: Request, device: str | None = Query(None, pattern=ID_PATTERN),
                  min_score: float | None = Query(None, ge=0, le=1e300)) -> StreamingResponse:
-    """Server-sent events: every anomaly stored from now on, as JSON, as it arrives."""
+    """Server-sent events: every anomaly stored from now on, as JSON, as it arrives. The stream ends when
+    its caller's session ends or key is revoked (checked every few seconds)."""
     sessions = request.app.state.sessions
     with sessions() as s:
         start = utcnow()
@@ -76,8 +105,12 @@ async def stream(request: Request, device: str | None = Query(None, pattern=ID_P
     async def events():
         nonlocal last
         yield "retry: 2000\n\n"
+        polls = 0
         while not await request.is_disconnected():
             with sessions() as s:
+                polls += 1
+                if polls % 10 == 0 and not still_allowed(request, s):
+                    return
                 q = _filtered(select(Alert), device, None, None, None, min_score, None)
                 rows = list(s.scalars(q.where(Alert.received >= last).order_by(Alert.received).limit(200)))
             for a in rows:
@@ -85,18 +118,18 @@ async def stream(request: Request, device: str | None = Query(None, pattern=ID_P
                     continue
                 seen.add(a.id)
                 last = max(last, a.received)
-                yield f"event: anomaly\nid: {a.id}\ndata: {anomaly_out(a).model_dump_json()}\n\n"
+                yield sse_event(a)
             if len(seen) > 10_000:
                 seen.clear()
             yield ": keep-alive\n\n"
             await asyncio.sleep(0.5)
 
     return StreamingResponse(events(), media_type="text/event-stream",
-                             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+                             headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
 
 
 @router.get("/{alert_id}", response_model=AnomalyOut, dependencies=[Depends(caller)])
-def get_anomaly(alert_id: str, db: Session = Depends(get_db)) -> AnomalyOut:
+def get_anomaly(alert_id: str = ALERT_ID, db: Session = Depends(get_db)) -> AnomalyOut:
     a = db.get(Alert, alert_id)
     if a is None:
         raise HTTPException(404, f"no anomaly {alert_id!r}")
@@ -104,7 +137,7 @@ def get_anomaly(alert_id: str, db: Session = Depends(get_db)) -> AnomalyOut:
 
 
 @router.post("/{alert_id}/ack", response_model=AnomalyOut, dependencies=[Depends(admin)])
-def acknowledge(alert_id: str, db: Session = Depends(get_db)) -> AnomalyOut:
+def acknowledge(alert_id: str = ALERT_ID, db: Session = Depends(get_db)) -> AnomalyOut:
     a = db.get(Alert, alert_id)
     if a is None:
         raise HTTPException(404, f"no anomaly {alert_id!r}")

@@ -4,21 +4,28 @@ from __future__ import annotations
 
 import uuid
 
-from fastapi import APIRouter, Depends, HTTPException, Query, Request
+from fastapi import APIRouter, Depends, HTTPException, Path, Query, Request
 from sqlalchemy import select, tuple_
 from sqlalchemy.orm import Session
 
 from api.deps import admin, caller, get_db
-from api.pagination import decode_cursor, encode_cursor
-from api.schemas import JobCreate, JobDetail, JobOut, Page, RoundOut
+from api.pagination import CURSOR, decode_cursor, encode_cursor
+from api.schemas import ID_PATTERN, JobCreate, JobDetail, JobOut, Page, RoundOut
 from coordinator import jobs as coordinator_jobs
 from coordinator.db import Job, Round
 
 router = APIRouter(prefix="/api/v1/jobs", tags=["jobs"])
+JOB_ID = Path(..., pattern=ID_PATTERN)
+
+
+def _dict(v: object) -> dict:
+    return v if isinstance(v, dict) else {}
 
 
 def job_out(job: Job) -> JobOut:
-    return JobOut.model_validate(job, from_attributes=True)
+    return JobOut(id=job.id, type=job.type, algorithm=job.algorithm, status=job.status, phase=job.phase,
+                  current_round=job.current_round, params=_dict(job.params), error=job.error, created=job.created,
+                  updated=job.updated)
 
 
 @router.post("", status_code=201, response_model=JobOut, dependencies=[Depends(admin)])
@@ -33,42 +40,33 @@ def create_job(request: Request, body: JobCreate) -> JobOut:
 
 
 @router.get("", response_model=Page, dependencies=[Depends(caller)])
-def list_jobs(limit: int = Query(50, ge=1, le=500), cursor: str | None = None,
+def list_jobs(limit: int = Query(50, ge=1, le=500), cursor: str | None = CURSOR,
               status: str | None = Query(None, pattern="^(pending|running|finished|failed|cancelled)$"),
               db: Session = Depends(get_db)) -> Page:
     q = select(Job).order_by(Job.created.desc(), Job.id.desc())
     if status:
         q = q.where(Job.status == status)
     if cursor:
-        created, job_id = decode_cursor(cursor, 2)
-        q = q.where(tuple_(Job.created, Job.id) < tuple_(_dt(created), job_id))
+        created, job_id = decode_cursor(cursor, ("ts", "id"))
+        q = q.where(tuple_(Job.created, Job.id) < tuple_(created, job_id))
     rows = list(db.scalars(q.limit(limit + 1)))
     nxt = encode_cursor([rows[limit - 1].created.isoformat(), rows[limit - 1].id]) if len(rows) > limit else None
     return Page(items=[job_out(j) for j in rows[:limit]], next_cursor=nxt)
 
 
-def _dt(v: str):
-    from datetime import datetime
-
-    try:
-        return datetime.fromisoformat(v)
-    except (TypeError, ValueError):
-        raise HTTPException(400, [{"field": "query.cursor", "problem": "not a cursor this API returned"}]) from None
-
-
 @router.get("/{job_id}", response_model=JobDetail, dependencies=[Depends(caller)])
-def get_job(job_id: str, db: Session = Depends(get_db)) -> JobDetail:
+def get_job(job_id: str = JOB_ID, db: Session = Depends(get_db)) -> JobDetail:
     job = db.get(Job, job_id)
     if job is None:
         raise HTTPException(404, f"no job {job_id!r}")
     rounds = db.scalars(select(Round).where(Round.job_id == job_id).order_by(Round.round))
     return JobDetail(**job_out(job).model_dump(), rounds=[
-        RoundOut(round=r.round, phase=r.phase, sampled=len(r.sampled), answered=len(r.answered), seconds=r.seconds,
-                 metrics=r.metrics) for r in rounds])
+        RoundOut(round=r.round, phase=r.phase, sampled=len(r.sampled or ()), answered=len(r.answered or ()),
+                 seconds=r.seconds, metrics=_dict(r.metrics)) for r in rounds])
 
 
 @router.post("/{job_id}/cancel", response_model=JobOut, dependencies=[Depends(admin)])
-def cancel_job(job_id: str, db: Session = Depends(get_db)) -> JobOut:
+def cancel_job(job_id: str = JOB_ID, db: Session = Depends(get_db)) -> JobOut:
     job = db.get(Job, job_id)
     if job is None:
         raise HTTPException(404, f"no job {job_id!r}")

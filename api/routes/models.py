@@ -7,7 +7,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from api.deps import admin, caller, get_db
-from api.schemas import ModelOut
+from api.schemas import ID_PATTERN, ModelOut
 from coordinator.db import Job, ModelVersion, unpack
 from coordinator.models_service import promote
 
@@ -24,7 +24,7 @@ def model_out(mv: ModelVersion, matrix: bool = False) -> ModelOut:
 
 
 @router.get("/api/v1/jobs/{job_id}/models", response_model=list[ModelOut], dependencies=[Depends(caller)])
-def job_models(job_id: str, db: Session = Depends(get_db)) -> list[ModelOut]:
+def job_models(job_id: str = Path(..., pattern=ID_PATTERN), db: Session = Depends(get_db)) -> list[ModelOut]:
     if db.get(Job, job_id) is None:
         raise HTTPException(404, f"no job {job_id!r}")
     rows = db.scalars(select(ModelVersion).where(ModelVersion.job_id == job_id).order_by(ModelVersion.version))

@@ -5,6 +5,7 @@ can only serve users it has never seen, from the promoted recommendation model's
 
 from __future__ import annotations
 
+import re
 import time
 
 import numpy as np
@@ -19,6 +20,17 @@ from coordinator.db import ModelVersion, unpack
 from models.recsys.recommend import ItemModel, fold_in
 
 router = APIRouter(prefix="/api/v1/recommendations", tags=["recommendations"])
+_INT = re.compile(r"-?[0-9]{1,19}")  # ASCII digits only ("²".isdigit() is true), at most 64 bits below
+
+
+def _item_key(key: str, integer_ids: bool) -> int | str:
+    """A rating's item id as the catalogue holds it: an integer (of 64 bits) where the ids are integers."""
+    if not integer_ids:
+        return key
+    if _INT.fullmatch(key) and -(2**63) <= int(key) < 2**63:
+        return int(key)
+    raise HTTPException(422, [{"field": "body.ratings", "problem": f"unknown item id {key[:40]!r}: catalogue ids "
+                                                                   "are 64-bit integers"}])
 
 
 class Recommended(BaseModel):
@@ -49,7 +61,7 @@ def recommend(body: RecommendRequest, db: Session = Depends(get_db)) -> Recommen
         raise HTTPException(409, "no recommendation model yet: finish a recsys job first")
     model = _item_model(mv)
     keys = list(body.ratings)
-    ids = [int(k) if model.item_ids.dtype.kind in "iu" and k.lstrip("-").isdigit() else k for k in keys]
+    ids = [_item_key(k, model.item_ids.dtype.kind in "iu") for k in keys]
     t0 = time.perf_counter()
     try:
         found = fold_in(model, ids, [body.ratings[k] for k in keys], body.n)

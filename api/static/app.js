@@ -3,6 +3,9 @@
 const $ = (s) => document.querySelector(s);
 const esc = (s) => String(s).replace(/[&<>"']/g, (c) => ({"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;"}[c]));
 const fmtTime = (t) => new Date(t + "Z").toLocaleString();
+// a stored score that is not a finite number is served as null
+const num = (x) => (typeof x === "number" ? x.toPrecision(4) : "–");
+const ROLE = document.body.dataset.role;
 let selectedJob = null;
 
 function filters() {
@@ -11,7 +14,7 @@ function filters() {
 
 function visible(a) {
   const f = filters();
-  return (!f.device || a.device_id === f.device) && (isNaN(f.score) || a.score >= f.score) && (!f.unack || !a.acknowledged);
+  return (!f.device || a.device_id === f.device) && (isNaN(f.score) || (a.score !== null && a.score >= f.score)) && (!f.unack || !a.acknowledged);
 }
 
 function row(a, fresh) {
@@ -22,9 +25,9 @@ function row(a, fresh) {
   if (a.acknowledged) tr.classList.add("ack");
   const why = (a.explanation || []).map((e) => `${esc(e.feature)} ${(100 * e.share).toFixed(0)}%`).join(", ");
   const ack = a.acknowledged ? "acknowledged"
-    : (window.FEDSENTRY_ROLE === "admin" ? `<button data-ack="${esc(a.id)}">acknowledge</button>` : "");
-  tr.innerHTML = `<td>${esc(fmtTime(a.ts))}</td><td>${esc(a.device_id)}</td><td>${a.score.toPrecision(4)}` +
-    `${a.count > 1 ? " ×" + a.count : ""}</td><td>${a.threshold.toPrecision(4)}</td><td>${why}</td><td>${ack}</td>`;
+    : (ROLE === "admin" ? `<button data-ack="${esc(a.id)}">acknowledge</button>` : "");
+  tr.innerHTML = `<td>${esc(fmtTime(a.ts))}</td><td>${esc(a.device_id)}</td><td>${num(a.score)}` +
+    `${a.count > 1 ? " ×" + a.count : ""}</td><td>${num(a.threshold)}</td><td>${why}</td><td>${ack}</td>`;
   tr.hidden = !visible(a);
   return tr;
 }

@@ -1,6 +1,9 @@
 from __future__ import annotations
 
+import threading
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import timedelta
 
 import numpy as np
@@ -18,6 +21,15 @@ def app(tmp_path):
     return create_app(Settings(db_url=f"sqlite:///{tmp_path}/api.db", cookie_secure=False))
 
 
+@pytest.fixture(params=["sqlite", "postgresql"])
+def any_app(request, tmp_path):
+    """The app over SQLite, then over PostgreSQL (skipped where no server runs on 127.0.0.1:5432)."""
+    url = f"sqlite:///{tmp_path}/api.db" if request.param == "sqlite" else request.getfixturevalue("postgres_url")
+    app = create_app(Settings(db_url=url, cookie_secure=False))
+    yield app
+    app.state.sessions.kw["bind"].dispose()
+
+
 @pytest.fixture
 def keys(app):
     with app.state.sessions.begin() as s:
@@ -27,6 +39,26 @@ def keys(app):
 @pytest.fixture
 def client(app):
     return TestClient(app)
+
+
+@contextmanager
+def serve(app) -> Iterator[str]:
+    """The app behind a real uvicorn server on a free port: its base URL."""
+    import uvicorn
+
+    from coordinator.broker import free_port
+    from tests.integration.conftest import wait_until
+
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=free_port(), log_level="warning",
+                                           timeout_graceful_shutdown=1))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    wait_until(lambda: server.started, 20, "API server")
+    try:
+        yield f"http://127.0.0.1:{server.config.port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
 
 
 def bearer(key: str) -> dict[str, str]:

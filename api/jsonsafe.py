@@ -1,0 +1,36 @@
+"""JSON out of whatever is stored: a NaN or an infinity (from an old row, a diverged round) becomes null
+instead of an invalid document or a server error."""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+from fastapi.responses import JSONResponse
+
+
+def finite(value: Any) -> Any:
+    """The value with every non-finite float, however deeply nested, replaced by None."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [finite(v) for v in value]
+    return value
+
+
+def dumps(value: Any) -> str:
+    """One line of strict JSON (no NaN, no raw newline), as server-sent events need."""
+    return json.dumps(finite(value), allow_nan=False, separators=(",", ":"))
+
+
+class SafeJSONResponse(JSONResponse):
+    """The API's responses: strict JSON, non-finite numbers served as null."""
+
+    def render(self, content: Any) -> bytes:
+        try:
+            return json.dumps(content, ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode()
+        except ValueError:
+            return json.dumps(finite(content), ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode()
