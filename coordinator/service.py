@@ -117,7 +117,7 @@ class Coordinator:
         self.stop_event.set()
         if self.thread:
             self.thread.join(timeout=10)
-        if self._alerts:
+        if self._acks:
             self._flush_alerts()
         self._flush_rejections()
         self.client.disconnect()
@@ -141,7 +141,7 @@ class Coordinator:
                 now = time.monotonic()
                 # an empty inbox means the broker waits for our acknowledgements (its in-flight window is
                 # full) or the flood is over: store now; otherwise batch up to ALERT_BATCH or ALERT_WAIT
-                if self._alerts and (self.inbox.empty() or len(self._alerts) >= ALERT_BATCH
+                if self._acks and (self.inbox.empty() or len(self._alerts) >= ALERT_BATCH
                                      or now - self._alerts_since >= ALERT_WAIT):
                     self._flush_alerts()
                 if now >= next_rounds:
@@ -333,7 +333,7 @@ class Coordinator:
                     refused.append(bad)
         if not rows and not refused:
             return "done"
-        if not self._alerts:
+        if not self._acks:  # the first message waiting for a flush (its alerts stored, or refusals confirmed)
             self._alerts_since = time.monotonic()
         self._alerts.extend(rows)
         self._acks.append((mid, qos))
