@@ -1,5 +1,6 @@
 """Alerts end to end, exactly once (issue 10): an agent SIGKILLed while it follows a Zeek log, the
-coordinator SIGKILLed three times behind a Mosquitto whose queue drops most of a 3,000-alert backlog, and poison-pill alerts published among honest ones. Every flagged record is stored once."""
+coordinator SIGKILLed three times behind a Mosquitto whose queue drops most of a 3,000-alert backlog, and
+poison-pill alerts published among honest ones. Every flagged record is stored once."""
 
 from __future__ import annotations
 
@@ -61,7 +62,7 @@ def start_agent(url: str, agent_id: str, log: Path, state: Path, burst: int) -> 
     return subprocess.Popen([sys.executable, "-m", "fedsentry.cli", "agent", "--broker", url, "--id", agent_id,
                              "--zeek", str(log), "--state-dir", str(state), "--alert-burst", str(burst),
                              "--alert-window", "1", "--wait-for-model"],
-                            stdout=subprocess.DEVNULL, stderr=open(state.parent / f"{agent_id}.log", "a"))  # noqa: SIM115
+                            stdout=subprocess.DEVNULL, stderr=open(state.parent / f"{agent_id}.log", "a"))
 
 
 @pytest.mark.parametrize("burst", [1_000_000, 50], ids=["every-record-an-alert", "rate-limited"])
