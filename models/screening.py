@@ -171,8 +171,11 @@ def robust_threshold(histograms: list[tuple[np.ndarray, np.ndarray]], weight: np
     """The label-free threshold: each device's q-quantile of its own errors (from its histogram), and a
     trimmed weighted mean of their logarithms over devices (errors are positive and spread over decades):
     one device moves it at most by the spread of the others' quantiles divided by their number."""
-    logs = np.array([np.log(device_quantile(b, c, q)) for b, c in histograms])
-    return float(np.exp(trimmed_weighted_mean(logs[:, None], weight, trim)[0]))
+    some = np.array([int(np.sum(c)) > 0 for _, c in histograms], dtype=bool)  # a device left with no records
+    if not some.any():
+        raise ValueError("no errors to take a quantile of")
+    logs = np.array([np.log(device_quantile(b, c, q)) for (b, c), s in zip(histograms, some) if s])
+    return float(np.exp(trimmed_weighted_mean(logs[:, None], np.asarray(weight, dtype=float)[some], trim)[0]))
 
 
 @dataclass

@@ -178,9 +178,11 @@ def markdown(out: dict[str, Any], png: str) -> str:
         "",
         f"{s['n_train']} training records (normal only) on {s['clients']} clients ({s['partition']}), "
         f"{s['n_test']} test records ({100 * s['attack_share_test']:.1f} % attacks), {s['n_features']} features, "
-        f"rank {s['rank']}, {s['local_steps']} local steps, seed {s['seed']}. Subspace distance (SD) is to "
+        f"rank {s['rank']}, {s['local_steps'] or 10} local steps (fedpe, fedpg), seed {s['seed']}. "
+        f"Subspace distance (SD) is to "
         f"centralised PCA of the same training data (0 = identical, {np.sqrt(s['rank']):.2f} = orthogonal). "
-        f"F1 is at the label-free threshold (the {s['quantile']} quantile of training errors).",
+        f"F1 is at the label-free threshold (the devices' {s['quantile']} quantiles of their training errors, "
+        f"a trimmed mean on a log scale).",
         "",
         "| algorithm | rounds | fraction | SD | AUC-ROC | avg. precision | F1 | s/round | upload B/client/round |",
         "|---|---:|---:|---:|---:|---:|---:|---:|---:|",

@@ -84,8 +84,9 @@ def admissible_scale(S: np.ndarray, Q: np.ndarray, trace: np.ndarray, diag: np.n
             np.ones_like(tb),
             trace * (1 + 10 * tol) / tb_pos,
             tb_pos * trace * (1 + 10 * tol) / np.maximum(cross + tb_pos**2, 1e-300),
-            np.min(np.where(rows > 0, diag * lmax[..., None] * (1 + 10 * tol) / np.maximum(rows, 1e-300), np.inf),
-                   axis=-1),
+            # (quantised uploads carry an absolute error of about tol * ||S|| on every entry: allowed for)
+            np.min(np.where(rows > 0, (diag * lmax[..., None] * (1 + 10 * tol) + ((10 * tol * size) ** 2)[..., None])
+                            / np.maximum(rows, 1e-300), np.inf), axis=-1),
         ])
     f = np.where(tb <= slack, np.where(size <= slack, 1.0, 0.0), f)  # a statistic with nothing on span(Q)
     return np.where(structure & np.isfinite(f), np.clip(f, 0.0, 1.0), 0.0)
