@@ -64,3 +64,34 @@ def test_a_batch_is_stored_once_and_a_bad_alert_is_refused_alone(coordinator):
     assert coordinator._refused == {}
     (env,) = alert_batches("job-1", 2, "dev-1", [{"id": "bad\nid", "ts": 1.0}])
     assert coordinator.handle(topic, env.encode(), mid=5, qos=1) == "done"
+
+
+def test_a_device_over_its_ingest_limit_waits_and_loses_nothing(tmp_path):
+    """Alerts over a device's rate are neither stored nor confirmed (the device keeps them and sends them
+    again); another device's share is untouched; later, they are admitted."""
+    from coordinator.ingest_limit import IngestLimit
+
+    c = Coordinator("mqtt://127.0.0.1:9", f"sqlite:///{tmp_path}/c.db", alert_rate=10, alert_burst=20)
+    try:
+        flood = [alert() for _ in range(50)]
+        (env,) = alert_batches("job-1", 1, "dev-1", flood)
+        assert c.handle(agent_topic("dev-1", "alerts"), env.encode(), mid=1, qos=1) == "buffered"
+        (other,) = alert_batches("job-1", 1, "dev-2", [alert() for _ in range(5)])
+        c.handle(agent_topic("dev-2", "alerts"), other.encode(), mid=2, qos=1)
+        assert c.rejected["rate_limited"] == 30
+        c._flush_alerts()
+        with c.sessions() as s:
+            assert s.query(Alert).filter_by(device_id="dev-1").count() == 20
+            assert s.query(Alert).filter_by(device_id="dev-2").count() == 5
+        # the device sends again what was not confirmed; once its bucket has refilled, it is admitted
+        c.ingest_limit._buckets["dev-1"] = (20.0, time.monotonic())
+        (again,) = alert_batches("job-1", 1, "dev-1", flood[20:])
+        c.handle(agent_topic("dev-1", "alerts"), again.encode(), mid=3, qos=1)
+        c._flush_alerts()
+        with c.sessions() as s:
+            assert s.query(Alert).filter_by(device_id="dev-1").count() == 40
+        limit = IngestLimit(10, 20)
+        assert limit.take("d", 50, now=0.0) == 20 and limit.take("d", 50, now=1.0) == 10
+        assert limit.take("d", 50, now=100.0) == 20  # refills up to the burst, no further
+    finally:
+        c.engine.dispose()
