@@ -231,6 +231,7 @@ def _flood(url: str, n_devices: int, per_agent: int, ready, go, counted, credent
 def agent_memory(records: int = 200_000) -> dict[str, Any]:
     """Peak resident memory of a real `fedsentry agent` process scoring a CSV replay with a model."""
     from coordinator.broker import EmbeddedBroker
+    from coordinator.service import Coordinator
     from models.detector import PCADetector
     from models.synthetic import generate_traffic
     from wire.model import model_envelope
@@ -244,6 +245,9 @@ def agent_memory(records: int = 200_000) -> dict[str, Any]:
     X = X[np.random.default_rng(0).integers(0, len(X), records)]
     np.savetxt(tmp / "replay.csv", X, delimiter=",", header=",".join(t.feature_names), comments="", fmt="%.6g")
     broker = EmbeddedBroker(devices=["mem-agent"]).start()
+    # "delivered" means confirmed by a coordinator: the agent exits once its alerts are stored
+    coordinator = Coordinator(broker.url, f"sqlite:///{tmp}/coordinator.db", username=broker.username,
+                              password=broker.password).start()
     try:
         client, b = make_client("bench-publisher", broker.url, broker.username, broker.password, clean_session=True)
         client.connect(b.host, b.port)
@@ -269,6 +273,7 @@ def agent_memory(records: int = 200_000) -> dict[str, Any]:
         client.disconnect()
         client.loop_stop()
     finally:
+        coordinator.close()
         broker.stop()
     return {"agent_peak_rss_mb": peak, "agent_records": records, "agent_seconds": seconds,
             "agent_records_per_second": records / seconds}
