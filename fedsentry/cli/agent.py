@@ -48,7 +48,8 @@ def register(groups: dict[str, Any], verbs: Any) -> None:
     p.add_argument("--key", help="client key for TLS")
     p.add_argument("--model-job", help="only score with models promoted by this job")
     p.add_argument("--wait-for-model", action="store_true", help="hold the traffic until a model is there")
-    p.add_argument("--exit-after-replay", action="store_true", help="exit when the input is done and delivered")
+    p.add_argument("--exit-after-replay", action="store_true",
+                   help="exit when the input is done and the coordinator has confirmed every alert")
     p.add_argument("--scores-out", metavar="F", help="evaluation only: append every record's score here")
     p.add_argument("--alert-burst", type=positive_int, default=20, help="alerts per window before summarising")
     p.add_argument("--alert-window", type=positive_float, default=60.0, help="rate-limit window in seconds")
