@@ -19,6 +19,7 @@ from coordinator.broker import MAX_PACKET, Mosquitto, free_port
 from coordinator.service import Coordinator
 from edge_agent.agent import Agent, AgentConfig
 from edge_agent.sources import Batch
+from tests.deploy.clients import connect
 from tests.integration.conftest import HAVE_MOSQUITTO, parts_for, wait_until
 from wire.protocol import MAX_PAYLOAD, Envelope, agent_topic
 
@@ -72,26 +73,6 @@ def secure():
            "secret": secrets}
     broker.stop()
     shutil.rmtree(root, ignore_errors=True)
-
-
-def connect(port, user, password, ca=None, protocol=mqtt.MQTTv311):
-    """A connected client and its CONNACK reason (None if refused)."""
-    c = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=f"t-{user}-{time.monotonic_ns()}", protocol=protocol)
-    c.username_pw_set(user, password)
-    if ca:
-        c.tls_set(ca_certs=str(ca))
-    result = {}
-    done = threading.Event()
-
-    def on_connect(client, userdata, flags, reason, props=None):
-        result["reason"] = reason
-        done.set()
-
-    c.on_connect = on_connect
-    c.connect("127.0.0.1", port)
-    c.loop_start()
-    done.wait(10)
-    return c, result.get("reason")
 
 
 def test_wrong_or_missing_credentials_are_refused_at_connect(secure):

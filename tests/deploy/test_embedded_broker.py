@@ -8,10 +8,10 @@ import threading
 import time
 from pathlib import Path
 
-import paho.mqtt.client as mqtt
 import pytest
 
 from coordinator.broker import MAX_PACKET, EmbeddedBroker, device_acl
+from tests.deploy.clients import connect as connect_client
 from tests.integration.conftest import wait_until
 from wire.protocol import MAX_PAYLOAD, agent_topic
 
@@ -26,23 +26,7 @@ def embedded():
 
 
 def connect(broker: EmbeddedBroker, user: str | None, password: str | None):
-    """A client and its CONNACK reason (None if none came)."""
-    c = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=f"t-{user}-{time.monotonic_ns()}",
-                    protocol=mqtt.MQTTv311)
-    if user:
-        c.username_pw_set(user, password)
-    result = {}
-    done = threading.Event()
-
-    def on_connect(client, userdata, flags, reason, props=None):
-        result["reason"] = reason
-        done.set()
-
-    c.on_connect = on_connect
-    c.connect("127.0.0.1", broker.port)
-    c.loop_start()
-    done.wait(10)
-    return c, result.get("reason")
+    return connect_client(broker.port, user, password)
 
 
 def close(*clients) -> None:

@@ -187,6 +187,11 @@ def test_poison_pill_alerts_are_refused_alone_and_the_coordinator_keeps_storing(
     client.subscribe(agent_topic("pill-1", "ack"), qos=1)
     client.loop_start()
     assert subscribed.wait(10)  # confirmations sent before the subscription would be lost to this test
+    # and the coordinator's own subscription is in place once it has seen this device's status (a raw client
+    # does not resend what nobody received, as an agent would)
+    online = Envelope("status", "", 0, "pill-1", {}, {"online": True})
+    client.publish(agent_topic("pill-1", "status"), online.encode(), qos=1)
+    wait_until(lambda: "pill-1" in coordinator.online_devices(), 30, "the coordinator subscribed")
 
     def alert(**kw):
         a = {"id": os.urandom(8).hex(), "ts": time.time(), "score": 5.0, "threshold": 1.0, "count": 1,
