@@ -50,6 +50,14 @@ class JobCreate(BaseModel):
     deadline: float | None = Field(None, gt=0, le=3600, description="seconds to wait for a round's uploads")
     rating_min: float | None = Field(None, ge=-1e9, le=1e9, description="recsys: lowest valid rating (default 0.5)")
     rating_max: float | None = Field(None, ge=-1e9, le=1e9, description="recsys: highest valid rating (default 5)")
+    # how far one device is trusted (pca; checked by the job's settings, models.screening)
+    max_records: int | None = Field(None, description="pca: refuse a device claiming more records (default 10^6)")
+    count_cap: float | None = Field(None, description="pca: cap counts at this multiple of the median (default 2)")
+    max_share: float | None = Field(None, description="pca: no device weighs more than this share (default 0.1)")
+    influence: float | None = Field(None, description="pca: one device raises a feature's pooled variance by at "
+                                                      "most 1 + this factor (default 3)")
+    device_trim: float | None = Field(None, description="pca: share of the devices' error quantiles left out on "
+                                                        "either side of the threshold (default 0.1)")
 
     def spec(self) -> JobSpec:
         """The validated typed settings; a PydanticCustomError naming the field otherwise."""

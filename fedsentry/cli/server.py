@@ -51,6 +51,14 @@ def register(groups: dict[str, Any], verbs: Any) -> None:
     create.add_argument("--deadline", type=positive_float, help="seconds to wait for a round's uploads (default 10)")
     create.add_argument("--rating-min", type=float, help="recsys: lowest valid rating (default 0.5)")
     create.add_argument("--rating-max", type=float, help="recsys: highest valid rating (default 5)")
+    trust = create.add_argument_group("how far one device is trusted (pca; README, Reliability)")
+    trust.add_argument("--max-records", type=positive_int, help="refuse a device claiming more records (default 10^6)")
+    trust.add_argument("--count-cap", type=float, help="cap counts at this multiple of the median count (default 2)")
+    trust.add_argument("--max-share", type=float, help="no device weighs more than this share (default 0.1)")
+    trust.add_argument("--influence", type=float,
+                       help="one device raises a feature's pooled variance by at most 1 + this factor (default 3)")
+    trust.add_argument("--device-trim", type=float,
+                       help="share of devices' error quantiles left out on either side of the threshold (default 0.1)")
     create.set_defaults(func=run_job_create)
 
     demo = verbs.add_parser("demo", help="broker, coordinator and agents on one machine, end to end")
@@ -140,7 +148,7 @@ def run_job_create(args: argparse.Namespace) -> int:
 
     values: dict[str, Any] = {k: getattr(args, k) for k in ("algorithm", "rank", "rounds", "fraction", "seed",
                                                              "quantile", "min_agents", "deadline", "rating_min",
-                                                             "rating_max")}
+                                                             "rating_max", *guard_settings())}
     if args.features is not None:
         values["features"] = [f.strip() for f in args.features.split(",") if f.strip()]
     if args.items is not None:
@@ -163,6 +171,15 @@ def run_job_create(args: argparse.Namespace) -> int:
         raise UsageError(str(e)) from None
     print(job_id)
     return 0
+
+
+def guard_settings() -> list[str]:
+    """The job settings of how far one device is trusted (models.screening.Guard's fields)."""
+    import dataclasses
+
+    from models.screening import Guard
+
+    return [f.name for f in dataclasses.fields(Guard)]
 
 
 def _flag(field: str) -> str:

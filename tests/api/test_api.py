@@ -78,6 +78,10 @@ def test_create_get_list_and_cancel_a_job(client, keys):
      "body.algorithm_params", "between 1 and 1000"),
     ({"features": ["a", "b", "c"], "rank": 1, "algorithm": "fedpg", "algorithm_params": {"aggregator": "mode"}},
      "body.algorithm_params", "aggregator"),
+    ({"features": ["a", "b", "c"], "rank": 1, "max_share": 1.5}, "body.max_share", "must be in (0, 1]"),
+    ({"features": ["a", "b", "c"], "rank": 1, "max_records": 0}, "body.max_records", "between 1 and 10^12"),
+    ({"features": ["a", "b", "c"], "rank": 1, "influence": -1}, "body.influence", "must be in (0, 10^6]"),
+    ({"type": "recsys", "items": [1, 2, 3], "rank": 1, "max_share": 0.5}, "body.max_share", "recsys job"),
 ])
 def test_invalid_jobs_name_the_field(client, keys, body, field, problem):
     r = client.post("/api/v1/jobs", json=body, headers=bearer(keys["admin"]))

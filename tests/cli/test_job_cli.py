@@ -40,6 +40,10 @@ def test_pca_and_recsys_jobs_with_algorithm_parameters(tmp_path, capsys):
     (["--type", "recsys", "--rank", "2"], "--items: a recsys job needs the item catalogue"),
     (["--features", "a,b,c", "--items", "1,2,3"], "--items: not a setting of a pca job"),
     (["--type", "recsys", "--items", "@/nonexistent/items.txt"], "--items @/nonexistent/items.txt"),
+    (["--features", "a,b,c", "--rank", "1", "--max-share", "0"], "--max-share: must be in (0, 1]"),
+    (["--features", "a,b,c", "--rank", "1", "--influence", "nan"], "--influence: expected a finite number"),
+    (["--features", "a,b,c", "--rank", "1", "--device-trim", "0.5"], "--device-trim: must be in [0, 0.5)"),
+    (["--features", "a,b,c", "--rank", "1", "--count-cap", "0.5"], "--count-cap: must be between 1 and 10^6"),
 ])
 def test_bad_settings_name_the_flag_and_store_nothing(tmp_path, capsys, args, message):
     assert create(tmp_path, "--id", "bad", *args) == 2
