@@ -59,7 +59,7 @@ class PCAJob(JobRunner):
                   "mean": np.array(self.info["mean"]), "scale": np.array(self.info["scale"])}
         if phase == "train":  # each sampled device's weight, as capped here (in the order of `sampled`)
             arrays["weights"] = self.weights(self.sampled)[1]
-        return arrays, {**meta, "features": self.info["features"], "mean_count": self.info["mean_count"]}
+        return arrays, {**meta, "features": self.info["features"]}
 
     def device_weights(self, counts: np.ndarray) -> np.ndarray:
         return capped_weights(counts, self.spec.guard())
@@ -114,8 +114,7 @@ class PCAJob(JobRunner):
             return self.close_stats(answered)
         if self.phase == "train":
             return self.close_train(answered)
-        threshold = self.close_threshold(answered)
-        return {"threshold": threshold if np.isfinite(threshold) else None}
+        return {"threshold": self.close_threshold(answered)}
 
     def close_stats(self, answered: list[str]) -> dict[str, Any]:
         if not answered:
@@ -126,8 +125,7 @@ class PCAJob(JobRunner):
         counts = np.array([float(x["count"][0]) for x in a])
         fed = federation_statistics(counts, np.stack([x["total"] for x in a]).astype(float),
                                     np.stack([x["sumsq"] for x in a]).astype(float), self.spec.guard())
-        self.info = {"features": list(self.spec.features), "mean": fed.mean.tolist(), "scale": fed.scale.tolist(),
-                     "mean_count": float(counts.mean())}
+        self.info = {"features": list(self.spec.features), "mean": fed.mean.tolist(), "scale": fed.scale.tolist()}
         self.counts, self.roster_saved = counts.tolist(), False
         self.rng = np.random.default_rng(self.spec.seed)
         alg = self.algorithm()

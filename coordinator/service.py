@@ -14,7 +14,9 @@ import threading
 import time
 import uuid
 from collections import Counter
+from collections.abc import Callable
 from datetime import timedelta
+from functools import partial
 from typing import Any
 
 from sqlalchemy import select, update
@@ -164,15 +166,8 @@ class Coordinator:
         if not self.connected.is_set():
             return
         for job_id, runner in list(self.jobs.items()):
-            try:
-                over = runner.phase != "waiting" and runner.tick()
-            except OperationalError:
-                raise  # the database, not the job: retried by the worker
-            except Exception as e:  # one job's failure (a numerical error, a bug) ends that job only
-                log.exception("job=%s failed while closing a round", job_id)
-                runner.fail(f"internal error while closing round {runner.round}: {type(e).__name__}: {e}")
-                over = True
-            if over:
+            if runner.phase != "waiting" and self._isolated(job_id, runner, f"closing round {runner.round}",
+                                                            runner.tick):
                 self._release(job_id)
 
     def housekeeping(self) -> bool:
@@ -188,13 +183,7 @@ class Coordinator:
         started = False
         for job_id, runner in list(self.jobs.items()):
             if runner.phase == "waiting":
-                try:
-                    runner.start(self.online_devices(runner.type))
-                except OperationalError:
-                    raise
-                except Exception as e:
-                    log.exception("job=%s failed to start", job_id)
-                    runner.fail(f"internal error while starting: {type(e).__name__}: {e}")
+                if self._isolated(job_id, runner, "starting", partial(runner.start, self.online_devices(runner.type))):
                     self._release(job_id)
                 started = started or runner.phase != "waiting"
         return bool(published) or started or set(self.jobs) != before or any(
@@ -224,6 +213,19 @@ class Coordinator:
                         runner = family(job.type).load_runner()
                         self.jobs[job.id] = runner(job, self.sessions, self.publish, job_topic(job.id))
                         log.info("job=%s led by %s", job.id, self.instance)
+
+    @staticmethod
+    def _isolated(job_id: str, runner: JobRunner, doing: str, step: Callable[[], object]) -> bool:
+        """One job's step; whatever breaks it (a numerical error, a bug) fails that job only, not the worker.
+        The database being down is not the job's fault: raised, and retried by the worker. True: job over."""
+        try:
+            return step() is True
+        except OperationalError:
+            raise
+        except Exception as e:
+            log.exception("job=%s failed while %s", job_id, doing)
+            runner.fail(f"internal error while {doing}: {type(e).__name__}: {e}")
+            return True
 
     def _prune(self) -> None:
         """Retention: drop anomalies and per-round metrics older than retention_days (checked hourly)."""
@@ -376,11 +378,10 @@ class Coordinator:
 
     def _confirm(self, device: str, stored: list[str], refused: list[str]) -> None:
         """Tell a device which of its alerts are stored (or refused for good): only then does it drop them."""
-        ids = [(i, "stored") for i in stored] + [(i, "refused") for i in refused]
-        for k in range(0, len(ids), ACK_IDS_PER_MESSAGE):
-            part = ids[k:k + ACK_IDS_PER_MESSAGE]
-            meta = {"stored": [i for i, w in part if w == "stored"], "refused": [i for i, w in part if w == "refused"]}
-            self.publish(agent_topic(device, "ack"), Envelope("ack", "", 0, "coordinator", {}, meta).encode())
+        for key, ids in (("stored", stored), ("refused", refused)):
+            for k in range(0, len(ids), ACK_IDS_PER_MESSAGE):
+                meta = {"stored": [], "refused": [], key: ids[k:k + ACK_IDS_PER_MESSAGE]}
+                self.publish(agent_topic(device, "ack"), Envelope("ack", "", 0, "coordinator", {}, meta).encode())
 
     # -- jobs API used by the CLI, the demo and the REST API --------------------------------------------
     def create_job(self, job_id: str, type_: str, algorithm: str, params: dict[str, Any]) -> None:

@@ -89,8 +89,9 @@ class Agent:
             self.scorer.load(decode(saved))
         self.outbox = Outbox(Path(cfg.state_dir) / "outbox.sqlite")
         self.scorer.limiter.restore(self.outbox.load_state("limiter"))
-        if isinstance(source, ZeekFollower) and self.outbox.load_state("zeek"):
-            source.seek(self.outbox.load_state("zeek"))  # the position saved with the alerts
+        position = self.outbox.load_state("zeek")
+        if isinstance(source, ZeekFollower) and position:
+            source.seek(position)  # saved with the alerts of the last batch read (older agents: zeek.json)
         self.source = source
         self.inbox: queue.Queue[tuple[str, bytes]] = queue.Queue()
         self._next_resend = 0.0
@@ -193,7 +194,7 @@ class Agent:
                 if info.rc == mqtt.MQTT_ERR_SUCCESS:
                     self.outbox.sent(*(a["id"] for a in batch.meta["alerts"]))
 
-    def reading_state(self, alerts: list[dict[str, Any]]) -> None:
+    def commit(self, alerts: list[dict[str, Any]]) -> None:
         """Alerts raised, the source's position past the records that raised them and the rate limiter's
         counts: one transaction, then the alerts are sent."""
         envelopes = [self.scorer.envelope(a) for a in alerts]
@@ -207,7 +208,7 @@ class Agent:
 
     def ingest(self, batch: Batch) -> None:
         if self.scorer.detector is None:
-            self.reading_state([])
+            self.commit([])
             return
         try:
             X = select(batch, self.scorer.detector.feature_names_)
@@ -220,14 +221,14 @@ class Agent:
             labels = batch.labels if batch.labels is not None else np.full(len(scores), np.nan)
             self._scores.writelines(f"{s:.9g},{lab:g}\n" for s, lab in zip(scores, labels))
             self._scores.flush()
-        self.reading_state(alerts)
+        self.commit(alerts)
 
     def _next_batch(self) -> Batch | Literal[False] | None:
         """A batch, None if nothing now, False when the source is exhausted."""
         if self.source is None:
             return False
         if isinstance(self.source, ZeekFollower):
-            return self.source.poll()  # the position is saved with the batch's alerts (reading_state)
+            return self.source.poll()  # the position is saved with the batch's alerts (commit)
         return next(self.source, False)
 
     def run(self) -> int:
@@ -247,7 +248,7 @@ class Agent:
                 if self.scorer.limiter.suppressed:
                     summary = self.scorer.limiter.flush()
                     if summary:  # a closed window's summary leaves on time, not with the next flagged record
-                        self.reading_state(summary)
+                        self.commit(summary)
                 if idle:
                     if exhausted and self.cfg.exit_after_replay and len(self.outbox) == 0:
                         break

@@ -86,10 +86,8 @@ class PCAParticipant(Participant):
     def client_data(self, env: Envelope) -> dict[str, np.ndarray]:
         T = self._transformed(env.meta)
         C = Moments.of(T).second_moment(env.arrays["mean"], env.arrays["scale"])
-        if "weights" in env.arrays:  # the weight the coordinator gives this device (capped, models.screening)
-            weight = float(env.arrays["weights"][env.meta["sampled"].index(self.id)])
-        else:
-            weight = len(T) / float(env.meta["mean_count"])
+        # the weight the coordinator gives this device (its record count, capped: models.screening)
+        weight = float(env.arrays["weights"][env.meta["sampled"].index(self.id)])
         return {"C": C[None], "weight": np.array([weight])}
 
     # -- phases ------------------------------------------------------------------------------------

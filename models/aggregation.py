@@ -31,6 +31,29 @@ def trimmed_mean(X: np.ndarray, trim: float = 0.2) -> np.ndarray:
     return S[k:n - k].mean(axis=0)
 
 
+def trim_count(n: int, trim: float) -> int:
+    """Devices left out on each side: floor(trim n), at least one once there are three."""
+    if trim <= 0 or n < 3:
+        return 0
+    return min(max(1, int(np.floor(trim * n))), (n - 1) // 2)
+
+
+def trimmed_weighted_mean(X: np.ndarray, w: np.ndarray, trim: float) -> np.ndarray:
+    """Per coordinate (axis 0 is the device), the weighted mean of the values left after dropping the
+    k lowest and k highest devices (k = `trim_count`): what `trimmed_mean` does, with weights and at least
+    one device left out each side once there are three."""
+    X = np.asarray(X, dtype=float)
+    w = np.asarray(w, dtype=float)
+    n = X.shape[0]
+    k = trim_count(n, trim)
+    if k == 0:
+        return np.tensordot(w / w.sum(), X, axes=1)
+    order = np.argsort(X, axis=0, kind="stable")[k:n - k]
+    kept = np.take_along_axis(X, order, axis=0)
+    wk = w[order]
+    return (kept * wk).sum(axis=0) / wk.sum(axis=0)
+
+
 def clip_norms(X: np.ndarray, factor: float = 3.0, reference: float | None = None) -> np.ndarray:
     """Scale down uploads whose Frobenius norm exceeds `factor` times the median norm (or `reference`)."""
     norms = np.sqrt((X.reshape(len(X), -1) ** 2).sum(axis=1))

@@ -87,15 +87,6 @@ def global_standardisation(
     return mean, scale, zero
 
 
-def trace_from_summary(summary: tuple[int, np.ndarray, np.ndarray], mean: np.ndarray, scale: np.ndarray) -> float:
-    """tr(C_i) of a client from what it sent for the global statistics (count, sum, sum of squares):
-    the server can bound that client's later uploads with it, without any of its data."""
-    n, total, sumsq = summary
-    if n == 0:
-        return 0.0
-    return float(np.sum((sumsq / n - 2 * mean * total / n + mean**2) / scale**2))
-
-
 @dataclass
 class Preprocessor:
     """Maps raw records onto the model's standardised feature space (and back, for explanations)."""

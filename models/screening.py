@@ -6,15 +6,14 @@ A device reports numbers about data nobody else can see (record counts, sums, hi
 - a claim that no honest device could make is refused (`check_summary`, `check_histogram`);
 - a count is capped at a multiple of the federation's median and each device's share of the total
   weight at `max_share` (`capped_weights`), so claiming 10^12 records buys no more than a big device has;
-- the standardisation and the threshold are trimmed means over devices (`robust_standardisation`,
-  `robust_threshold`): the `trim` share of the most extreme devices on either side (at least one each
-  side once there are three) is left out per coordinate, so one device's claim moves them at most by the
-  spread of the honest ones divided by their number;
-- each device's trace bound (what FedMM's plausibility check measures uploads against) is capped at a
-  multiple of the median trace.
+- the standardisation has bounded influence (`robust_standardisation`): against the pooled statistics of
+  the other devices, one device may raise a feature's pooled variance by at most a factor 1 + `influence`;
+- the threshold is a trimmed mean over devices of their own error quantiles (`robust_threshold`);
+- a finished model must pass `model_problem` to be promoted.
 
-The simulator and the coordinator call the same functions, so a simulated federation and a deployed one
-compute the same model.
+The per-device diagonal of C_i the statistics phase yields is what FedMM checks uploads against
+(models.pca.fedmm.admissible_scale). The simulator and the coordinator call the same functions, so a
+simulated federation and a deployed one compute the same model.
 """
 
 from __future__ import annotations
@@ -23,14 +22,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from models.aggregation import trimmed_weighted_mean
 from models.threshold import EDGES, quantile_from_histogram
 
 #: |signed_log1p(x)| for every finite float64 x is below this: a larger transformed value is a lie
 LOG_BOUND = 710.0
 #: without the log transform, values must stay clear of overflow when squared and summed
 RAW_BOUND = 1e100
-#: a variance this small (a 10 % spread in log1p units) is "none" when bounding a device's influence: a
-#: feature only one device varies on is not refused, and a liar can make its scale no larger than this
+#: a variance this small (a 10 % spread in log1p units) counts as "none" when bounding a device's influence:
+#: a feature that only one device varies on is then bounded by this floor instead of by zero
 VARIANCE_FLOOR = 0.01
 
 
@@ -46,28 +46,6 @@ class Guard:
 
 
 DEFAULT_GUARD = Guard()
-
-
-def trim_count(n: int, trim: float) -> int:
-    """Devices left out on each side: floor(trim n), at least one once there are three."""
-    if trim <= 0 or n < 3:
-        return 0
-    return min(max(1, int(np.floor(trim * n))), (n - 1) // 2)
-
-
-def trimmed_weighted_mean(X: np.ndarray, w: np.ndarray, trim: float) -> np.ndarray:
-    """Per coordinate (axis 0 is the device), the weighted mean of the values left after dropping the
-    k lowest and k highest devices (k = `trim_count`)."""
-    X = np.asarray(X, dtype=float)
-    w = np.asarray(w, dtype=float)
-    n = X.shape[0]
-    k = trim_count(n, trim)
-    if k == 0:
-        return np.tensordot(w / w.sum(), X, axes=1)
-    order = np.argsort(X, axis=0, kind="stable")[k:n - k]
-    kept = np.take_along_axis(X, order, axis=0)
-    wk = w[order]
-    return (kept * wk).sum(axis=0) / wk.sum(axis=0)
 
 
 def capped_weights(counts: np.ndarray, guard: Guard) -> np.ndarray:

@@ -30,11 +30,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from models.aggregation import trimmed_weighted_mean
 from models.federated import State
 from models.linalg import orth, top_eigvecs
 from models.pca.base import PCAAlgorithm
 from models.pca.quantize import quantize_with_feedback, quantized_bytes
-from models.screening import trimmed_weighted_mean
 
 #: "mean": seed 003's weighted mean of the clients' statistics; "trimmed": FedSentry's hardening, a
 #: coordinate-wise trimmed weighted mean over clients, so that one client cannot steer the basis

@@ -19,8 +19,8 @@ def make(tmp_path, rng, name="dev-1"):
 
 def round_msg(rnd, sampled, Z, init):
     meta = {"phase": "train", "algorithm": "fedpg", "rank": 2, "params": {}, "features": ["a", "b", "c", "d"],
-            "sampled": sampled, "mean_count": 50.0, "log_transform": True}
-    arrays = {"Z": Z, "init.Z": init, "mean": np.full(4, 2.0), "scale": np.ones(4)}
+            "sampled": sampled, "log_transform": True}
+    arrays = {"Z": Z, "init.Z": init, "mean": np.full(4, 2.0), "scale": np.ones(4), "weights": np.ones(len(sampled))}
     return decode(encode(Envelope("round", "j", rnd, "coordinator", arrays, meta)))
 
 

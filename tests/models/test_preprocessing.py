@@ -51,10 +51,11 @@ def test_preprocessor_round_trips_through_dict(rng):
 
 
 def test_trace_from_the_statistics_summary_equals_the_second_moments_trace(rng):
-    from models.preprocessing import trace_from_summary
+    """What the server bounds a client's uploads with (models.screening), from its summary alone."""
+    from models.screening import Guard, federation_statistics, stack_summaries
 
     parts = [rng.standard_normal((n, 4)) * [1, 5, 2, 3] + 2 for n in (20, 7)]
     moments = [Moments.of(p) for p in parts]
-    mean, scale, _ = global_standardisation([m.summary() for m in moments])
-    for m in moments:
-        assert np.isclose(trace_from_summary(m.summary(), mean, scale), np.trace(m.second_moment(mean, scale)))
+    fed = federation_statistics(*stack_summaries([m.summary() for m in moments]), Guard(max_share=1.0))
+    for i, m in enumerate(moments):
+        assert np.isclose(fed.trace[i], np.trace(m.second_moment(fed.mean, fed.scale)))

@@ -190,7 +190,7 @@ def test_poison_pill_alerts_are_refused_alone_and_the_coordinator_keeps_storing(
     # and the coordinator's own subscription is in place once it has seen this device's status (a raw client
     # does not resend what nobody received, as an agent would)
     online = Envelope("status", "", 0, "pill-1", {}, {"online": True})
-    client.publish(agent_topic("pill-1", "status"), online.encode(), qos=1)
+    client.publish(agent_topic("pill-1", "status"), online.encode(), qos=1, retain=True)  # as agents do
     wait_until(lambda: "pill-1" in coordinator.online_devices(), 30, "the coordinator subscribed")
 
     def alert(**kw):

@@ -56,8 +56,7 @@ def test_ten_thousand_malformed_envelopes(tmp_path):
     with c.sessions() as s:
         runner = PCAJob(s.get(Job, "job"), c.sessions, lambda *a: None, "t")
     runner.participants = runner.sampled = ["dev-1", "dev-2"]
-    runner.info = {"features": features, "mean": [0.0] * D, "scale": [1.0] * D, "counts": [10.0, 10.0],
-                   "mean_count": 10.0}
+    runner.info = {"features": features, "mean": [0.0] * D, "scale": [1.0] * D, "counts": [10.0, 10.0]}
     runner.rng = np.random.default_rng(0)
     runner.server, runner.broadcast = runner.algorithm().init_server(2, runner.rng)
     runner.phase, runner.round = "train", 1

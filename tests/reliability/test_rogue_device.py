@@ -61,8 +61,7 @@ class Rogue(PCAParticipant):
                            env.arrays["scale"])
         V = np.linalg.svd(pre.transform(self.attack_records), full_matrices=False)[2][:3].T
         trace = float(np.trace(data["C"][0]))
-        weight = 1e12 / float(env.meta["mean_count"])
-        return {"C": (trace * V @ V.T / 3)[None], "weight": np.array([weight])}
+        return {"C": (trace * V @ V.T / 3)[None], "weight": data["weight"]}
 
     def _threshold(self, env: Envelope) -> Envelope | None:  # type: ignore[override]
         reply = super()._threshold(env)
