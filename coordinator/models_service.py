@@ -10,18 +10,24 @@ from collections.abc import Callable
 from sqlalchemy import select
 
 from coordinator.db import ModelVersion
-from models.families import family
+from models.families import FAMILIES, family
 from wire.protocol import model_topic
 
 
+def slot_types(job_type: str) -> list[str]:
+    """The job types whose models replace each other's (pca and gmm: the anomaly model agents score with)."""
+    slot = family(job_type).slot
+    return [name for name, f in FAMILIES.items() if f.slot == slot]
+
+
 def promote(sessions, model_id: int) -> ModelVersion:
-    """Mark one version promoted (the only one of its type); the coordinator then publishes it."""
+    """Mark one version promoted (the only one of its slot); the coordinator then publishes it."""
     with sessions.begin() as s:
         mv = s.get(ModelVersion, model_id)
         if mv is None:
             raise KeyError(f"no model version {model_id}")
-        s.query(ModelVersion).filter(ModelVersion.type == mv.type, ModelVersion.id != mv.id).update(
-            {"promoted": False})
+        s.query(ModelVersion).filter(ModelVersion.type.in_(slot_types(mv.type)), ModelVersion.id != mv.id).update(
+            {"promoted": False}, synchronize_session=False)
         mv.promoted, mv.published = True, False
     return mv
 
@@ -33,7 +39,7 @@ def publish_promoted(sessions, publish: Callable[[str, bytes, bool], None]) -> i
                                                             ModelVersion.published.is_(False))))
         for mv in pending:
             payload = family(mv.type).load_runner().model_payload(mv)
-            if payload is not None:  # agents use it (pca); others are served by the API (recsys)
-                publish(model_topic(mv.type), payload, True)
+            if payload is not None:  # agents use it (pca, gmm); others are served by the API (recsys)
+                publish(model_topic(family(mv.type).slot), payload, True)
             mv.published = True
     return len(pending)

@@ -26,8 +26,8 @@ from typing import Any, Literal
 import numpy as np
 import paho.mqtt.client as mqtt
 
+from edge_agent.detector_participant import TrainingBuffer
 from edge_agent.participant import Participant
-from edge_agent.pca_participant import TrainingBuffer
 from edge_agent.scorer import Scorer
 from edge_agent.sources import Batch, SchemaError, ZeekFollower, csv_source, select
 from edge_agent.store import AgentStore, Outbox
@@ -78,7 +78,7 @@ class Agent:
                 self.buffer.add(b)
             self.buffer.save()
         # the job families this agent has data for, each with its participant (models.families)
-        local: dict[str, tuple[Any, ...]] = {"pca": (self.buffer,)}
+        local: dict[str, tuple[Any, ...]] = {"pca": (self.buffer,), "gmm": (self.buffer,)}
         if ratings is not None:  # a ratings shard: this agent takes part in recommendation jobs
             local["recsys"] = tuple(ratings)
         self.participants: dict[str, Participant] = {
@@ -114,7 +114,7 @@ class Agent:
         if reason_code.is_failure:
             log.error("agent=%s broker refused the connection: %s", self.cfg.agent_id, reason_code)
             return
-        client.subscribe([(JOB_SUBSCRIPTION, 1), (model_topic("pca"), 1), (self.topic("ack"), 1)])
+        client.subscribe([(JOB_SUBSCRIPTION, 1), (model_topic(), 1), (self.topic("ack"), 1)])
         status = Envelope("status", "", 0, self.cfg.agent_id, {}, {"online": True, "records": self.buffer.seen,
                                                                   "jobs": sorted(self.participants)})
         client.publish(self.topic("status"), status.encode(), qos=1, retain=True)

@@ -14,8 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from models.detector import PCADetector
-from wire.model import detector_from_envelope
+from wire.model import Detector, detector_from_envelope
 from wire.protocol import Envelope
 
 
@@ -69,7 +68,7 @@ class RateLimiter:
 class Scorer:
     def __init__(self, agent_id: str, burst: int = 20, window: float = 60.0):
         self.id = agent_id
-        self.detector: PCADetector | None = None
+        self.detector: Detector | None = None
         self.model_job, self.model_version = "", 0
         self.limiter = RateLimiter(burst, window)
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from models.jobspec import JobSpec
+from models.mixture.spec import MixtureJobSpec
 from models.params import SettingError
 from models.pca.spec import PCAJobSpec
 from models.recsys.spec import RecsysJobSpec
@@ -27,6 +28,12 @@ class JobFamily:
     runner: str  # "package.module:Class" of the coordinator's JobRunner
     participant: str  # "package.module:Class" of the agent's Participant
     summary: str = ""
+    #: families that share a slot replace each other's promoted model (agents score with one anomaly model)
+    model_slot: str = ""
+
+    @property
+    def slot(self) -> str:
+        return self.model_slot or self.name
 
     @property
     def algorithms(self) -> Mapping[str, type]:
@@ -46,7 +53,11 @@ def _load(path: str) -> Any:
 
 FAMILIES: dict[str, JobFamily] = {
     "pca": JobFamily("pca", PCAJobSpec, "coordinator.pca_job:PCAJob", "edge_agent.pca_participant:PCAParticipant",
-                     "federated PCA anomaly detection: agents name the features they provide"),
+                     "federated PCA anomaly detection: agents name the features they provide", "anomaly"),
+    "gmm": JobFamily("gmm", MixtureJobSpec, "coordinator.mixture_job:MixtureJob",
+                     "edge_agent.mixture_participant:MixtureParticipant",
+                     "federated Gaussian-mixture anomaly detection (FedMM on EM statistics): agents name the "
+                     "features they provide", "anomaly"),
     "recsys": JobFamily("recsys", RecsysJobSpec, "coordinator.recsys_job:RecsysJob",
                         "edge_agent.recsys_participant:RecsysParticipant",
                         "federated recommendation: agents hold ratings shards; the job names the item catalogue"),

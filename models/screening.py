@@ -156,6 +156,31 @@ def robust_threshold(histograms: list[tuple[np.ndarray, np.ndarray]], weight: np
     return float(np.exp(trimmed_weighted_mean(logs[:, None], np.asarray(weight, dtype=float)[some], trim)[0]))
 
 
+def exceedance_threshold(histograms: list[tuple[np.ndarray, np.ndarray]], weight: np.ndarray, q: float,
+                         trim: float) -> float:
+    """The label-free threshold as the error at which a trimmed weighted mean over devices of the share of
+    each device's records above it falls to 1 - q: the pooled q-quantile when devices agree, and one device
+    moves it at most as far as the others' exceedance curves allow. Unlike the mean of per-device
+    quantiles, it keeps the promised false-positive rate when devices' error scales differ (non-i.i.d.
+    traffic scored by a detector that fits each region closely)."""
+    some = np.array([int(np.sum(c)) > 0 for _, c in histograms], dtype=bool)
+    if not some.any():
+        raise ValueError("no errors to take a quantile of")
+    used = np.unique(np.concatenate([np.asarray(b, dtype=np.int64) for (b, _), s in zip(histograms, some) if s]))
+    dense = np.zeros((int(some.sum()), len(used)))
+    for row, (b, c) in enumerate(h for h, s in zip(histograms, some) if s):
+        dense[row, np.searchsorted(used, b)] = c
+    # share of each device's records in bins above each used bin
+    above = 1.0 - np.cumsum(dense, axis=1) / dense.sum(axis=1, keepdims=True)
+    curve = trimmed_weighted_mean(above, np.asarray(weight, dtype=float)[some], trim)
+    i = int(np.searchsorted(-curve, -(1 - q), side="left"))  # first bin whose exceedance is <= 1 - q
+    i = min(i, len(used) - 1)
+    before = curve[i - 1] if i > 0 else 1.0
+    frac = (before - (1 - q)) / (before - curve[i]) if before > curve[i] else 1.0
+    lo, hi = EDGES[used[i]], EDGES[used[i] + 1]
+    return float(lo * (hi / lo) ** float(np.clip(frac, 0.0, 1.0)))
+
+
 @dataclass
 class Federation:
     """What the statistics phase establishes: the standardisation, each device's weight (mean 1), and the

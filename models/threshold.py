@@ -40,3 +40,20 @@ def federated_quantile(client_errors: list[np.ndarray], q: float) -> float:
     """Quantile over all clients' errors, from their histograms alone."""
     counts = np.sum([error_histogram(e) for e in client_errors], axis=0)
     return quantile_from_histogram(counts, q)
+
+
+def sparse_histogram(errors: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """What a device sends for the threshold: the non-empty bins of its errors' histogram and their counts."""
+    counts = error_histogram(errors)
+    nz = np.flatnonzero(counts)
+    return nz.astype(np.int32), counts[nz].astype(np.int64)
+
+
+def holdout_mask(n: int, share: float) -> np.ndarray:
+    """Which of a device's n training records are held out (every round(1/share)-th one, so the split needs
+    no generator and is the same in the simulator and on the device): the records a detector that can
+    over-fit its training records takes its threshold from."""
+    if share <= 0:
+        return np.zeros(n, dtype=bool)
+    step = max(2, int(round(1 / share)))
+    return np.arange(n) % step == step - 1

@@ -47,9 +47,13 @@ def job_topic(job: str) -> str:
     return f"{PREFIX}/jobs/{job}/round"
 
 
-def model_topic(job_type: str = "pca") -> str:
-    """Retained: the promoted model agents score with."""
-    return f"{PREFIX}/models/{job_type}"
+#: the model slot every anomaly-detection family (pca, gmm) promotes into: an agent scores with one model
+ANOMALY_MODELS = "anomaly"
+
+
+def model_topic(slot: str = ANOMALY_MODELS) -> str:
+    """Retained: the promoted model of a slot (agents score with the anomaly slot's)."""
+    return f"{PREFIX}/models/{slot}"
 
 
 def agent_topic(agent: str, what: str) -> str:

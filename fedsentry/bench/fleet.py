@@ -252,8 +252,8 @@ def agent_memory(records: int = 200_000) -> dict[str, Any]:
         client, b = make_client("bench-publisher", broker.url, broker.username, broker.password, clean_session=True)
         client.connect(b.host, b.port)
         client.loop_start()
-        env = model_envelope("bench", 1, det.components_, det.preprocessor_, det.threshold_)
-        client.publish(model_topic("pca"), env.encode(), qos=1, retain=True).wait_for_publish(5)
+        env = model_envelope("bench", 1, det)
+        client.publish(model_topic(), env.encode(), qos=1, retain=True).wait_for_publish(5)
         proc = subprocess.Popen([sys.executable, "-m", "fedsentry.cli", "agent", "--broker", broker.url, "--id",
                                  "mem-agent", "--csv", str(tmp / "replay.csv"), "--state-dir", str(tmp / "state"),
                                  "--wait-for-model", "--exit-after-replay"],

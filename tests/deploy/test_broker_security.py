@@ -108,11 +108,11 @@ def test_a_device_cannot_publish_under_another_id(secure):
     wait_until(lambda: codes, 5, "PUBACK")
     assert codes == [135]
     # nor may it write to the coordinator's topics
-    a.publish("fedsentry/v1/models/pca", b"forged", qos=1, retain=True).wait_for_publish(5)
+    a.publish("fedsentry/v1/models/anomaly", b"forged", qos=1, retain=True).wait_for_publish(5)
     time.sleep(0.5)
     got = []
     sub.on_message = lambda c, u, m: got.append(m.payload)
-    sub.subscribe("fedsentry/v1/models/pca", qos=1)
+    sub.subscribe("fedsentry/v1/models/anomaly", qos=1)
     time.sleep(0.5)
     assert b"forged" not in got
     for c in (sub, a, a5):

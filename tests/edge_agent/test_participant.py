@@ -2,7 +2,8 @@
 
 import numpy as np
 
-from edge_agent.pca_participant import PCAParticipant, TrainingBuffer
+from edge_agent.detector_participant import TrainingBuffer
+from edge_agent.pca_participant import PCAParticipant
 from edge_agent.sources import Batch
 from edge_agent.store import AgentStore
 from models.linalg import orth

@@ -13,11 +13,13 @@ import pytest
 from coordinator.db import Job as JobRow
 from coordinator.db import ModelVersion, make_engine, migrate, session_factory, unpack
 from coordinator.jobs import create_job
-from edge_agent.pca_participant import TrainingBuffer
+from edge_agent.detector_participant import TrainingBuffer
 from edge_agent.sources import Batch
 from edge_agent.store import AgentStore
 from models.families import FAMILIES, family, job_spec
 from models.partition import partition
+from models.mixture import FEDERATED as GMM
+from models.mixture.simulator import simulate_mixture
 from models.pca import FEDERATED as PCA
 from models.recsys import FEDERATED as RECSYS
 from models.recsys.data import from_triples, split_users, train_test_split
@@ -34,13 +36,15 @@ N_PCA, N_RECSYS = 12, 5
 PCA_CASES = [("fedpe", {}), ("fedpg", {}), ("fedmm", {}), ("fedpg", {"aggregator": "median"}),
              ("fedpe", {"aggregator": "trimmed", "trim": 0.2}), ("fedmm", {"bits": 8}),
              ("fedmm", {"transport": False})]
+GMM_CASES = [("fedem", {"components": 4, "reg": 1e-2}), ("fedem", {"components": 3, "float32": False})]
 RECSYS_CASES = [("fedmc-admm", {}), ("fedmc-admm", {"regularizer": "l1"}), ("fedmavg", {}),
                 ("altgdmin", {"power_iterations": 3})]
 
 
 def test_every_registered_algorithm_is_covered():
     assert {a for a, _ in PCA_CASES} == set(PCA) and {a for a, _ in RECSYS_CASES} == set(RECSYS)
-    assert set(FAMILIES) == {"pca", "recsys"}
+    assert {a for a, _ in GMM_CASES} == set(GMM)
+    assert set(FAMILIES) == {"pca", "gmm", "recsys"}
 
 
 class Loopback:
@@ -81,14 +85,14 @@ def traffic():
     return data.feature_names, [X[i] for i in idx]
 
 
-def pca_participants(tmp_path, features, parts) -> list:
-    """One PCA participant per partition, each with its records in its training buffer."""
+def pca_participants(tmp_path, features, parts, job_type: str = "pca") -> list:
+    """One participant per partition, each with its records in its training buffer."""
     out = []
     for i, X in enumerate(parts):
         store = AgentStore(tmp_path / f"dev-{i:02d}")
         buffer = TrainingBuffer(store)
         buffer.add(Batch(features, X))
-        out.append(family("pca").load_participant()(f"dev-{i:02d}", store, buffer))
+        out.append(family(job_type).load_participant()(f"dev-{i:02d}", store, buffer))
     return out
 
 
@@ -107,6 +111,27 @@ def test_pca_deployment_equals_simulation(tmp_path, traffic, algorithm, params):
     Z = unpack(mv.arrays)["Z"]
     np.testing.assert_allclose(Z, sim.Z, atol=1e-9)
     assert mv.info["threshold"] == pytest.approx(federated_threshold(clients, sim.Z, 0.99), rel=1e-9)
+
+
+@pytest.mark.parametrize(("algorithm", "params"), GMM_CASES, ids=[f"{a}{p}" for a, p in GMM_CASES])
+def test_mixture_deployment_equals_simulation(tmp_path, traffic, algorithm, params):
+    features, parts = traffic
+    rounds, fraction = 6, 0.3
+    participants = pca_participants(tmp_path, features, parts, "gmm")
+    settings = {"features": features, "rounds": rounds, "fraction": fraction, "seed": 3, "algorithm_params": params}
+    mv = Loopback(tmp_path, "gmm", algorithm, settings, participants).run()
+
+    X = np.vstack(parts)
+    sim = simulate_mixture(parts, X, np.zeros(len(X)), features, algorithm, rounds, fraction, seed=3, params=params,
+                           device_ids=[p.id for p in participants])
+    stored = unpack(mv.arrays)
+    m = sim["detector"].mixture_
+    np.testing.assert_allclose(stored["weights"], m.weights, atol=1e-9)
+    np.testing.assert_allclose(stored["means"], m.means, atol=1e-9)
+    np.testing.assert_allclose(stored["prec_chol"], m.prec_chol, atol=1e-9)
+    assert mv.info["detector"] == "gmm"
+    assert mv.info["threshold"] == pytest.approx(sim["threshold"], rel=1e-9)
+    assert (m.weights > 1e-3).sum() == params["components"]  # seeding placed every component on data
 
 
 def _shard(r, users):

@@ -1,0 +1,207 @@
+"""What every anomaly-detection job does on the coordinator, whatever its model family:
+
+    stats      every participant sends count / sum / sum of squares -> the global standardisation and
+               each device's capped weight (models.screening)
+    train      the family's rounds (a seeded sample uploads its client step; the algorithm aggregates)
+    threshold  every participant sends a histogram of its errors -> the label-free threshold
+    finished   the model version is stored and promoted (the coordinator then publishes it, retained)
+
+A family (`coordinator.pca_job`, `coordinator.mixture_job`) says what its algorithm is given after the
+statistics phase, what an upload looks like, what a round reports, which records a device histograms and
+how the finished detector is built.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, ClassVar
+
+import numpy as np
+
+from coordinator.db import ModelVersion, pack, unpack
+from coordinator.job_runner import JobRunner
+from models.detection import DetectorJobSpec
+from models.preprocessing import Preprocessor
+from models.screening import (
+    Federation,
+    capped_weights,
+    check_histogram,
+    check_summary,
+    federation_statistics,
+    robust_threshold,
+    value_bound,
+)
+from wire.model import Detector, stored_envelope
+from wire.protocol import Envelope, ProtocolError, expect_arrays
+
+log = logging.getLogger("fedsentry.coordinator")
+
+MAX_UPLOAD_NORM = 1e8
+
+
+class DetectorJob(JobRunner):
+    replies: ClassVar[dict[str, str]] = {"stats": "stats", "train": "upload", "threshold": "histogram"}
+    #: extra count arrays a statistics reply carries (the mixture's held-out count)
+    stats_counts: ClassVar[tuple[str, ...]] = ()
+
+    spec: DetectorJobSpec
+
+    @classmethod
+    def model_payload(cls, mv: ModelVersion) -> bytes | None:
+        return stored_envelope(mv.job_id, mv.version, unpack(mv.arrays), dict(mv.info)).encode()
+
+    # -- what a family decides ------------------------------------------------------------------------
+    def start_algorithm(self, fed: Federation, counts: np.ndarray, total: np.ndarray, sumsq: np.ndarray) -> None:
+        """Set up the server state after the statistics phase (self.server, self.broadcast)."""
+        raise NotImplementedError
+
+    def expected_upload(self) -> dict[str, tuple[int, ...]]:
+        """The shapes of an upload in the current round."""
+        raise NotImplementedError
+
+    def round_metrics(self, before: dict[str, np.ndarray]) -> dict[str, Any]:
+        """What a closed training round reports, given the broadcast before it."""
+        return {}
+
+    def histogram_count(self, sender: str) -> float:
+        """How many records a device's threshold histogram must hold."""
+        return float(self.counts[self.index()[sender]])
+
+    def threshold_from(self, histograms: list[tuple[np.ndarray, np.ndarray]], weights: np.ndarray) -> float:
+        return robust_threshold(histograms, weights, self.spec.quantile, self.spec.device_trim)
+
+    def detector(self, pre: Preprocessor, threshold: float) -> Detector:
+        """The finished model (raises ValueError when it must not be promoted)."""
+        raise NotImplementedError
+
+    def meta(self) -> dict[str, Any]:
+        return {"rank": self.spec.rank, "params": self.spec.algorithm_params, "log_transform": self.spec.log_transform}
+
+    # -- rounds ---------------------------------------------------------------------------------------
+    def content(self, phase: str) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+        meta = self.meta()
+        if phase == "stats":
+            return {}, {**meta, "features": self.spec.features}
+        arrays = {**self.broadcast, **{f"init.{k}": v for k, v in self.initial().items()},
+                  "mean": np.array(self.info["mean"]), "scale": np.array(self.info["scale"])}
+        if phase not in ("stats", "threshold"):  # each sampled device's weight, as capped (in `sampled` order)
+            arrays["weights"] = self.weights(self.sampled)[1]
+        return arrays, {**meta, "features": self.info["features"]}
+
+    def device_weights(self, counts: np.ndarray) -> np.ndarray:
+        return capped_weights(counts, self.spec.guard())
+
+    def initial(self) -> dict[str, np.ndarray]:
+        return unpack(bytes.fromhex(self.info.get("init_blob", "")))
+
+    def follow(self) -> None:
+        rounds = self.spec.rounds
+        if self.phase == "stats" or (self.phase == "train" and self.round < rounds):
+            self.sample("train", self.round + 1)
+        elif self.phase == "train":
+            self.begin("threshold", rounds + 1, self.participants)
+        elif self.phase == "threshold":
+            self.finish()
+
+    # -- replies --------------------------------------------------------------------------------------
+    def validate(self, env: Envelope) -> None:
+        """Nothing a device claims is taken on trust (models.screening): sums that real records could
+        have, an upload of the algorithm's shape with finite values, a histogram of exactly the records
+        it claimed, on the agreed grid."""
+        if self.phase == "stats":
+            d = len(self.spec.features)
+            expect_arrays(env, {"count": (1,), "total": (d,), "sumsq": (d,), **{k: (1,) for k in self.stats_counts}})
+            a = env.arrays
+            if any(a[k].dtype.kind not in "fiu" for k in a):
+                raise ProtocolError("dtype", "statistics must be real numbers")
+            problem = check_summary(float(a["count"][0]), a["total"].astype(float), a["sumsq"].astype(float),
+                                    self.spec.guard(), value_bound(self.spec.log_transform))
+            if problem:
+                raise ProtocolError("value", problem)
+            for k in self.stats_counts:
+                if not 0 <= float(a[k][0]) <= self.spec.max_records:
+                    raise ProtocolError("value", f"{k} must be a count between 0 and {self.spec.max_records}")
+        elif self.phase == "threshold":
+            bins, counts = env.arrays.get("bins"), env.arrays.get("counts")
+            if bins is None or counts is None or set(env.arrays) != {"bins", "counts"}:
+                raise ProtocolError("shape", "a histogram is the arrays bins and counts")
+            problem = check_histogram(bins, counts, self.histogram_count(env.sender))
+            if problem:
+                raise ProtocolError("value", problem)
+        else:
+            expect_arrays(env, self.expected_upload(), max_norm=MAX_UPLOAD_NORM)
+
+    # -- closing rounds -------------------------------------------------------------------------------
+    def close(self, answered: list[str]) -> dict[str, Any]:
+        if self.phase == "stats":
+            return self.close_stats(answered)
+        if self.phase == "threshold":
+            return {"threshold": self.close_threshold(answered)}
+        return self.close_train(answered)
+
+    def close_stats(self, answered: list[str]) -> dict[str, Any]:
+        if not answered:
+            self.fail("no agent answered the statistics phase")
+            return {}
+        self.participants = answered
+        a = [self.pending[p].arrays for p in answered]
+        counts = np.array([float(x["count"][0]) for x in a])
+        total = np.stack([x["total"] for x in a]).astype(float)
+        sumsq = np.stack([x["sumsq"] for x in a]).astype(float)
+        fed = federation_statistics(counts, total, sumsq, self.spec.guard())
+        self.info = {"features": list(self.spec.features), "mean": fed.mean.tolist(), "scale": fed.scale.tolist(),
+                     **{k: [float(x[k][0]) for x in a] for k in self.stats_counts}}
+        self.counts, self.roster_saved = counts.tolist(), False
+        self.rng = np.random.default_rng(self.spec.seed)
+        self.start_algorithm(fed, counts, total, sumsq)
+        self.info["init_blob"] = pack(self.broadcast).hex()
+        return {"records": int(counts.sum()), "weight_capped": int(np.count_nonzero(fed.weight < counts / counts.mean()
+                                                                                     * (1 - 1e-9)))}
+
+    def close_train(self, answered: list[str]) -> dict[str, Any]:
+        alg = self.algorithm()
+        ids, weights = self.weights(answered)
+        uploads = {k: np.stack([self.pending[a].arrays[k] for a in answered]) for k in
+                   (self.pending[answered[0]].arrays if answered else {})}
+        before = self.broadcast
+        self.server, self.broadcast = alg.server_update(self.server, ids, uploads, weights)
+        if self.touched is not None:
+            for k, rows in alg.touched(self.server, ids).items():
+                self.touched[k] = np.union1d(self.touched.get(k, rows[:0]), rows)
+        return self.round_metrics(before)
+
+    def close_threshold(self, answered: list[str]) -> float:
+        if not answered:
+            self.fail("no agent answered the threshold phase")
+            return float("nan")
+        _, weights = self.weights(answered)
+        histograms = [(self.pending[a].arrays["bins"], self.pending[a].arrays["counts"]) for a in answered]
+        try:
+            threshold = self.threshold_from(histograms, weights)
+        except ValueError as e:
+            self.fail(f"no threshold: {e}")
+            return float("nan")
+        features = self.info["features"]
+        pre = Preprocessor(features, np.full(len(features), self.spec.log_transform),
+                           np.array(self.info["mean"]), np.array(self.info["scale"]))
+        try:
+            arrays, info = self.detector(pre, threshold).to_wire()
+        except ValueError as e:
+            self.fail(f"the model failed its sanity check and is not promoted: {e}")
+            return threshold
+        with self.sessions.begin() as s:
+            version = s.query(ModelVersion).filter_by(job_id=self.job_id).count() + 1
+            s.add(ModelVersion(job_id=self.job_id, version=version, type=self.type, round=self.spec.rounds,
+                               arrays=pack(arrays), info=info, published=False))
+        self.info["threshold"] = threshold
+        return threshold
+
+    def finish(self) -> None:
+        from coordinator.models_service import promote
+
+        with self.sessions() as s:
+            mv = s.query(ModelVersion).filter_by(job_id=self.job_id).order_by(ModelVersion.version.desc()).first()
+        promote(self.sessions, mv.id)
+        self.phase = "finished"
+        self.set_job(status="finished", phase="finished")
+        log.info("job=%s finished: threshold=%.4g", self.job_id, self.info.get("threshold", float("nan")))

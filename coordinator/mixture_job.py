@@ -1,0 +1,80 @@
+"""A federated Gaussian-mixture job on the coordinator (FedEM, `models.mixture.fedem`).
+
+    stats      as every detector job (`coordinator.detector_job`), plus each device's held-out count
+    seed       every participant uploads the statistics of its own clusters; the server merges them
+    train      rounds 2..R+1: a seeded sample uploads E-step statistics; incremental EM aggregates
+    threshold  every participant sends a histogram of its held-out records' scores
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar, cast
+
+import numpy as np
+
+from coordinator.detector_job import DetectorJob
+from models.mixture.detector import MixtureDetector
+from models.mixture.fedem import FedEM, standardised_moments
+from models.mixture.spec import MixtureJobSpec
+from models.preprocessing import Preprocessor
+from models.screening import Federation, exceedance_threshold
+from models.threshold import EDGES
+
+
+class MixtureJob(DetectorJob):
+    type = "gmm"
+    replies: ClassVar[dict[str, str]] = {**DetectorJob.replies, "seed": "upload"}
+    stats_counts = ("held",)
+
+    spec: MixtureJobSpec
+
+    def algorithm(self) -> FedEM:
+        return cast(FedEM, self.spec.make_algorithm())
+
+    def meta(self) -> dict[str, Any]:
+        return {**super().meta(), "holdout": self.spec.holdout, "seed": self.spec.seed}
+
+    def start_algorithm(self, fed: Federation, counts: np.ndarray, total: np.ndarray, sumsq: np.ndarray) -> None:
+        alg = self.algorithm()
+        assert self.rng is not None
+        self.server, self.broadcast = alg.init_server(len(counts), self.rng)
+        self.server = alg.attach_bounds(self.server, *standardised_moments(counts, total, sumsq, fed.mean, fed.scale))
+
+    def follow(self) -> None:
+        last = self.spec.rounds + 1  # round 1 seeds, rounds 2..R+1 train
+        if self.phase == "stats":
+            self.begin("seed", 1, self.participants)
+        elif self.phase == "seed" or (self.phase == "train" and self.round < last):
+            self.sample("train", self.round + 1)
+        elif self.phase == "train":
+            self.begin("threshold", last + 1, self.participants)
+        elif self.phase == "threshold":
+            self.finish()
+
+    def expected_upload(self) -> dict[str, tuple[int, ...]]:
+        alg = self.algorithm()
+        return {"R": (alg.components,), "S1": (alg.components, alg.n_features), "S2": (alg.components, alg.packed)}
+
+    def close_train(self, answered: list[str]) -> dict[str, Any]:
+        self._rejected_before = float(self.server.get("rejected", 0))
+        return super().close_train(answered)
+
+    def round_metrics(self, before: dict[str, np.ndarray]) -> dict[str, Any]:
+        weights = self.broadcast["pi"]
+        return {"implausible_uploads": int(float(self.server.get("rejected", 0)) - self._rejected_before),
+                "seeded": int(self.broadcast["stage"]), "components_used": int(np.count_nonzero(weights > 1e-4)),
+                "mean_shift": float(np.abs(self.broadcast["means"] - before["means"]).max())}
+
+    def histogram_count(self, sender: str) -> float:
+        return float(self.info["held"][self.index()[sender]])
+
+    def threshold_from(self, histograms: list[tuple[np.ndarray, np.ndarray]], weights: np.ndarray) -> float:
+        return exceedance_threshold(histograms, weights, self.spec.quantile, self.spec.device_trim)
+
+    def detector(self, pre: Preprocessor, threshold: float) -> MixtureDetector:
+        if int(self.broadcast["stage"]) == 0:
+            raise ValueError("no device answered the seeding round: there is no mixture")
+        if not EDGES[0] < threshold < EDGES[-1]:
+            raise ValueError(f"threshold {threshold!r} outside the score grid ({EDGES[0]:g}..{EDGES[-1]:g})")
+        return MixtureDetector.from_model(self.algorithm().consensus(self.broadcast), pre, threshold,
+                                          quantile=self.spec.quantile)

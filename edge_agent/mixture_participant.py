@@ -1,0 +1,64 @@
+"""An agent's part in a federated Gaussian-mixture job (FedEM, `models.mixture.fedem`).
+
+The device holds out a share of its training records (`models.threshold.holdout_mask`, the job's
+``holdout``): the mixture is fitted on the rest, the threshold histogram is of the held-out records' scores.
+``seed`` (every participant, once): the statistics of its own clusters; ``train``: E-step statistics.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from edge_agent.detector_participant import DetectorParticipant
+from models.mixture.detector import MixtureDetector
+from models.mixture.fedem import FedEM, device_seed
+from models.preprocessing import Preprocessor
+from models.threshold import holdout_mask
+from wire.protocol import Envelope
+
+
+class MixtureParticipant(DetectorParticipant):
+    family = "gmm"
+
+    def problem(self, meta: dict[str, Any]) -> dict[str, int]:
+        return {"n_features": len(meta["features"])}
+
+    def algorithm(self, meta: dict[str, Any]) -> FedEM:
+        alg = super().algorithm(meta)
+        if not isinstance(alg, FedEM):
+            raise TypeError(f"{type(alg).__name__} is not FedEM")
+        return alg
+
+    def phases(self) -> dict[str, Callable[[Envelope], Envelope | None]]:
+        return {**super().phases(), "seed": self._seed}
+
+    def _split(self, meta: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:
+        X = self.buffer.matrix(meta["features"])
+        held = holdout_mask(len(X), float(meta["holdout"]))
+        return X[~held], X[held]
+
+    def records(self, meta: dict[str, Any]) -> np.ndarray:
+        return self._split(meta)[0]
+
+    def stats_extra(self, meta: dict[str, Any]) -> dict[str, np.ndarray]:
+        return {"held": np.array([len(self._split(meta)[1])], dtype=np.int64)}
+
+    def client_data(self, env: Envelope) -> dict[str, np.ndarray]:
+        X = np.empty(1, dtype=object)
+        X[0] = self.preprocessor(env).transform(self.records(env.meta))
+        return {"X": X, "seed": np.array([device_seed(int(env.meta["seed"]), self.id)])}
+
+    def _seed(self, env: Envelope) -> Envelope:
+        """The statistics of this device's own clusters (the algorithm's client step on the seeding broadcast)."""
+        alg = self.algorithm(env.meta)
+        data = self.client_data(env)
+        _, upload = alg.client_update(alg.init_clients(data, self.broadcast(env)), data, self.broadcast(env))
+        return Envelope("upload", env.job, env.round, self.id, {k: v[0] for k, v in upload.items()})
+
+    def threshold_errors(self, env: Envelope, pre: Preprocessor) -> np.ndarray:
+        mixture = self.algorithm(env.meta).consensus(self.broadcast(env))
+        det = MixtureDetector.from_model(mixture, pre, 1.0)
+        return np.asarray(det.score_samples(self._split(env.meta)[1]))

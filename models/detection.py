@@ -1,0 +1,42 @@
+"""What every anomaly-detection job family shares: the feature list, the preprocessing, the label-free
+threshold and how far one device is trusted. PCA (`models.pca.spec`) and mixtures (`models.mixture.spec`)
+add their own settings."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+from models.jobspec import JobSpec, check
+from models.screening import Guard
+
+
+@dataclass
+class DetectorJobSpec(JobSpec):
+    required: ClassVar[dict[str, str]] = {"features": "the feature names its agents provide"}
+
+    features: list[str] = field(default_factory=list)
+    quantile: float = 0.99
+    log_transform: bool = True
+    # how far one device is trusted (models.screening.Guard)
+    max_records: int = Guard.max_records
+    count_cap: float = Guard.count_cap
+    max_share: float = Guard.max_share
+    influence: float = Guard.influence
+    device_trim: float = Guard.device_trim
+
+    def check_family(self) -> None:
+        check(2 <= len(self.features) <= 1000, "features", f"a {self.family} job needs 2 to 1000 feature names its "
+              "agents provide")
+        check(len(set(self.features)) == len(self.features) and all(0 < len(f) <= 128 for f in self.features),
+              "features", "must be distinct non-empty names of at most 128 characters")
+        check(0 < self.quantile < 1, "quantile", "must be in (0, 1)")
+        check(1 <= self.max_records <= 10**12, "max_records", "must be between 1 and 10^12")
+        check(1 <= self.count_cap <= 1e6, "count_cap", "must be between 1 and 10^6 (times the median count)")
+        check(0 < self.max_share <= 1, "max_share", "must be in (0, 1]")
+        check(0 < self.influence <= 1e6, "influence", "must be in (0, 10^6] (how much one device may raise a "
+              "feature's pooled variance, as a factor minus 1)")
+        check(0 <= self.device_trim < 0.5, "device_trim", "must be in [0, 0.5)")
+
+    def guard(self) -> Guard:
+        return Guard(self.max_records, self.count_cap, self.max_share, self.influence, self.device_trim)

@@ -1,0 +1,184 @@
+"""The mixture detector: negative log-likelihood under a Gaussian mixture of standardised records.
+
+Shaped like `models.detector.PCADetector` (and scikit-learn / PyOD): ``score_samples`` (higher is more
+anomalous), ``decision_function``, ``predict``, ``explain``, ``threshold_``, ``to_dict``/``from_dict``.
+
+The score is NLL(x) - floor, where floor = -log max_k N_k(mu_k) bounds the NLL of any record from below, so
+scores are never negative and the devices' histograms share the log-scale grid of `models.threshold`.
+
+Explanation of a flagged record, under the component that is most responsible for it (k*): for every
+feature j, how much of the record's Mahalanobis distance goes away if x_j is replaced by its conditional
+mean given the other features, E[x_j | x_-j] = x_j - (Lambda (x - mu))_j / Lambda_jj; that reduction is
+(Lambda (x - mu))_j^2 / Lambda_jj. The features with the largest share are reported, with the observed value
+and the conditional mean, both in original units.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from models.mixture.gmm import Mixture, component_log_prob, e_step, hard_stats, kmeans, logsumexp_rows, m_step
+from models.preprocessing import Moments, Preprocessor, global_standardisation, signed_log1p
+from models.threshold import federated_quantile
+
+MODEL_VERSION = 1
+_CHUNK = 1024
+
+
+class MixtureDetector:
+    def __init__(self, components: int = 32, reg: float = 1e-3, quantile: float = 0.99, log_transform: bool = True,
+                 n_explain: int = 3, max_iter: int = 100, seed: int = 0):
+        self.components, self.reg, self.quantile = components, reg, quantile
+        self.log_transform, self.n_explain, self.max_iter, self.seed = log_transform, n_explain, max_iter, seed
+
+    # -- fitting -----------------------------------------------------------------------------------
+    def fit(self, X: np.ndarray, feature_names: list[str] | None = None,
+            X_holdout: np.ndarray | None = None) -> MixtureDetector:
+        """Centralised fit on pooled records (the reference of the federated training): k-means++ start,
+        then EM to convergence. The threshold is the quantile of the scores of X_holdout (of X when None)."""
+        X = np.asarray(X, dtype=float)
+        names = feature_names or [f"f{j}" for j in range(X.shape[1])]
+        mask = np.full(X.shape[1], self.log_transform)
+        m = Moments.of(signed_log1p(X, mask))
+        mean, scale, _ = global_standardisation([m.summary()])
+        pre = Preprocessor(names, mask, mean, scale)
+        mixture = fit_em(pre.transform(X), self.components, self.reg, np.random.default_rng(self.seed), self.max_iter)
+        self._set(mixture, pre, 0.0)
+        ref = X if X_holdout is None else X_holdout
+        self.threshold_ = federated_quantile([np.asarray(self.score_samples(ref))], self.quantile)
+        return self
+
+    @classmethod
+    def from_model(cls, mixture: Mixture, preprocessor: Preprocessor, threshold: float,
+                   **params: Any) -> MixtureDetector:
+        det = cls(components=mixture.n_components, **params)
+        det._set(mixture, preprocessor, threshold)
+        return det
+
+    def _set(self, m: Mixture, pre: Preprocessor, threshold: float) -> None:
+        if m.n_features != pre.n_features:
+            raise ValueError(f"the mixture has {m.n_features} features but the preprocessing has {pre.n_features}")
+        problem = mixture_problem(m)
+        if problem:
+            raise ValueError(problem)
+        self.mixture_, self.preprocessor_ = m, pre
+        self.threshold_ = float(threshold)
+        self.feature_names_ = list(pre.feature_names)
+        K, d = m.means.shape
+        # scoring in float32: y_nk = x_n L_k - mu_k L_k for all k in one matrix product
+        self._L = np.ascontiguousarray(np.transpose(m.prec_chol, (1, 0, 2)).reshape(d, K * d), dtype=np.float32)
+        self._offset = np.einsum("kd,kde->ke", m.means, m.prec_chol).reshape(K * d).astype(np.float32)
+        self._log_norm = m.log_norm()
+        self.floor_ = m.floor()
+        self._precision = np.einsum("kij,klj->kil", m.prec_chol, m.prec_chol)
+
+    # -- scoring -----------------------------------------------------------------------------------
+    def score_samples(self, X: np.ndarray) -> np.ndarray | float:
+        X = np.asarray(X, dtype=float)
+        if X.shape[-1] != len(self.feature_names_):
+            raise ValueError(f"expected {len(self.feature_names_)} features, got {X.shape[-1]}")
+        if X.ndim == 1:
+            return float(self.score_samples(X[None])[0])  # type: ignore[index]
+        K, d = self.mixture_.means.shape
+        out = np.empty(X.shape[0])
+        for i in range(0, X.shape[0], _CHUNK):
+            T = self.preprocessor_.transform(X[i: i + _CHUNK]).astype(np.float32)
+            Y = T @ self._L
+            Y -= self._offset
+            Y *= Y
+            q = Y.reshape(len(T), K, d).sum(axis=2, dtype=np.float32)
+            A = self._log_norm - 0.5 * q.astype(float)
+            out[i: i + _CHUNK] = -logsumexp_rows(A) - self.floor_
+        np.maximum(out, 0.0, out=out)
+        return out
+
+    def decision_function(self, X: np.ndarray) -> np.ndarray | float:
+        return self.score_samples(X) - self.threshold_
+
+    def predict(self, X: np.ndarray) -> np.ndarray:
+        return np.asarray(self.decision_function(X) > 0).astype(int)
+
+    def explain(self, X: np.ndarray, top: int | None = None) -> list[list[dict[str, Any]]]:
+        """Per record, the features that carry most of its distance under its most responsible component,
+        with observed and expected (conditional mean) values in original units."""
+        top = top or self.n_explain
+        X = np.atleast_2d(np.asarray(X, dtype=float))
+        T = self.preprocessor_.transform(X)
+        k = component_log_prob(T, self.mixture_).argmax(axis=1)
+        P = self._precision[k]  # (n, d, d)
+        r = np.einsum("nij,nj->ni", P, T - self.mixture_.means[k])
+        diag = np.diagonal(P, axis1=1, axis2=2)
+        contrib = r**2 / diag
+        total = contrib.sum(axis=1, keepdims=True)
+        share = np.divide(contrib, total, out=np.zeros_like(contrib), where=total > 0)
+        expected = self.preprocessor_.inverse_transform(T - r / diag)
+        order = np.argsort(-share, axis=1)[:, :top]
+        return [
+            [
+                {"feature": self.feature_names_[j], "share": round(float(share[i, j]), 4), "value": float(X[i, j]),
+                 "expected": float(expected[i, j]), "component": int(k[i])}
+                for j in order[i]
+            ]
+            for i in range(X.shape[0])
+        ]
+
+    # -- persistence -------------------------------------------------------------------------------
+    def to_wire(self) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+        """Arrays and metadata of the model envelope (wire.model)."""
+        pre = self.preprocessor_
+        return ({"weights": self.mixture_.weights, "means": self.mixture_.means, "prec_chol": self.mixture_.prec_chol,
+                 "mean": pre.mean, "scale": pre.scale, "log_mask": pre.log_mask.astype(np.uint8)},
+                {"detector": "gmm", "features": list(pre.feature_names), "threshold": self.threshold_})
+
+    @classmethod
+    def from_wire(cls, arrays: dict[str, np.ndarray], meta: dict[str, Any]) -> MixtureDetector:
+        pre = Preprocessor(list(meta["features"]), arrays["log_mask"].astype(bool), arrays["mean"], arrays["scale"])
+        m = Mixture(np.asarray(arrays["weights"], float), np.asarray(arrays["means"], float),
+                    np.asarray(arrays["prec_chol"], float))
+        return cls.from_model(m, pre, float(meta["threshold"]))
+
+    def to_dict(self) -> dict[str, Any]:
+        arrays, meta = self.to_wire()
+        return {"version": MODEL_VERSION, **meta, "quantile": self.quantile,
+                "arrays": {k: v.tolist() for k, v in arrays.items()}}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> MixtureDetector:
+        if d.get("version") != MODEL_VERSION or d.get("detector") != "gmm":
+            raise ValueError(f"not a version-{MODEL_VERSION} mixture model")
+        det = cls.from_wire({k: np.array(v) for k, v in d["arrays"].items()}, d)
+        det.quantile = d.get("quantile", det.quantile)
+        return det
+
+
+def fit_em(T: np.ndarray, K: int, reg: float, rng: np.random.Generator, max_iter: int = 100,
+           tol: float = 1e-4) -> Mixture:
+    """Pooled EM on standardised records from a k-means++ start (stops when the mean log-likelihood
+    gains less than tol)."""
+    _, labels = kmeans(T, K, rng)
+    m = m_step(*hard_stats(T, labels, K), reg)
+    last = -np.inf
+    for _ in range(max_iter):
+        R, S1, S2, ll = e_step(T, m)
+        m = m_step(R, S1, S2, reg)
+        if ll / len(T) - last < tol:
+            break
+        last = ll / len(T)
+    return m
+
+
+def mixture_problem(m: Mixture) -> str | None:
+    """Why a mixture cannot be a model (None when it can): shapes, finiteness, weights, precision factors."""
+    K = len(m.weights)
+    if m.means.ndim != 2 or m.means.shape[0] != K or m.prec_chol.shape != (K, m.means.shape[1], m.means.shape[1]):
+        return "mixture arrays do not agree in shape"
+    if not all(np.isfinite(a).all() for a in (m.weights, m.means, m.prec_chol)):
+        return "the mixture has non-finite numbers"
+    if (m.weights <= 0).any() or abs(m.weights.sum() - 1) > 1e-6:
+        return "mixture weights must be positive and sum to 1"
+    diag = np.diagonal(m.prec_chol, axis1=1, axis2=2)
+    if (diag <= 0).any() or np.abs(np.tril(m.prec_chol, -1)).max(initial=0) > 0:
+        return "precision factors must be upper triangular with a positive diagonal"
+    return None

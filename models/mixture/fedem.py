@@ -1,0 +1,238 @@
+"""FedEM: a Gaussian mixture trained by FedMM on the E-step's sufficient statistics (seed 003, Sec. 2.3 and
+App. C.2: EM is an MM algorithm whose surrogate is linear in those statistics).
+
+Each sampled device uploads, under the broadcast mixture, its statistics per component (R_k, S1_k, S2_k;
+models.mixture.gmm) divided by its record count. The server keeps every device's last upload as a control
+variate and the weighted running sum of them; the M-step on that sum is the next broadcast. With step 1 this
+is incremental EM (Neal and Hinton, 1998): every round replaces the sampled devices' stale statistics by
+fresh ones, the free energy never increases, and under partial participation the fixed points are those of
+pooled EM. Weights are the devices' capped shares (models.screening), as for every other job.
+
+Seeding (the first round with answers; a job asks every participant, as in its statistics phase): EM needs
+a starting mixture, and a random one in 20+ dimensions leaves most components empty. Each device clusters its
+own records (k-means) and uploads the statistics of its clusters, in the same shape as an E-step upload; the
+server merges the clusters of all seeding devices into K by weighted k-means on their means (k-FED, Dennis et
+al. 2021) and takes the M-step of the merged statistics. A device uploads only clusters of at least
+``min_cluster`` records.
+
+Checks (the device's own claims from the statistics phase make every upload checkable): the statistics of
+an upload must add up, over components, to the device's first and second moments reported in the statistics
+phase (sum_k R_k = 1, sum_k S1_k = its mean, diag sum_k S2_k = its mean square); an upload that does not,
+or whose component covariances are not positive semi-definite, is refused.
+"""
+
+from __future__ import annotations
+
+import zlib
+
+import numpy as np
+
+from models.federated import FederatedAlgorithm, State
+from models.mixture.gmm import Mixture, e_step, hard_stats, kmeans, m_step
+
+
+def device_seed(job_seed: int, device: str) -> int:
+    """The seed of a device's own clustering in the seeding rounds (stable across restarts)."""
+    return (int(job_seed) * 1_000_003 + zlib.crc32(device.encode())) % 2**31
+
+
+def mixture_of(broadcast: State) -> Mixture:
+    return Mixture(broadcast["pi"], broadcast["means"], broadcast["prec_chol"])
+
+
+def broadcast_of(m: Mixture, stage: int) -> State:
+    # "pi", not "weights": a round message's "weights" are the devices' (coordinator.detector_job)
+    return {"pi": m.weights, "means": m.means, "prec_chol": m.prec_chol, "stage": np.array(stage)}
+
+
+class FedEM(FederatedAlgorithm):
+    name = "fedem"
+
+    def __init__(self, n_features: int, components: int = 32, reg: float = 1e-3, min_cluster: int = 5,
+                 float32: bool = True, tolerance: float = 1e-3):
+        if not 1 <= components <= 1024:
+            raise ValueError("components must be between 1 and 1024")
+        if not 0 < reg <= 10:
+            raise ValueError("reg must be in (0, 10]")
+        if not 1 <= min_cluster <= 10_000:
+            raise ValueError("min_cluster must be between 1 and 10000")
+        self.n_features, self.components, self.reg = int(n_features), int(components), float(reg)
+        self.min_cluster, self.float32 = int(min_cluster), bool(float32)
+        self.tolerance = float(tolerance)
+
+    @property
+    def packed(self) -> int:
+        d = self.n_features
+        return d * (d + 1) // 2
+
+    # -- start -----------------------------------------------------------------------------------------
+    def init_server(self, n_clients: int, rng: np.random.Generator) -> tuple[State, State]:
+        K, d, p = self.components, self.n_features, self.packed
+        server = {
+            "stage": np.zeros((), dtype=np.int64),  # 0 until the seeding devices' clusters are merged
+            "seed": np.array(rng.integers(2**31)),
+            "slot": np.zeros(n_clients, dtype=np.int64),
+            "R_rows": np.zeros((0, K)), "S1_rows": np.zeros((0, K, d)), "S2_rows": np.zeros((0, K, p)),
+            "rows": np.zeros((), dtype=np.int64),
+            "R": np.zeros(K), "S1": np.zeros((K, d)), "S2": np.zeros((K, p)),
+            "rejected": np.zeros(()),
+        }
+        return server, broadcast_of(self.placeholder(), 0)
+
+    def init_clients(self, data: State, broadcast: State) -> State:
+        return {"nll": np.zeros(len(data["X"]))}
+
+    # -- device ----------------------------------------------------------------------------------------
+    def client_update(self, state: State, data: State, broadcast: State) -> tuple[State, State]:
+        seeding = int(broadcast["stage"]) == 0
+        m = None if seeding else mixture_of(broadcast)
+        Rs, S1s, S2s, nll = [], [], [], []
+        for b, X in enumerate(data["X"]):
+            n = max(len(X), 1)
+            if seeding:
+                R, S1, S2 = self._local_clusters(X, np.random.default_rng(int(data["seed"][b])))
+                ll = 0.0
+            else:
+                assert m is not None
+                R, S1, S2, ll = e_step(X, m)
+            Rs.append(R / n)
+            S1s.append(S1 / n)
+            S2s.append(S2 / n)
+            nll.append(-ll / n)
+        up = {"R": np.stack(Rs), "S1": np.stack(S1s), "S2": np.stack(S2s)}
+        if self.float32:
+            up = {k: v.astype(np.float32) for k, v in up.items()}
+        return {"nll": np.array(nll)}, up
+
+    def _local_clusters(self, X: np.ndarray, rng: np.random.Generator):
+        """Statistics of the device's own k-means clusters of at least min_cluster records each (the
+        rest of its records form no cluster and are not uploaded), padded to K."""
+        K, d = self.components, self.n_features
+        R, S1, S2 = np.zeros(K), np.zeros((K, d)), np.zeros((K, self.packed))
+        k = min(K, len(X) // self.min_cluster)
+        if k >= 1:
+            _, labels = kmeans(X, k, rng)
+            r, s1, s2 = hard_stats(X, labels, k)
+            big = r >= self.min_cluster
+            n_big = int(big.sum())
+            R[:n_big], S1[:n_big], S2[:n_big] = r[big], s1[big], s2[big]
+        return R, S1, S2
+
+    # -- server ----------------------------------------------------------------------------------------
+    def server_update(self, server: State, client_ids: np.ndarray, uploads: State,
+                      weight: np.ndarray) -> tuple[State, State]:
+        ids = np.asarray(client_ids, dtype=np.int64)
+        weight = np.asarray(weight, dtype=float)
+        R, S1, S2 = (np.asarray(uploads[k], dtype=float) for k in ("R", "S1", "S2"))
+        seeding = int(server["stage"]) == 0
+        if "mean_sq" in server and len(ids):
+            ok = self.consistent(R, S1, S2, server["mean"][ids], server["mean_sq"][ids], seeding)
+            server["rejected"] = server["rejected"] + np.count_nonzero(~ok)
+            ids, weight, R, S1, S2 = ids[ok], weight[ok], R[ok], S1[ok], S2[ok]
+        if seeding:
+            return self._seed(server, R * weight[:, None], S1 * weight[:, None, None], S2 * weight[:, None, None])
+        slot = server["slot"][ids]
+        old = slot > 0
+        rows = self._rows_for(server, ids, slot)
+        for name, new in (("R", R), ("S1", S1), ("S2", S2)):
+            w = weight.reshape(-1, *([1] * (new.ndim - 1)))
+            table = server[f"{name}_rows"]
+            if old.any():
+                server[name] = server[name] - table[rows[old]].sum(axis=0)
+            table[rows] = new * w
+            server[name] = server[name] + table[rows].sum(axis=0)
+        m = m_step(server["R"], server["S1"], server["S2"], self.reg)
+        return server, broadcast_of(m, 1)
+
+    def _seed(self, server: State, R: np.ndarray, S1: np.ndarray, S2: np.ndarray) -> tuple[State, State]:
+        """Merge the seeding devices' clusters into K components (or keep seeding while none came)."""
+        keep = R > 0
+        if not keep.any():
+            return server, broadcast_of(self.placeholder(), 0)
+        m = merge_clusters(R[keep], S1[keep], S2[keep], self.components, self.reg,
+                           np.random.default_rng(int(server["seed"])))
+        server["stage"] = np.array(1)
+        return server, broadcast_of(m, 1)
+
+    def placeholder(self) -> Mixture:
+        """What the broadcast carries while seeding (no device scores with it)."""
+        K, d = self.components, self.n_features
+        return Mixture(np.full(K, 1.0 / K), np.zeros((K, d)), np.broadcast_to(np.eye(d), (K, d, d)).copy())
+
+    def consistent(self, R: np.ndarray, S1: np.ndarray, S2: np.ndarray, mean: np.ndarray, mean_sq: np.ndarray,
+                   seeding: bool) -> np.ndarray:
+        """Which uploads add up to the device's statistics-phase claims. Seeding uploads cover only the
+        device's clusters (at most all of its records): their totals may only fall short."""
+        tol = self.tolerance
+        total = R.sum(axis=1)
+        first = S1.sum(axis=1)
+        d = self.n_features
+        diag_idx = np.array([i * d - i * (i - 1) // 2 for i in range(d)])  # positions of (i, i) in triu_pack
+        second = S2[..., diag_idx].sum(axis=1)
+        finite = np.isfinite(R).all(axis=1) & np.isfinite(S1).all(axis=(1, 2)) & np.isfinite(S2).all(axis=(1, 2))
+        nonneg = (R >= 0).all(axis=1) & (S2[..., diag_idx] >= -tol).all(axis=(1, 2))
+        if seeding:
+            ok = (total <= 1 + tol) & (second <= mean_sq * (1 + tol) + tol).all(axis=1)
+        else:
+            scale = np.sqrt(np.maximum(mean_sq, 1e-12))
+            ok = (np.abs(total - 1) <= tol) & (np.abs(first - mean) <= tol * (1 + scale)).all(axis=1) & \
+                (np.abs(second - mean_sq) <= tol * (1 + mean_sq)).all(axis=1)
+        return finite & nonneg & ok
+
+    def attach_bounds(self, server: State, mean: np.ndarray, mean_sq: np.ndarray) -> State:
+        """Each device's standardised mean and mean square, from the statistics phase."""
+        return {**server, "mean": np.asarray(mean, dtype=float), "mean_sq": np.asarray(mean_sq, dtype=float)}
+
+    @staticmethod
+    def _rows_for(server: State, ids: np.ndarray, slot: np.ndarray) -> np.ndarray:
+        fresh = ids[slot == 0]
+        n = int(server["rows"])
+        if len(fresh):
+            need = n + len(fresh)
+            if need > len(server["R_rows"]):
+                cap = max(need, 2 * len(server["R_rows"]), 16)
+                for k in ("R_rows", "S1_rows", "S2_rows"):
+                    grown = np.zeros((cap, *server[k].shape[1:]))
+                    grown[:n] = server[k][:n]
+                    server[k] = grown
+            server["slot"][fresh] = np.arange(n + 1, need + 1)
+            server["rows"] = np.array(need)
+        return server["slot"][ids] - 1
+
+    row_tables = ("slot", "mean", "mean_sq", "R_rows", "S1_rows", "S2_rows")
+
+    def touched(self, server: State, client_ids: np.ndarray) -> dict[str, np.ndarray]:
+        ids = np.asarray(client_ids, dtype=np.int64)
+        rows = server["slot"][ids]
+        rows = rows[rows > 0] - 1
+        return {"slot": ids, "mean": ids[:0], "mean_sq": ids[:0], "R_rows": rows, "S1_rows": rows, "S2_rows": rows}
+
+    def consensus(self, broadcast: State) -> Mixture:
+        return mixture_of(broadcast)
+
+    def upload_bytes(self) -> int:
+        return self.components * (1 + self.n_features + self.packed) * (4 if self.float32 else 8)
+
+
+def merge_clusters(R: np.ndarray, S1: np.ndarray, S2: np.ndarray, K: int, reg: float,
+                   rng: np.random.Generator) -> Mixture:
+    """K components from many clusters' statistics: weighted k-means on the cluster means, then the
+    M-step of each group's summed statistics (sums of statistics are exact)."""
+    means = S1 / R[:, None]
+    _, labels = kmeans(means, K, rng, weights=R)
+    gR = np.bincount(labels, weights=R, minlength=K)
+    gS1 = np.zeros((K, S1.shape[1]))
+    gS2 = np.zeros((K, *S2.shape[1:]))
+    np.add.at(gS1, labels, S1)
+    np.add.at(gS2, labels, S2)
+    return m_step(gR, gS1, gS2, reg)
+
+
+def standardised_moments(count: np.ndarray, total: np.ndarray, sumsq: np.ndarray, mean: np.ndarray,
+                         scale: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each device's mean and mean square of its standardised records, from its statistics-phase claims
+    (count (n,), sum and sum of squares (n, d) of the transformed records) and the global standardisation:
+    what its later uploads must add up to."""
+    n = np.maximum(np.asarray(count, dtype=float), 1.0)[:, None]
+    m1 = total / n
+    return (m1 - mean) / scale, (sumsq / n - 2 * mean * m1 + mean**2) / scale**2

@@ -1,0 +1,175 @@
+"""Gaussian mixture math in numpy: E-step sufficient statistics, M-step, log-densities.
+
+The federated algorithms (models.mixture.fedem) exchange nothing but the sufficient statistics of the
+E-step, per component k: the responsibility mass R_k = sum_n r_nk, the first moment S1_k = sum_n r_nk x_n
+and the second moment S2_k = sum_n r_nk x_n x_n'. Sums of statistics from several devices are the
+statistics of the pooled records, so the M-step on the aggregate is the pooled M-step.
+
+Covariances carry a ridge (``reg``, in standardised units) so that a component that sits on discrete
+values (a flag, a port class) stays non-singular; the same role as scikit-learn's ``reg_covar``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+LOG_2PI = float(np.log(2 * np.pi))
+
+
+@dataclass
+class Mixture:
+    """A fitted mixture: weights (K,), means (K, d) and the Cholesky factors L_k of the precisions
+    (Lambda_k = L_k L_k', upper triangular), which is what scoring needs."""
+
+    weights: np.ndarray
+    means: np.ndarray
+    prec_chol: np.ndarray
+
+    @property
+    def n_components(self) -> int:
+        return len(self.weights)
+
+    @property
+    def n_features(self) -> int:
+        return self.means.shape[1]
+
+    def log_norm(self) -> np.ndarray:
+        """log pi_k - d/2 log 2 pi + log |L_k|: the log-density of component k at its own mean."""
+        logdet = np.log(np.diagonal(self.prec_chol, axis1=1, axis2=2)).sum(axis=1)
+        with np.errstate(divide="ignore"):
+            return np.log(self.weights) - 0.5 * self.n_features * LOG_2PI + logdet
+
+    def floor(self) -> float:
+        """A lower bound on the negative log-likelihood of any record: -log max_k N_k(mu_k) (the weights
+        sum to 1). Scores are NLL - floor, so they are never negative and a log-scale grid holds them."""
+        logdet = np.log(np.diagonal(self.prec_chol, axis1=1, axis2=2)).sum(axis=1)
+        return float(-np.max(-0.5 * self.n_features * LOG_2PI + logdet))
+
+
+def component_log_prob(X: np.ndarray, m: Mixture) -> np.ndarray:
+    """(n, K): log pi_k + log N(x_n | mu_k, Sigma_k)."""
+    K, d = m.means.shape
+    # y_nk = (x_n - mu_k) L_k for every k in one matrix product
+    L = np.transpose(m.prec_chol, (1, 0, 2)).reshape(d, K * d)
+    Y = (X @ L).reshape(len(X), K, d)
+    Y -= np.einsum("kd,kde->ke", m.means, m.prec_chol)
+    return m.log_norm() - 0.5 * np.einsum("nkd,nkd->nk", Y, Y)
+
+
+def logsumexp_rows(A: np.ndarray) -> np.ndarray:
+    top = A.max(axis=1)
+    top = np.where(np.isfinite(top), top, 0.0)
+    return top + np.log(np.exp(A - top[:, None]).sum(axis=1))
+
+
+def e_step(X: np.ndarray, m: Mixture, chunk: int = 4096) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
+    """Sufficient statistics (R (K,), S1 (K, d), S2 (K, d(d+1)/2): the upper triangles of sum r x x') of
+    records X under m, and their total log-likelihood. Works in chunks (bounded memory on a device)."""
+    K, d = m.means.shape
+    R, S1, S2, ll = np.zeros(K), np.zeros((K, d)), np.zeros((K, d * (d + 1) // 2)), 0.0
+    for i in range(0, len(X), chunk):
+        x = X[i: i + chunk]
+        A = component_log_prob(x, m)
+        lse = logsumexp_rows(A)
+        resp = np.exp(A - lse[:, None])
+        R += resp.sum(axis=0)
+        S1 += resp.T @ x
+        S2 += resp.T @ outer_rows(x)
+        ll += float(lse.sum())
+    return R, S1, S2, ll
+
+
+def outer_rows(X: np.ndarray) -> np.ndarray:
+    """(n, d(d+1)/2): the upper triangle of x x' for every record."""
+    i, j = np.triu_indices(X.shape[1])
+    return X[:, i] * X[:, j]
+
+
+def triu_pack(S2: np.ndarray) -> np.ndarray:
+    """(..., d, d) symmetric -> (..., d(d+1)/2) upper triangle (the order of `outer_rows`)."""
+    i, j = np.triu_indices(S2.shape[-1])
+    return S2[..., i, j]
+
+
+def triu_unpack(P: np.ndarray, d: int) -> np.ndarray:
+    i, j = np.triu_indices(d)
+    out = np.zeros((*P.shape[:-1], d, d), dtype=float)
+    out[..., i, j] = P
+    out[..., j, i] = P
+    return out
+
+
+def hard_stats(X: np.ndarray, labels: np.ndarray, K: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The statistics (packed as `e_step`'s) of a hard clustering: responsibility 1 for the record's own
+    cluster."""
+    resp = np.zeros((len(X), K))
+    resp[np.arange(len(X)), labels] = 1.0
+    return resp.sum(axis=0), resp.T @ X, resp.T @ outer_rows(X)
+
+
+def m_step(R: np.ndarray, S1: np.ndarray, S2: np.ndarray, reg: float, min_mass: float = 1e-6) -> Mixture:
+    """The maximum-likelihood mixture for these statistics (S2 packed), with `reg` added to every
+    covariance's diagonal. A component with (almost) no mass gets the pooled mean and covariance, and a
+    tiny weight."""
+    R = np.asarray(R, dtype=float)
+    d = S1.shape[1]
+    S2 = triu_unpack(np.asarray(S2, dtype=float), d)
+    total = max(R.sum(), 1e-300)
+    pooled_mean = S1.sum(axis=0) / total
+    pooled_cov = S2.sum(axis=0) / total - np.outer(pooled_mean, pooled_mean)
+    empty = min_mass * total > R
+    Rs = np.where(empty, 1.0, R)
+    means = np.where(empty[:, None], pooled_mean, S1 / Rs[:, None])
+    covs = S2 / Rs[:, None, None] - np.einsum("kd,ke->kde", means, means)
+    covs = np.where(empty[:, None, None], pooled_cov, covs)
+    covs = (covs + np.swapaxes(covs, 1, 2)) / 2 + reg * np.eye(d)
+    weights = np.where(empty, min_mass, R / total)
+    weights = weights / weights.sum()
+    return Mixture(weights, means, precision_cholesky(covs))
+
+
+def precision_cholesky(covs: np.ndarray) -> np.ndarray:
+    """L_k with L_k L_k' = Sigma_k^-1 (upper triangular), as scikit-learn computes it: the transposed
+    inverse of the Cholesky factor of Sigma_k. A covariance that is not positive definite raises."""
+    K, d, _ = covs.shape
+    out = np.empty_like(covs)
+    eye = np.eye(d)
+    for k in range(K):
+        try:
+            c = np.linalg.cholesky(covs[k])
+        except np.linalg.LinAlgError:
+            raise np.linalg.LinAlgError(f"component {k}: covariance is not positive definite; raise reg") from None
+        out[k] = np.triu(np.linalg.solve(c, eye).T)  # Sigma = c c', so Sigma^-1 = c^-T c^-1 = L L' with L = c^-T
+    return out
+
+
+def kmeans(X: np.ndarray, k: int, rng: np.random.Generator, weights: np.ndarray | None = None,
+           iters: int = 25) -> tuple[np.ndarray, np.ndarray]:
+    """Weighted k-means++ then Lloyd's iterations: (centres (k, d), labels (n,)). k <= len(X)."""
+    n = len(X)
+    w = np.ones(n) if weights is None else np.asarray(weights, dtype=float)
+    k = min(k, n)
+    centres = np.empty((k, X.shape[1]))
+    centres[0] = X[rng.choice(n, p=w / w.sum())]
+    d2 = ((X - centres[0]) ** 2).sum(axis=1)
+    for c in range(1, k):
+        p = w * d2
+        s = p.sum()
+        j = rng.choice(n, p=p / s) if s > 0 else rng.integers(n)
+        centres[c] = X[j]
+        d2 = np.minimum(d2, ((X - centres[c]) ** 2).sum(axis=1))
+    labels = np.zeros(n, dtype=np.int64)
+    for _ in range(iters):
+        D = (X**2).sum(axis=1)[:, None] - 2 * X @ centres.T + (centres**2).sum(axis=1)[None, :]
+        new = D.argmin(axis=1)
+        if _ > 0 and np.array_equal(new, labels):
+            break
+        labels = new
+        mass = np.bincount(labels, weights=w, minlength=k)
+        sums = np.zeros_like(centres)
+        np.add.at(sums, labels, X * w[:, None])
+        filled = mass > 0
+        centres[filled] = sums[filled] / mass[filled, None]
+    return centres, labels

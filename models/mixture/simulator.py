@@ -1,0 +1,127 @@
+"""In-process federated mixture training: the statistics phase, the rounds and the threshold phase as the
+coordinator and the agents run them (the same functions), for `fedsentry simulate pca --detector gmm`,
+`bench pca` and the demo's comparison.
+
+Each device holds out a share of its records (`models.threshold.holdout_mask`): the mixture is fitted on the
+rest, and the label-free threshold is read from the held-out records' scores. A mixture with many components
+fits its own training records more closely than new normal traffic, so a quantile of training scores would
+flag more new normal traffic than the quantile promises.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from models.federated import take
+from models.metrics import detection_report
+from models.mixture import FEDERATED
+from models.mixture.detector import MixtureDetector, fit_em
+from models.mixture.fedem import FedEM, device_seed
+from models.mixture.gmm import Mixture
+from models.rounds import run_round, sample_clients
+from models.screening import DEFAULT_GUARD, Guard, exceedance_threshold
+from models.simulator import prepare_clients
+from models.threshold import holdout_mask, sparse_histogram
+
+
+def split_holdout(parts: list[np.ndarray], share: float) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    masks = [holdout_mask(len(p), share) for p in parts]
+    return [p[~m] for p, m in zip(parts, masks)], [p[m] for p, m in zip(parts, masks)]
+
+
+def device_data(X: list[np.ndarray], seed: int, ids: list[str] | None = None) -> dict[str, np.ndarray]:
+    """The algorithm's client data for a list of devices (as a batch): their standardised records, and the
+    seed of their own clustering (from the job's seed and the device's id, as an agent computes it)."""
+    data = np.empty(len(X), dtype=object)
+    for i, x in enumerate(X):
+        data[i] = x
+    names = ids or [str(i) for i in range(len(X))]
+    return {"X": data, "seed": np.array([device_seed(seed, name) for name in names])}
+
+
+def simulate_mixture(
+    train_parts: list[np.ndarray],
+    X_test: np.ndarray,
+    y_test: np.ndarray,
+    feature_names: list[str],
+    algorithm: str = "fedem",
+    rounds: int = 100,
+    fraction: float = 0.1,
+    quantile: float = 0.99,
+    seed: int = 0,
+    params: dict[str, Any] | None = None,
+    holdout: float = 0.2,
+    on_round: Callable[[dict[str, float]], None] | None = None,
+    guard: Guard = DEFAULT_GUARD,
+    device_ids: list[str] | None = None,
+) -> dict[str, Any]:
+    """Train a mixture on partitioned training records (federated, or "centralized": pooled EM) and
+    evaluate it on labelled test records at the label-free threshold."""
+    fit_parts, held_parts = split_holdout(train_parts, holdout)
+    clients = prepare_clients(fit_parts, feature_names, guard=guard)
+    d = len(feature_names)
+    params = dict(params or {})
+    alg = FedEM(d, **params) if algorithm == "centralized" else FEDERATED[algorithm](d, **params)
+    out: dict[str, Any] = {"algorithm": algorithm, "components": alg.components, "reg": alg.reg}
+    t0 = time.perf_counter()
+    if algorithm == "centralized":
+        mixture = fit_em(np.vstack(clients.X), alg.components, alg.reg, np.random.default_rng(seed))
+        history: list[dict[str, float]] = [{"round": 1}]
+        out.update(rounds=1, seconds_per_round=time.perf_counter() - t0, upload_bytes_per_client_round=None)
+    else:
+        mixture, history = run_mixture(alg, clients.X, clients.weight, rounds, fraction, seed, on_round, device_ids)
+        out.update(rounds=rounds, seconds_per_round=(time.perf_counter() - t0) / rounds,
+                   upload_bytes_per_client_round=alg.upload_bytes())
+    det = MixtureDetector.from_model(mixture, clients.preprocessor, 1.0, quantile=quantile)
+    histograms = [sparse_histogram(np.asarray(det.score_samples(h))) for h in held_parts]
+    threshold = exceedance_threshold(histograms, clients.weight, quantile, guard.device_trim)
+    det.threshold_ = threshold
+    held = np.vstack(held_parts)
+    out.update(history=history, threshold=threshold, holdout_nll=heldout_nll(det, held),
+               **detection_report(y_test, det.score_samples(X_test), threshold))
+    out["detector"] = det
+    return out
+
+
+def run_mixture(alg: FedEM, X: list[np.ndarray], weight: np.ndarray, rounds: int, fraction: float, seed: int,
+                on_round: Callable[[dict[str, float]], None] | None = None,
+                ids: list[str] | None = None) -> tuple[Mixture, list[dict[str, float]]]:
+    """The rounds of a federated mixture job: the seeding round with every device (as the job's seed phase),
+    then `rounds` rounds of the coordinator's sampling and the devices' client steps."""
+    rng = np.random.default_rng(seed)
+    N = len(X)
+    server, broadcast = alg.init_server(N, rng)
+    server = alg.attach_bounds(server, *device_moments(X))
+    data = device_data(X, seed, ids)
+    state = alg.init_clients(data, broadcast)
+    history: list[dict[str, float]] = []
+    everyone = np.arange(N)
+    for r in range(rounds + 1):
+        idx = everyone if r == 0 else sample_clients(rng, N, fraction)
+        done = run_round(alg, server, broadcast, idx, take(state, idx), take(data, idx), weight[idx])
+        server, broadcast = done.server, done.broadcast
+        entry = {"round": r, "rejected": float(server["rejected"]),
+                 "train_nll": float(np.mean(done.states["nll"])) if int(broadcast["stage"]) else float("nan")}
+        history.append(entry)
+        if on_round:
+            on_round(entry)
+    return alg.consensus(broadcast), history
+
+
+def device_moments(X: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """Each device's mean and mean square of its standardised records (what the statistics phase tells the
+    coordinator, `models.mixture.fedem.standardised_moments`)."""
+    d = X[0].shape[1]
+    means = np.stack([x.mean(axis=0) if len(x) else np.zeros(d) for x in X])
+    squares = np.stack([(x**2).mean(axis=0) if len(x) else np.zeros(d) for x in X])
+    return means, squares
+
+
+def heldout_nll(det: MixtureDetector, X: np.ndarray) -> float:
+    """Mean negative log-likelihood of held-out records (lower is better): what model selection compares
+    without labels."""
+    return float(np.mean(np.asarray(det.score_samples(X))) + det.floor_) if len(X) else float("nan")

@@ -1,0 +1,28 @@
+"""The settings of a federated Gaussian-mixture job (components and ridge are the algorithm's
+parameters: ``algorithm_params.components``, ``algorithm_params.reg``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from models.detection import DetectorJobSpec
+from models.jobspec import check
+from models.mixture import FEDERATED
+
+
+@dataclass
+class MixtureJobSpec(DetectorJobSpec):
+    algorithms: ClassVar = FEDERATED
+    family: ClassVar[str] = "gmm"
+
+    #: share of each device's records held out of training; the threshold is read from their scores
+    holdout: float = 0.2
+
+    def problem(self) -> dict[str, int]:
+        return {"n_features": len(self.features)}
+
+    def check_family(self) -> None:
+        super().check_family()
+        check(0.05 <= self.holdout <= 0.5, "holdout", "must be in [0.05, 0.5] (the share of each device's records "
+              "its threshold is read from)")
