@@ -20,7 +20,8 @@ ID_PATTERN = ID_RE.pattern
 
 
 class JobCreate(BaseModel):
-    """A training job. `pca` jobs name the features the agents provide; `recsys` jobs the item catalogue.
+    """A training job. `pca` and `gmm` (Gaussian mixture) jobs name the features the agents provide; `recsys`
+    jobs the item catalogue.
 
     The settings are the job family's typed spec (`models.families`), the same the command line and the
     demo use: an unknown setting, or an algorithm parameter the chosen algorithm does not take, is an error.
@@ -28,7 +29,7 @@ class JobCreate(BaseModel):
 
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
-    type: Literal["pca", "recsys"] = "pca"
+    type: Literal["pca", "gmm", "recsys"] = "pca"
     id: str | None = Field(None, pattern=ID_PATTERN, description="job id (generated when absent)")
     features: list[Name] | None = Field(None, min_length=2, max_length=1000,
                                        description="pca: feature names the agents provide")
@@ -43,7 +44,9 @@ class JobCreate(BaseModel):
     rounds: int | None = Field(None, ge=1, le=100_000, description="training rounds (default 30)")
     fraction: float | None = Field(None, gt=0, le=1, description="share of agents sampled per round (default 0.3)")
     seed: int | None = Field(None, ge=0, le=2**31 - 1)
-    quantile: float | None = Field(None, gt=0, lt=1, description="pca: threshold quantile (default 0.99)")
+    quantile: float | None = Field(None, gt=0, lt=1, description="pca, gmm: threshold quantile (default 0.99)")
+    holdout: float | None = Field(None, ge=0.05, le=0.5, description="gmm: share of each device's records held "
+                                                                   "out of training for the threshold (default 0.2)")
     log_transform: bool | None = Field(None, description="pca: signed log1p before standardising (default true)")
     min_agents: int | None = Field(None, ge=1, le=1_000_000, description="wait until this many agents are online")
     max_agents: int | None = Field(None, ge=1, le=1_000_000, description="take part with at most this many agents")

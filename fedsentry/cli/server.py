@@ -36,17 +36,20 @@ def register(groups: dict[str, Any], verbs: Any) -> None:
     create.add_argument("--db", help="database URL (default $FEDSENTRY_DB_URL or sqlite:///fedsentry.db)")
     create.add_argument("--id", help="job id (default: generated)")
     create.add_argument("--type", choices=sorted(FAMILIES), default="pca", help="job family (default pca)")
-    create.add_argument("--features", help="pca: comma-separated feature names the agents provide")
+    create.add_argument("--features", help="pca, gmm: comma-separated feature names the agents provide")
     create.add_argument("--items", help="recsys: the item catalogue, comma-separated ids or @FILE (one id a line)")
-    create.add_argument("--algorithm", help="pca: fedmm (default), fedpg, fedpe; recsys: fedmc-admm (default), "
-                        "fedmavg, altgdmin")
+    create.add_argument("--algorithm", help="pca: fedmm (default), fedpg, fedpe; gmm: fedem; recsys: fedmc-admm "
+                        "(default), fedmavg, altgdmin")
     create.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
-                        help="an algorithm parameter (repeatable), e.g. --param rho=20 --param aggregator=median")
+                        help="an algorithm parameter (repeatable), e.g. --param rho=20 --param aggregator=median; "
+                        "gmm: --param components=64 --param reg=0.001")
     create.add_argument("--rank", type=positive_int, help="subspace dimension or latent factors (3 pca, 10 recsys)")
     create.add_argument("--rounds", type=positive_int, help="training rounds (default 30)")
     create.add_argument("--fraction", type=float, help="share of agents sampled per round (default 0.3)")
     create.add_argument("--seed", type=int, help="sampling and initialisation seed (default 0)")
-    create.add_argument("--quantile", type=float, help="pca: threshold quantile of normal errors (default 0.99)")
+    create.add_argument("--quantile", type=float, help="pca, gmm: threshold quantile of normal errors (default 0.99)")
+    create.add_argument("--holdout", type=float, help="gmm: share of each device's records held out of training; "
+                        "the threshold is read from their scores (default 0.2)")
     create.add_argument("--min-agents", type=positive_int, help="wait until this many agents are online (default 1)")
     create.add_argument("--deadline", type=positive_float, help="seconds to wait for a round's uploads (default 10)")
     create.add_argument("--rating-min", type=float, help="recsys: lowest valid rating (default 0.5)")
@@ -148,7 +151,7 @@ def run_job_create(args: argparse.Namespace) -> int:
 
     values: dict[str, Any] = {k: getattr(args, k) for k in ("algorithm", "rank", "rounds", "fraction", "seed",
                                                              "quantile", "min_agents", "deadline", "rating_min",
-                                                             "rating_max", *guard_settings())}
+                                                             "rating_max", "holdout", *guard_settings())}
     if args.features is not None:
         values["features"] = [f.strip() for f in args.features.split(",") if f.strip()]
     if args.items is not None:

@@ -53,8 +53,47 @@ def prepare(args: argparse.Namespace):
 
 
 def algorithm_params(args: argparse.Namespace) -> dict[str, Any]:
+    if getattr(args, "detector", "pca") == "gmm":
+        return {"components": args.components, "reg": args.reg}
     return {"rho": args.rho, "local_steps": args.local_steps, "lr": args.lr, "oversample": args.oversample,
             "bits": args.bits}
+
+
+def mixture_simulation(args: argparse.Namespace, algorithm: str, data, split, parts,
+                       params: dict[str, Any] | None = None, strict: bool = True, **overrides: Any) -> dict[str, Any]:
+    """`simulate` for the Gaussian-mixture detector (models.mixture.simulator)."""
+    from models.mixture import ALGORITHMS as MIXTURE
+    from models.mixture import FEDERATED as MIXTURE_FEDERATED
+    from models.mixture.fedem import FedEM
+    from models.mixture.simulator import simulate_mixture
+
+    if algorithm not in MIXTURE:
+        raise UsageError(f"--algorithm {algorithm} is not a gmm algorithm (choose from {', '.join(MIXTURE)})")
+    if args.trim:
+        raise UsageError("--trim applies to the pca detector only")
+    rounds, fraction = overrides.get("rounds", args.rounds), overrides.get("fraction", args.fraction)
+    cls = MIXTURE_FEDERATED.get(algorithm, FedEM)
+    chosen = flag_params(cls, {**algorithm_params(args), **(params or {})}, algorithm, strict)
+    bar = progress(1 if algorithm == "centralized" else rounds + 1, f"gmm {algorithm}")
+
+    def on_round(entry: dict[str, float]) -> None:
+        if bar is not None:
+            bar.update(1)
+
+    try:
+        result = simulate_mixture(parts, split.X_test, split.y_test, data.feature_names, algorithm, rounds, fraction,
+                                  args.quantile, args.seed, chosen, args.holdout, on_round)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    finally:
+        if bar is not None:
+            bar.close()
+    result.pop("detector")
+    result.update(detector="gmm", dataset=data.name, clients=len(parts), fraction=fraction, partition=args.partition,
+                  seed=args.seed, quantile=args.quantile, holdout=args.holdout, contamination=args.contamination,
+                  subspace_distance=None, n_features=len(data.feature_names), n_train=len(split.X_train),
+                  n_test=len(split.X_test), attack_share_test=float(split.y_test.mean()))
+    return result
 
 
 def simulate(args: argparse.Namespace, algorithm: str, data, split, parts, params: dict[str, Any] | None = None,
@@ -63,6 +102,8 @@ def simulate(args: argparse.Namespace, algorithm: str, data, split, parts, param
     params replace algorithm parameters."""
     from models.simulator import simulate_pca
 
+    if getattr(args, "detector", "pca") == "gmm":
+        return mixture_simulation(args, algorithm, data, split, parts, params, strict, **overrides)
     settings = {"rounds": args.rounds, "fraction": args.fraction, "trim": args.trim, "trim_by": args.trim_by,
                 **overrides}
     bar = progress(1 if algorithm in ("centralized", "local") else settings["rounds"], algorithm)

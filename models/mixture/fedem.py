@@ -129,6 +129,8 @@ class FedEM(FederatedAlgorithm):
             ok = self.consistent(R, S1, S2, server["mean"][ids], server["mean_sq"][ids], seeding)
             server["rejected"] = server["rejected"] + np.count_nonzero(~ok)
             ids, weight, R, S1, S2 = ids[ok], weight[ok], R[ok], S1[ok], S2[ok]
+        if len(ids) == 0:  # nobody (acceptable) answered: the mixture stays as it is
+            return server, self.current(server)
         if seeding:
             return self._seed(server, R * weight[:, None], S1 * weight[:, None, None], S2 * weight[:, None, None])
         slot = server["slot"][ids]
@@ -142,17 +144,29 @@ class FedEM(FederatedAlgorithm):
             table[rows] = new * w
             server[name] = server[name] + table[rows].sum(axis=0)
         m = m_step(server["R"], server["S1"], server["S2"], self.reg)
-        return server, broadcast_of(m, 1)
+        return self.keep(server, broadcast_of(m, 1))
 
     def _seed(self, server: State, R: np.ndarray, S1: np.ndarray, S2: np.ndarray) -> tuple[State, State]:
         """Merge the seeding devices' clusters into K components (or keep seeding while none came)."""
         keep = R > 0
         if not keep.any():
-            return server, broadcast_of(self.placeholder(), 0)
+            return server, self.current(server)
         m = merge_clusters(R[keep], S1[keep], S2[keep], self.components, self.reg,
                            np.random.default_rng(int(server["seed"])))
         server["stage"] = np.array(1)
-        return server, broadcast_of(m, 1)
+        return self.keep(server, broadcast_of(m, 1))
+
+    @staticmethod
+    def keep(server: State, broadcast: State) -> tuple[State, State]:
+        """Remember the broadcast in the server state (a round without acceptable answers repeats it)."""
+        for k, v in broadcast.items():
+            server[f"last.{k}"] = v
+        return server, broadcast
+
+    def current(self, server: State) -> State:
+        if "last.pi" not in server:
+            return broadcast_of(self.placeholder(), 0)
+        return {k[5:]: v for k, v in server.items() if k.startswith("last.")}
 
     def placeholder(self) -> Mixture:
         """What the broadcast carries while seeding (no device scores with it)."""

@@ -63,7 +63,7 @@ def test_create_get_list_and_cancel_a_job(client, keys):
     ({"features": ["a", "b", "c"], "algorithm": "fedavg"}, "body.algorithm", "must be one of"),
     ({"features": ["a", "b", "c"], "rank": 0}, "body.rank", "greater than or equal to 1"),
     ({"features": ["a", "a", "b"]}, "body.features", "distinct"),
-    ({"features": ["a", "b", "c"], "type": "graph"}, "body.type", "'pca' or 'recsys'"),
+    ({"features": ["a", "b", "c"], "type": "graph"}, "body.type", "'pca', 'gmm' or 'recsys'"),
     ({"type": "recsys", "features": ["a", "b", "c"]}, "body.items", "needs the item catalogue"),
     ({"type": "recsys", "items": [1, 2, 3], "rank": 3}, "body.rank", "smaller than the number of items"),
     ({"type": "recsys", "items": [1, 2, 3], "algorithm": "fedmm", "rank": 1}, "body.algorithm", "recsys job"),

@@ -1,0 +1,191 @@
+"""The Gaussian-mixture detector and its federated training (models.mixture)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from sklearn.mixture import GaussianMixture
+
+from models.families import job_spec
+from models.mixture.detector import MixtureDetector, fit_em, mixture_problem
+from models.mixture.fedem import FedEM, standardised_moments
+from models.mixture.gmm import Mixture, e_step, hard_stats, kmeans, m_step, triu_unpack
+from models.mixture.simulator import device_data, device_moments
+from models.params import SettingError
+from models.preprocessing import Moments, Preprocessor, signed_log1p
+from models.screening import exceedance_threshold
+from models.threshold import error_histogram, holdout_mask, quantile_from_histogram, sparse_histogram
+
+
+def blobs(n=600, d=4, seed=0):
+    rng = np.random.default_rng(seed)
+    centres = rng.normal(0, 4, (3, d))
+    return np.vstack([c + rng.normal(0, 1, (n // 3, d)) @ rng.normal(0, 0.5, (d, d)) for c in centres])
+
+
+def test_em_step_matches_scikit_learn():
+    X = blobs()
+    _, labels = kmeans(X, 3, np.random.default_rng(1))
+    m = m_step(*hard_stats(X, labels, 3), reg=1e-3)
+    R, S1, S2, ll = e_step(X, m)
+    ours = m_step(R, S1, S2, reg=1e-3)
+    g = GaussianMixture(3, reg_covar=1e-3)
+    g.weights_, g.means_, g.precisions_cholesky_ = m.weights, m.means, m.prec_chol
+    g.covariance_type = "full"
+    assert ll == pytest.approx(g.score_samples(X).sum(), rel=1e-9)
+    _, log_resp = g._estimate_log_prob_resp(X)
+    g._m_step(X, log_resp)
+    np.testing.assert_allclose(ours.weights, g.weights_, atol=1e-12)
+    np.testing.assert_allclose(ours.means, g.means_, atol=1e-10)
+    np.testing.assert_allclose(ours.prec_chol, g.precisions_cholesky_, atol=1e-8)
+
+
+def detector(X, K=3):
+    names = [f"f{j}" for j in range(X.shape[1])]
+    return MixtureDetector(components=K, reg=1e-3, log_transform=False).fit(X, names)
+
+
+def test_scores_are_shifted_negative_log_likelihoods_and_never_negative():
+    X = blobs()
+    det = detector(X)
+    g = GaussianMixture(3, covariance_type="full")
+    m = det.mixture_
+    g.weights_, g.means_, g.precisions_cholesky_ = m.weights, m.means, m.prec_chol
+    T = det.preprocessor_.transform(X)
+    s = np.asarray(det.score_samples(X))
+    np.testing.assert_allclose(s, -g.score_samples(T) - det.floor_, rtol=1e-4, atol=1e-4)  # float32 scoring
+    assert (s >= 0).all()
+    assert det.score_samples(X[0]) == pytest.approx(s[0])
+    assert 0.005 < det.predict(X).mean() < 0.02  # the 0.99 quantile of its own training scores
+
+
+def test_explanation_names_the_broken_feature_with_its_conditional_mean():
+    rng = np.random.default_rng(3)
+    cov = np.array([[1, 0.9, 0], [0.9, 1, 0], [0, 0, 1.0]])
+    X = rng.multivariate_normal([0, 0, 0], cov, 4000)
+    det = detector(X, K=1)
+    x = np.array([2.0, -2.0, 0.1])  # each value is ordinary; together they break the correlation
+    top = det.explain(x[None], top=3)[0]
+    assert {top[0]["feature"], top[1]["feature"]} == {"f0", "f1"} and top[2]["feature"] == "f2"
+    # expected = E[x_j | x_-j] under the fitted Gaussian, in original units
+    m, pre = det.mixture_, det.preprocessor_
+    P = m.prec_chol[0] @ m.prec_chol[0].T
+    S = np.linalg.inv(P)
+    t, mu = pre.transform(x), m.means[0]
+    j = 0
+    rest = [1, 2]
+    cond = mu[j] + S[j, rest] @ np.linalg.solve(S[np.ix_(rest, rest)], t[rest] - mu[rest])
+    e0 = next(e for e in top if e["feature"] == "f0")
+    assert e0["value"] == 2.0
+    assert e0["expected"] == pytest.approx(cond * pre.scale[0] + pre.mean[0], rel=1e-6)
+    assert sum(e["share"] for e in top) == pytest.approx(1, abs=1e-3)
+
+
+def test_full_participation_is_pooled_em_from_the_merged_seed():
+    """With every device in every round, incremental EM is batch EM on the pooled records."""
+    X = blobs(900)
+    parts = [X[i::4] for i in range(4)]
+    alg = FedEM(X.shape[1], components=3, reg=1e-3, float32=False)
+    server, bc = alg.init_server(4, np.random.default_rng(0))
+    data = device_data(parts, seed=0)
+    everyone = np.arange(4)
+    w = np.full(4, 1.0)
+    _, up = alg.client_update({}, data, bc)
+    server, bc = alg.server_update(server, everyone, up, w)  # seeding
+    seeded = alg.consensus(bc)
+    for _ in range(5):
+        _, up = alg.client_update({}, data, bc)
+        server, bc = alg.server_update(server, everyone, up, w)
+    m = seeded
+    for _ in range(5):
+        m = m_step(*e_step(X, m)[:3], reg=1e-3)
+    fed = alg.consensus(bc)
+    np.testing.assert_allclose(fed.means, m.means, atol=1e-9)
+    np.testing.assert_allclose(fed.prec_chol, m.prec_chol, atol=1e-7)
+
+
+def test_uploads_must_add_up_to_the_devices_own_statistics():
+    X = blobs()
+    parts = [X[:300], X[300:]]
+    alg = FedEM(X.shape[1], components=3)
+    server, bc = alg.init_server(2, np.random.default_rng(0))
+    # what the statistics phase told the coordinator, through the same arithmetic it uses
+    summaries = [Moments.of(p).summary() for p in parts]
+    count = np.array([s[0] for s in summaries], float)
+    mean, scale = np.zeros(X.shape[1]), np.ones(X.shape[1])
+    moments = standardised_moments(count, np.stack([s[1] for s in summaries]), np.stack([s[2] for s in summaries]),
+                                   mean, scale)
+    np.testing.assert_allclose(moments[0], np.stack(device_moments(parts)[0]), atol=1e-12)
+    server = alg.attach_bounds(server, *moments)
+    data = device_data(parts, 0)
+    _, up = alg.client_update({}, data, bc)
+    server, bc = alg.server_update(server, np.arange(2), up, np.ones(2))
+    _, up = alg.client_update({}, data, bc)  # honest float32 E-step statistics pass
+    assert alg.consistent(*(np.asarray(up[k], float) for k in ("R", "S1", "S2")), moments[0], moments[1], False).all()
+    forged = {k: np.asarray(v, float).copy() for k, v in up.items()}
+    forged["S2"][0] *= 50  # claims far more spread than its statistics said
+    forged["S1"][1] += 3.0  # moves its mass elsewhere
+    ok = alg.consistent(forged["R"], forged["S1"], forged["S2"], moments[0], moments[1], False)
+    assert not ok.any()
+    before = bc["means"].copy()
+    server, bc2 = alg.server_update(server, np.arange(2), forged, np.ones(2))
+    assert int(server["rejected"]) == 2
+    np.testing.assert_array_equal(bc2["means"], before)
+
+
+def test_exceedance_threshold_is_the_pooled_quantile_and_one_liar_is_bounded():
+    rng = np.random.default_rng(0)
+    devices = [rng.lognormal(s, 0.5, 1000) for s in np.linspace(0, 1, 10)]
+    hists = [sparse_histogram(e) for e in devices]
+    pooled = quantile_from_histogram(error_histogram(np.concatenate(devices)), 0.99)
+    assert exceedance_threshold(hists, np.ones(10), 0.99, 0.0) == pytest.approx(pooled, rel=0.01)
+    honest = exceedance_threshold(hists, np.ones(10), 0.99, 0.1)
+    liar = [*hists[:9], sparse_histogram(np.full(1000, 1e7))]  # every record of one device at the top
+    lied = exceedance_threshold(liar, np.ones(10), 0.99, 0.1)
+    assert honest / 1.5 < lied < honest * 1.5
+
+
+def test_holdout_is_every_fifth_record():
+    m = holdout_mask(12, 0.2)
+    assert m.tolist() == [False] * 4 + [True] + [False] * 4 + [True] + [False] * 2
+    assert not holdout_mask(5, 0.0).any()
+
+
+def test_model_round_trip_and_refusal_of_broken_mixtures():
+    X = blobs()
+    det = detector(X)
+    back = MixtureDetector.from_dict(det.to_dict())
+    np.testing.assert_allclose(back.score_samples(X), det.score_samples(X))
+    m = det.mixture_
+    assert mixture_problem(m) is None
+    bad = Mixture(m.weights, m.means.copy(), m.prec_chol)
+    bad.means[0, 0] = np.nan
+    assert "non-finite" in mixture_problem(bad)
+    assert "sum to 1" in mixture_problem(Mixture(m.weights * 2, m.means, m.prec_chol))
+    assert "triangular" in mixture_problem(Mixture(m.weights, m.means, np.swapaxes(m.prec_chol, 1, 2) + 0.1))
+    pre = Preprocessor(["a", "b"], np.ones(2, bool), np.zeros(2), np.ones(2))
+    with pytest.raises(ValueError, match="features"):
+        MixtureDetector.from_model(m, pre, 1.0)
+    assert triu_unpack(np.arange(3.0), 2).tolist() == [[0, 1], [1, 2]]
+
+
+def test_job_settings_are_checked_by_name():
+    spec = job_spec("gmm", {"features": ["a", "b", "c"], "algorithm_params": {"components": 8}})
+    assert spec.algorithm == "fedem" and spec.holdout == 0.2
+    with pytest.raises(SettingError) as e:
+        job_spec("gmm", {"features": ["a", "b"], "holdout": 0.9})
+    assert e.value.field == "holdout"
+    with pytest.raises(SettingError) as e:
+        job_spec("gmm", {"features": ["a", "b"], "algorithm_params": {"components": 0}})
+    assert e.value.field.startswith("algorithm_params") and "components" in str(e.value)
+    with pytest.raises(SettingError) as e:
+        job_spec("pca", {"features": ["a", "b", "c", "d"], "holdout": 0.2})
+    assert e.value.field == "holdout"
+
+
+def test_centralised_fit_is_em_to_convergence():
+    X = signed_log1p(blobs())
+    T = (X - X.mean(0)) / X.std(0)
+    m = fit_em(T, 3, 1e-3, np.random.default_rng(0))
+    nxt = m_step(*e_step(T, m)[:3], reg=1e-3)
+    assert np.abs(nxt.means - m.means).max() < 1e-2
