@@ -97,7 +97,7 @@ class Agent:
         self._next_resend = 0.0
         self.stop = threading.Event()
         self.connected = threading.Event()
-        self.counters = {"records": 0, "alerts": 0, "rejected": 0, "rounds": 0}
+        self.counters = {"records": 0, "missing": 0, "alerts": 0, "rejected": 0, "rounds": 0}
         status_off = Envelope("status", "", 0, cfg.agent_id, {}, {"online": False}).encode()
         self.client, _ = make_client(cfg.agent_id, cfg.broker, cfg.username, cfg.password, cfg.tls, cfg.ca_cert,
                                      cfg.certfile, cfg.keyfile, will=(self.topic("status"), status_off, 1, True))
@@ -215,6 +215,11 @@ class Agent:
         except SchemaError as e:
             log.error("agent=%s %s", self.cfg.agent_id, e)
             raise
+        missing = np.isnan(X)
+        if missing.any():  # e.g. Zeek's unset values: taken at the model's global mean (0 once standardised)
+            pre = self.scorer.detector.preprocessor_
+            X[missing] = np.broadcast_to(pre.inverse_transform(np.zeros((1, pre.n_features))), X.shape)[missing]
+            self.counters["missing"] += int(missing.sum())
         scores, alerts = self.scorer.score(X)
         self.counters["records"] += len(X)
         if self._scores:

@@ -4,8 +4,10 @@ columns; ``select`` maps them by name onto a model's feature schema.
 
 Zeek's conn.log names the originator and responder ``orig_*`` and ``resp_*``; the model uses TON-IoT's
 ``src_*`` and ``dst_*``. ZEEK_FIELDS is the mapping; ``proto`` becomes the indicators ``proto_tcp`` and
-``proto_udp``; ``conn_state`` becomes ``conn_rejected`` (1 for REJ, S0, RSTOS0, RSTRH, SH, SHR). Zeek's
-unset value ``-`` reads as 0.
+``proto_udp``; ``conn_state`` becomes ``conn_rejected`` (1 for REJ, S0, RSTOS0, RSTRH, SH, SHR). An unset
+number (``-``, or whatever the log's ``#unset_field`` says; a field absent from a JSON record) is missing:
+NaN, never 0. The batch also keeps the text fields (``proto``, ``service``, ``conn_state``, ``history`` and
+the flow's identifiers ``uid``, ``ts``, ``id.*``) for the feature encoder (``encode_batch``) and alerts.
 """
 
 from __future__ import annotations
@@ -18,8 +20,11 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
+
+from models.encoding import FeatureEncoder, RecordSchema, local_counts
 
 ZEEK_FIELDS = {
     "duration": "duration", "orig_bytes": "src_bytes", "resp_bytes": "dst_bytes", "missed_bytes": "missed_bytes",
@@ -27,26 +32,58 @@ ZEEK_FIELDS = {
     "resp_ip_bytes": "dst_ip_bytes",
 }
 REJECTED_STATES = {"REJ", "S0", "RSTOS0", "RSTRH", "SH", "SHR"}
+# conn.log's text fields a Zeek batch keeps: the categories the encoder one-hots and the flow's identifiers
+ZEEK_TEXT = ("proto", "service", "conn_state", "history", "uid", "ts", "id.orig_h", "id.orig_p", "id.resp_h",
+             "id.resp_p")
+ZEEK_UNSET, ZEEK_EMPTY = "-", "(empty)"  # Zeek's defaults for #unset_field and #empty_field
 
 
 @dataclass
 class Batch:
     columns: list[str]
-    X: np.ndarray  # (n, len(columns)) float
+    X: np.ndarray  # (n, len(columns)) float; NaN where a value is missing
     labels: np.ndarray | None = None  # only for evaluation in the demo; never reaches the model
+    text: dict[str, np.ndarray] | None = None  # text fields: (n,) object arrays of str, None when unset
 
 
 class SchemaError(ValueError):
     """Input that cannot supply the model's features."""
 
 
-def select(batch: Batch, features: list[str]) -> np.ndarray:
-    """The batch's columns in the order of the model's features; refuse if any is missing."""
+def select(batch: Batch, features: list[str], fill: float | None = None) -> np.ndarray:
+    """The batch's columns in the order of the model's features; refuse if any is missing.
+
+    Missing values stay NaN unless `fill` is given: the caller decides what a missing value means."""
     index = {c: j for j, c in enumerate(batch.columns)}
     missing = [f for f in features if f not in index]
     if missing:
         raise SchemaError(f"input lacks the model's features: {', '.join(missing)}")
-    return batch.X[:, [index[f] for f in features]]
+    X = batch.X[:, [index[f] for f in features]]
+    if fill is not None:
+        X[np.isnan(X)] = fill  # X is a copy (fancy indexing)
+    return X
+
+
+def _text_columns(batch: Batch, fields: list[str]) -> dict[str, np.ndarray]:
+    text = batch.text or {}
+    absent = [f for f in fields if f not in text]
+    if absent:
+        raise SchemaError(f"input lacks the model's text fields: {', '.join(absent)}")
+    return {f: text[f] for f in fields}
+
+
+def encode_batch(batch: Batch, encoder: FeatureEncoder) -> np.ndarray:
+    """The batch in the encoder's columns (missing numbers NaN with their indicators, one-hot categories,
+    flags); SchemaError if the batch lacks a field the encoder needs."""
+    return encoder.encode(select(batch, encoder.numeric), _text_columns(batch, [*encoder.categorical,
+                                                                                *encoder.flags]))
+
+
+def batch_counts(batch: Batch, schema: RecordSchema, max_values: int | None = None) -> dict[str, Any]:
+    """The batch's ``local_counts`` under `schema`: what a device reports to agree the vocabulary."""
+    text = _text_columns(batch, [*schema.categorical, *schema.flags])
+    X = select(batch, schema.numeric)
+    return local_counts(schema, X, text) if max_values is None else local_counts(schema, X, text, max_values)
 
 
 def _to_float(v: object) -> float:
@@ -114,9 +151,32 @@ def _dict_batch(rows: list[dict]) -> Batch:
     return Batch(cols, X.reshape(len(rows), len(cols)))
 
 
-def zeek_record(fields: dict[str, object]) -> dict[str, float]:
-    """One conn.log record in the model's vocabulary."""
-    out = {model: _to_float(fields.get(zeek, "-")) for zeek, model in ZEEK_FIELDS.items()}
+def _zeek_number(v: object, unset: str, empty: str) -> float:
+    """A conn.log number: NaN when unset, empty or absent; ValueError when it is not a finite number."""
+    if v is None or v in (unset, empty, ""):
+        return float("nan")
+    if isinstance(v, bool) or not isinstance(v, str | int | float):
+        raise ValueError(f"not a number: {v!r}")
+    x = float(v)  # raises ValueError on text
+    if not np.isfinite(x):
+        raise ValueError(f"not a finite number: {v!r}")
+    return x
+
+
+def _zeek_text(v: object, unset: str, empty: str) -> str | None:
+    """A conn.log text field: None when unset or absent, "" when empty (e.g. a history with no flags)."""
+    if v is None or v == unset:
+        return None
+    if v == empty:
+        return ""
+    if isinstance(v, list):  # a JSON log's set or vector: written as TSV writes it
+        return ",".join(map(str, v))
+    return v if isinstance(v, str) else json.dumps(v) if isinstance(v, dict) else str(v)
+
+
+def zeek_record(fields: dict[str, object], unset: str = ZEEK_UNSET, empty: str = ZEEK_EMPTY) -> dict[str, float]:
+    """One conn.log record's numbers in the model's vocabulary; unset numbers are NaN."""
+    out = {model: _zeek_number(fields.get(zeek), unset, empty) for zeek, model in ZEEK_FIELDS.items()}
     proto = str(fields.get("proto", "")).lower()
     out["proto_tcp"] = float(proto == "tcp")
     out["proto_udp"] = float(proto == "udp")
@@ -124,11 +184,23 @@ def zeek_record(fields: dict[str, object]) -> dict[str, float]:
     return out
 
 
+def zeek_text(fields: dict[str, object], unset: str = ZEEK_UNSET, empty: str = ZEEK_EMPTY) -> dict[str, str | None]:
+    """One conn.log record's text fields (ZEEK_TEXT): None when unset."""
+    return {f: _zeek_text(fields.get(f), unset, empty) for f in ZEEK_TEXT}
+
+
+def _separator(line: str) -> str:
+    """The separator a ``#separator \\x09`` header line announces (written as a hex escape)."""
+    value = line.split(" ", 1)[-1]
+    return value.encode("ascii", "replace").decode("unicode_escape") if "\\x" in value else value
+
+
 class ZeekFollower:
     """Follow a Zeek conn.log (TSV with #fields, or JSON lines) as it grows, across rotation.
 
-    The position (inode, offset, TSV field names) is exposed as ``position`` so the agent can persist
-    it and resume where it stopped; a new inode or a shorter file means rotation: start at 0."""
+    TSV logs are read with their own ``#separator``, ``#unset_field`` and ``#empty_field``. The position
+    (inode, offset, TSV header) is exposed as ``position`` so the agent can persist it and resume where it
+    stopped; a new inode or a shorter file means rotation: start at 0."""
 
     def __init__(self, path: str | os.PathLike, position: dict | None = None):
         self.path = Path(path)
@@ -137,10 +209,14 @@ class ZeekFollower:
     def seek(self, position: dict | None) -> None:
         pos = position or {}
         self.inode, self.offset, self.fields = pos.get("inode"), int(pos.get("offset", 0)), pos.get("fields")
+        self.separator: str = pos.get("separator", "\t")
+        self.unset: str = pos.get("unset", ZEEK_UNSET)
+        self.empty: str = pos.get("empty", ZEEK_EMPTY)
 
     @property
     def position(self) -> dict:
-        return {"inode": self.inode, "offset": self.offset, "fields": self.fields}
+        return {"inode": self.inode, "offset": self.offset, "fields": self.fields, "separator": self.separator,
+                "unset": self.unset, "empty": self.empty}
 
     def poll(self, max_records: int = 5000) -> Batch | None:
         """Records appended since the last call (None when there are none yet)."""
@@ -149,8 +225,8 @@ class ZeekFollower:
         except FileNotFoundError:
             return None
         if st.st_ino != self.inode or st.st_size < self.offset:
-            self.inode, self.offset, self.fields = st.st_ino, 0, None
-        records: list[dict[str, float]] = []
+            self.seek({"inode": st.st_ino})
+        records: list[tuple[dict[str, float], dict[str, str | None]]] = []
         with open(self.path, "rb") as f:
             f.seek(self.offset)
             while len(records) < max_records:
@@ -163,21 +239,36 @@ class ZeekFollower:
                     records.append(rec)
         if not records:
             return None
-        cols = list(records[0])
-        return Batch(cols, np.array([[r[c] for c in cols] for r in records]))
+        cols = list(records[0][0])
+        text = {}
+        for name in ZEEK_TEXT:
+            col = np.empty(len(records), dtype=object)
+            col[:] = [t[name] for _, t in records]
+            text[name] = col
+        return Batch(cols, np.array([[r[c] for c in cols] for r, _ in records], dtype=float), text=text)
 
-    def _parse(self, line: str) -> dict[str, float] | None:
+    def _parse(self, line: str) -> tuple[dict[str, float], dict[str, str | None]] | None:
         if not line:
             return None
         if line.startswith("#"):
-            if line.startswith("#fields"):
-                self.fields = line.split("\t")[1:]
+            if line.startswith("#separator"):
+                self.separator = _separator(line)
+            elif line.startswith("#fields"):
+                self.fields = line.split(self.separator)[1:]
+            elif line.startswith("#unset_field"):
+                self.unset = line.split(self.separator, 1)[-1]
+            elif line.startswith("#empty_field"):
+                self.empty = line.split(self.separator, 1)[-1]
             return None
         try:
             if line.startswith("{"):
-                return zeek_record(json.loads(line))
+                obj = json.loads(line)  # JSON logs leave unset fields out
+                if not isinstance(obj, dict):
+                    return None
+                return zeek_record(obj, self.unset, self.empty), zeek_text(obj, self.unset, self.empty)
             if self.fields is None:
                 return None
-            return zeek_record(dict(zip(self.fields, line.split("\t"))))
+            rec = dict(zip(self.fields, line.split(self.separator)))
+            return zeek_record(rec, self.unset, self.empty), zeek_text(rec, self.unset, self.empty)
         except (ValueError, json.JSONDecodeError):
             return None

@@ -1,8 +1,22 @@
+import json
+
 import numpy as np
 import pytest
 
 from edge_agent.scorer import RateLimiter
-from edge_agent.sources import Batch, SchemaError, ZeekFollower, csv_source, json_lines, select
+from edge_agent.sources import (
+    Batch,
+    SchemaError,
+    ZeekFollower,
+    batch_counts,
+    csv_source,
+    encode_batch,
+    json_lines,
+    select,
+)
+from models.encoding import MISSING, ZEEK_CONN, FeatureEncoder, agree_vocabulary
+
+NAN = float("nan")
 
 ZEEK_HEADER = ("#separator \\x09\n#fields\tts\tuid\tid.orig_h\tproto\tduration\torig_bytes\tresp_bytes\t"
                "conn_state\tmissed_bytes\torig_pkts\torig_ip_bytes\tresp_pkts\tresp_ip_bytes\n")
@@ -35,7 +49,109 @@ def test_zeek_json_lines(tmp_path):
     log = tmp_path / "conn.log"
     log.write_text('{"proto":"udp","duration":1.5,"orig_bytes":10,"resp_bytes":"-","conn_state":"S0"}\n')
     X = select(ZeekFollower(log).poll(), ["proto_udp", "duration", "src_bytes", "dst_bytes", "conn_rejected"])
-    assert X.tolist() == [[1, 1.5, 10, 0, 1]]
+    np.testing.assert_array_equal(X, [[1, 1.5, 10, NAN, 1]])  # unset is missing, not 0
+
+
+FIELDS = ("ts uid id.orig_h id.orig_p id.resp_h id.resp_p proto service duration orig_bytes resp_bytes conn_state "
+          "local_orig local_resp missed_bytes history orig_pkts orig_ip_bytes resp_pkts resp_ip_bytes tunnel_parents")
+TYPES = ("time string addr port addr port enum string interval count count string bool bool count string count "
+         "count count count set[string]")
+
+
+def tsv(*cells: str) -> str:
+    return "\t".join(cells) + "\n"
+
+
+# A conn.log as Zeek 6 writes it (TSV), with unset fields, an empty history and a service nobody else sees.
+CONN_HEADER = ("#separator \\x09\n" + tsv("#set_separator", ",") + tsv("#empty_field", "(empty)")
+               + tsv("#unset_field", "-") + tsv("#path", "conn") + tsv("#open", "2024-05-02-10-00-00")
+               + tsv("#fields", *FIELDS.split()) + tsv("#types", *TYPES.split()))
+CONN_RECORDS = [
+    "1714644000.120000\tCHhAvVGS1DHFjwGM9\t192.168.1.20\t51234\t93.184.216.34\t443\ttcp\tssl\t2.503\t517\t4312\t"
+    "SF\tT\tF\t0\tShADadfF\t12\t1149\t10\t4844\t(empty)",
+    "1714644001.000000\tC4J4Th3PJpwUYZZ6gc\t192.168.1.20\t51300\t10.0.0.9\t23\ttcp\t-\t-\t-\t-\t"
+    "S0\tT\tT\t0\tS\t1\t60\t0\t0\t(empty)",
+    "1714644002.500000\tCtPZjS20MLrsMUOJi2\t192.168.1.31\t5353\t224.0.0.251\t5353\tudp\tmdns-weird\t0.001\t"
+    "40\t0\tS0\tT\tF\t0\t(empty)\t1\t68\t0\t0\t(empty)",
+]
+CONN_JSON = [
+    '{"ts":1714644003.2,"uid":"CxT1","id.orig_h":"192.168.1.20","id.orig_p":40000,"id.resp_h":"8.8.8.8",'
+    '"id.resp_p":53,"proto":"udp","service":"dns","duration":0.02,"orig_bytes":35,"resp_bytes":51,'
+    '"conn_state":"SF","missed_bytes":0,"history":"Dd","orig_pkts":1,"orig_ip_bytes":63,"resp_pkts":1,'
+    '"resp_ip_bytes":79}',
+    # a JSON log leaves unset fields out: no service, duration, bytes nor history
+    '{"ts":1714644004.0,"uid":"CxT2","id.orig_h":"192.168.1.20","id.orig_p":40001,"id.resp_h":"10.0.0.9",'
+    '"id.resp_p":22,"proto":"tcp","conn_state":"OTH","missed_bytes":0,"orig_pkts":0,"orig_ip_bytes":0,'
+    '"resp_pkts":0,"resp_ip_bytes":0}',
+]
+
+
+def test_zeek_tsv_keeps_unset_numbers_missing_and_the_text_fields(tmp_path):
+    log = tmp_path / "conn.log"
+    log.write_text(CONN_HEADER + "\n".join(CONN_RECORDS) + "\n")
+    b = ZeekFollower(log).poll()
+    X = select(b, ["duration", "src_bytes", "dst_bytes", "src_pkts", "proto_tcp", "conn_rejected"])
+    np.testing.assert_array_equal(X, [[2.503, 517, 4312, 12, 1, 0], [NAN, NAN, NAN, 1, 1, 1],
+                                      [0.001, 40, 0, 1, 0, 1]])
+    np.testing.assert_array_equal(select(b, ["duration"], fill=0.0), [[2.503], [0], [0.001]])  # caller's choice
+    assert b.text["service"].tolist() == ["ssl", None, "mdns-weird"]
+    assert b.text["history"].tolist() == ["ShADadfF", "S", ""]  # (empty): no flags
+    assert b.text["uid"].tolist() == ["CHhAvVGS1DHFjwGM9", "C4J4Th3PJpwUYZZ6gc", "CtPZjS20MLrsMUOJi2"]
+    assert b.text["id.resp_p"].tolist() == ["443", "23", "5353"] and b.text["ts"][0] == "1714644000.120000"
+    assert b.text["id.orig_h"][2] == "192.168.1.31" and b.text["id.resp_h"][1] == "10.0.0.9"
+
+
+def test_zeek_tsv_respects_its_own_unset_and_empty_markers_across_a_restart(tmp_path):
+    log = tmp_path / "conn.log"
+    header = CONN_HEADER.replace("#empty_field\t(empty)", "#empty_field\tEMPTY").replace("#unset_field\t-",
+                                                                                           "#unset_field\tNONE")
+    line = CONN_RECORDS[1].replace("\t-", "\tNONE").replace("\tS\t", "\tEMPTY\t")
+    log.write_text(header + line + "\n")
+    f = ZeekFollower(log)
+    b = f.poll()
+    np.testing.assert_array_equal(select(b, ["duration", "src_bytes", "src_pkts"]), [[NAN, NAN, 1]])
+    assert b.text["service"].tolist() == [None] and b.text["history"].tolist() == [""]
+    resumed = ZeekFollower(log, json.loads(json.dumps(f.position)))  # the agent persisted its position
+    with log.open("a") as h:
+        h.write(line + "\n")
+    np.testing.assert_array_equal(select(resumed.poll(), ["duration", "src_pkts"]), [[NAN, 1]])
+    with log.open("a") as h:
+        h.write(line.replace("NONE", "-") + "\n")  # "-" is not this log's unset marker: not a number
+    assert resumed.poll() is None
+
+
+def test_zeek_json_keeps_absent_fields_missing_and_the_text_fields(tmp_path):
+    log = tmp_path / "conn.log"
+    log.write_text("\n".join(CONN_JSON) + "\n[1, 2]\n")  # a line that is not an object is skipped
+    b = ZeekFollower(log).poll()
+    np.testing.assert_array_equal(select(b, ["duration", "src_bytes", "dst_pkts", "proto_udp"]),
+                                  [[0.02, 35, 1, 1], [NAN, NAN, 0, 0]])
+    assert b.text["service"].tolist() == ["dns", None] and b.text["history"].tolist() == ["Dd", None]
+    assert b.text["id.resp_p"].tolist() == ["53", "22"] and b.text["uid"].tolist() == ["CxT1", "CxT2"]
+
+
+def test_zeek_batches_encode_with_an_agreed_vocabulary(tmp_path):
+    tsv, js = tmp_path / "a.log", tmp_path / "b.log"
+    tsv.write_text(CONN_HEADER + "\n".join(CONN_RECORDS) + "\n")
+    js.write_text("\n".join(CONN_JSON) + "\n")
+    a, b = ZeekFollower(tsv).poll(), ZeekFollower(js).poll()
+    enc = agree_vocabulary([batch_counts(a, ZEEK_CONN), batch_counts(b, ZEEK_CONN)], min_count=1)
+    assert enc.categorical["proto"] == ["tcp", "udp"]
+    assert enc.categorical["service"] == [MISSING]  # ssl, mdns-weird and dns: each on one device only
+    assert enc.missing_indicators == ["duration", "src_bytes", "dst_bytes"]
+    assert enc.flags["history"] == ["D", "d"]  # both devices; S, h, A, a, f, F on one device only
+    enc = FeatureEncoder.from_dict(json.loads(json.dumps(enc.to_dict())))  # as the job message carries it
+    E = encode_batch(a, enc)
+    names = enc.feature_names
+    row = dict(zip(names, E[1]))  # the S0 record with unset duration and bytes
+    assert np.isnan(row["duration"]) and row["duration_missing"] == 1 and row["src_bytes_missing"] == 1
+    assert row["service=(unset)"] == 1 and row["history:D"] == row["history:d"] == 0
+    assert dict(zip(names, E[2]))["service=other"] == 1  # an unknown service
+    assert dict(zip(names, E[0]))["history:D"] == 1 and dict(zip(names, E[0]))["duration_missing"] == 0
+    with pytest.raises(SchemaError, match="lacks the model's text fields: history"):
+        encode_batch(Batch(a.columns, a.X, text={k: v for k, v in a.text.items() if k != "history"}), enc)
+    with pytest.raises(SchemaError, match="lacks the model's text fields: proto, service"):
+        encode_batch(Batch(a.columns, a.X), enc)
 
 
 def test_csv_and_json_sources(tmp_path):
@@ -60,3 +176,24 @@ def test_rate_limiter_turns_a_burst_into_one_summary():
     assert [a["id"] for a in sent] == ["0", "1", "2"]
     summary = rl.flush(now=11.0)
     assert len(summary) == 1 and summary[0]["count"] == 7 and summary[0]["score"] == 9.0 and summary[0]["summary"]
+
+
+def test_agent_scores_unset_values_at_the_models_mean_not_at_zero(tmp_path):
+    from edge_agent.agent import Agent, AgentConfig
+    from models.detector import PCADetector
+    from models.preprocessing import Preprocessor
+
+    names = ["duration", "src_bytes", "dst_bytes", "proto_tcp"]
+    pre = Preprocessor(names, np.array([True, True, True, False]), np.array([0.5, 5.0, 6.0, 0.7]),
+                       np.array([0.3, 1.5, 2.0, 0.4]))
+    det = PCADetector.from_model(np.eye(4)[:, :1], pre, threshold=1e9)
+    scores = tmp_path / "scores.csv"
+    agent = Agent(AgentConfig("dev-1", "mqtt://127.0.0.1:1", str(tmp_path / "state"), scores_out=str(scores)))
+    agent.scorer.detector = det
+    agent.ingest(Batch(names, np.array([[NAN, NAN, 400.0, 1.0]])))  # Zeek's S0 record: duration, bytes unset
+    agent._scores.close()
+    got = float(scores.read_text().split(",")[0])
+    mean_raw = pre.inverse_transform(np.zeros((1, 4)))[0]  # the raw values that standardise to 0
+    assert got == pytest.approx(det.score_samples(np.array([[mean_raw[0], mean_raw[1], 400.0, 1.0]]))[0])
+    assert got != pytest.approx(det.score_samples(np.array([[0.0, 0.0, 400.0, 1.0]]))[0])
+    assert agent.counters["missing"] == 2 and agent.counters["records"] == 1
