@@ -21,6 +21,7 @@ import numpy as np
 from coordinator.db import ModelVersion, pack, unpack
 from coordinator.job_runner import JobRunner
 from models.detection import DetectorJobSpec
+from models.encoding import check_counts, encoded_statistics
 from models.preprocessing import Preprocessor
 from models.screening import (
     Federation,
@@ -49,6 +50,10 @@ class DetectorJob(JobRunner):
     @classmethod
     def model_payload(cls, mv: ModelVersion) -> bytes | None:
         return stored_envelope(mv.job_id, mv.version, unpack(mv.arrays), dict(mv.info)).encode()
+
+    def algorithm(self) -> Any:
+        """The job's algorithm over the encoded features (known after the statistics phase)."""
+        return self.spec.make_algorithm(n_features=len(self.info.get("features") or self.spec.features))
 
     # -- what a family decides ------------------------------------------------------------------------
     def start_algorithm(self, fed: Federation, counts: np.ndarray, total: np.ndarray, sumsq: np.ndarray) -> None:
@@ -81,7 +86,9 @@ class DetectorJob(JobRunner):
     def content(self, phase: str) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
         meta = self.meta()
         if phase == "stats":
-            return {}, {**meta, "features": self.spec.features}
+            return {}, {**meta, "features": self.spec.features, "categorical": self.spec.categorical,
+                        "flags": self.spec.flags}
+        meta.update(encoding=self.info["encoding"], log_mask=self.info["log_mask"])
         arrays = {**self.broadcast, **{f"init.{k}": v for k, v in self.initial().items()},
                   "mean": np.array(self.info["mean"]), "scale": np.array(self.info["scale"])}
         if phase not in ("stats", "threshold"):  # each sampled device's weight, as capped (in `sampled` order)
@@ -110,14 +117,25 @@ class DetectorJob(JobRunner):
         it claimed, on the agreed grid."""
         if self.phase == "stats":
             d = len(self.spec.features)
-            expect_arrays(env, {"count": (1,), "total": (d,), "sumsq": (d,), **{k: (1,) for k in self.stats_counts}})
+            expect_arrays(env, {"count": (1,), "total": (d,), "sumsq": (d,), "present": (d,),
+                                **{k: (1,) for k in self.stats_counts}})
             a = env.arrays
             if any(a[k].dtype.kind not in "fiu" for k in a):
                 raise ProtocolError("dtype", "statistics must be real numbers")
-            problem = check_summary(float(a["count"][0]), a["total"].astype(float), a["sumsq"].astype(float),
-                                    self.spec.guard(), value_bound(self.spec.log_transform))
+            n = float(a["count"][0])
+            if not ((a["present"] >= 0) & (a["present"] <= n)).all():
+                raise ProtocolError("value", "present counts must be between 0 and the record count")
+            problem = check_summary(n, a["total"].astype(float), a["sumsq"].astype(float), self.spec.guard(),
+                                    value_bound(self.spec.log_transform), a["present"].astype(float))
             if problem:
                 raise ProtocolError("value", problem)
+            try:
+                reported = check_counts(env.meta.get("counts"), self.spec.schema())
+            except ValueError as e:
+                raise ProtocolError("value", f"counts: {e}") from None
+            if reported["n"] != n or any(reported["numeric"][f]["present"] != int(p)
+                                       for f, p in zip(self.spec.features, a["present"])):
+                raise ProtocolError("value", "counts disagree with the statistics' record and present counts")
             for k in self.stats_counts:
                 if not 0 <= float(a[k][0]) <= self.spec.max_records:
                     raise ProtocolError("value", f"{k} must be a count between 0 and {self.spec.max_records}")
@@ -145,11 +163,21 @@ class DetectorJob(JobRunner):
             return {}
         self.participants = answered
         a = [self.pending[p].arrays for p in answered]
-        counts = np.array([float(x["count"][0]) for x in a])
-        total = np.stack([x["total"] for x in a]).astype(float)
-        sumsq = np.stack([x["sumsq"] for x in a]).astype(float)
+        try:
+            encoded = encoded_statistics(self.spec.schema(), [self.pending[p].meta["counts"] for p in answered],
+                                         np.stack([x["total"] for x in a]).astype(float),
+                                         np.stack([x["sumsq"] for x in a]).astype(float),
+                                         np.stack([x["present"] for x in a]).astype(float))
+        except ValueError as e:
+            self.fail(f"the devices' statistics do not agree on a feature encoding: {e}")
+            return {}
+        counts, total, sumsq = encoded.count, encoded.total, encoded.sumsq
         fed = federation_statistics(counts, total, sumsq, self.spec.guard())
-        self.info = {"features": list(self.spec.features), "mean": fed.mean.tolist(), "scale": fed.scale.tolist(),
+        enc = encoded.encoder
+        log_mask = np.r_[np.full(len(enc.numeric), self.spec.log_transform), np.zeros(enc.n_features - len(enc.numeric),
+                                                                                       bool)]
+        self.info = {"features": enc.feature_names, "mean": fed.mean.tolist(), "scale": fed.scale.tolist(),
+                     "encoding": enc.to_dict(), "log_mask": log_mask.astype(int).tolist(),
                      **{k: [float(x[k][0]) for x in a] for k in self.stats_counts}}
         self.counts, self.roster_saved = counts.tolist(), False
         self.rng = np.random.default_rng(self.spec.seed)
@@ -181,9 +209,8 @@ class DetectorJob(JobRunner):
         except ValueError as e:
             self.fail(f"no threshold: {e}")
             return float("nan")
-        features = self.info["features"]
-        pre = Preprocessor(features, np.full(len(features), self.spec.log_transform),
-                           np.array(self.info["mean"]), np.array(self.info["scale"]))
+        pre = Preprocessor(self.info["features"], np.array(self.info["log_mask"], bool), np.array(self.info["mean"]),
+                           np.array(self.info["scale"]), encoding=self.info["encoding"])
         try:
             arrays, info = self.detector(pre, threshold).to_wire()
         except ValueError as e:

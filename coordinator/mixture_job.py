@@ -29,7 +29,7 @@ class MixtureJob(DetectorJob):
     spec: MixtureJobSpec
 
     def algorithm(self) -> FedEM:
-        return cast(FedEM, self.spec.make_algorithm())
+        return cast(FedEM, super().algorithm())
 
     def meta(self) -> dict[str, Any]:
         return {**super().meta(), "holdout": self.spec.holdout, "seed": self.spec.seed}

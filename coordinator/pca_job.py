@@ -21,7 +21,7 @@ class PCAJob(DetectorJob):
     spec: PCAJobSpec
 
     def algorithm(self) -> PCAAlgorithm:
-        return cast(PCAAlgorithm, self.spec.make_algorithm())
+        return cast(PCAAlgorithm, super().algorithm())
 
     def start_algorithm(self, fed: Federation, counts: np.ndarray, total: np.ndarray, sumsq: np.ndarray) -> None:
         alg = self.algorithm()

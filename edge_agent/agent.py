@@ -29,7 +29,7 @@ import paho.mqtt.client as mqtt
 from edge_agent.detector_participant import TrainingBuffer
 from edge_agent.participant import Participant
 from edge_agent.scorer import Scorer
-from edge_agent.sources import Batch, SchemaError, ZeekFollower, csv_source, select
+from edge_agent.sources import Batch, SchemaError, ZeekFollower, csv_source
 from edge_agent.store import AgentStore, Outbox
 from models.families import family
 from wire.mqtt import make_client
@@ -211,15 +211,12 @@ class Agent:
             self.commit([])
             return
         try:
-            X = select(batch, self.scorer.detector.feature_names_)
+            X = self.scorer.matrix(batch)
         except SchemaError as e:
             log.error("agent=%s %s", self.cfg.agent_id, e)
             raise
-        missing = np.isnan(X)
-        if missing.any():  # e.g. Zeek's unset values: taken at the model's global mean (0 once standardised)
-            pre = self.scorer.detector.preprocessor_
-            X[missing] = np.broadcast_to(pre.inverse_transform(np.zeros((1, pre.n_features))), X.shape)[missing]
-            self.counters["missing"] += int(missing.sum())
+        # unset values (e.g. Zeek's "-") are taken at the global mean by the model's preprocessing
+        self.counters["missing"] += int(np.isnan(X).sum())
         scores, alerts = self.scorer.score(X)
         self.counters["records"] += len(X)
         if self._scores:

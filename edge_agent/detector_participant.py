@@ -15,15 +15,17 @@ from typing import Any
 import numpy as np
 
 from edge_agent.participant import Participant
-from edge_agent.sources import Batch, select
+from edge_agent.sources import FLOW_FIELDS, Batch, batch_counts, encode_batch, select
 from edge_agent.store import AgentStore
-from models.preprocessing import Moments, Preprocessor, signed_log1p
+from models.encoding import FeatureEncoder, RecordSchema
+from models.preprocessing import Preprocessor, signed_log1p
 from models.threshold import sparse_histogram
 from wire.protocol import Envelope
 
 
 class TrainingBuffer:
-    """The records an agent learns normal traffic from (a bounded reservoir sample), kept on disk."""
+    """The records an agent learns normal traffic from (a bounded reservoir sample), kept on disk: their
+    numeric columns (NaN where unset) and their text fields (not the flow identifiers)."""
 
     def __init__(self, store: AgentStore, capacity: int = 50_000, seed: int = 0):
         self.store, self.capacity = store, capacity
@@ -32,25 +34,36 @@ class TrainingBuffer:
         self.columns: list[str] = meta["columns"]
         self.seen: int = meta["seen"]
         self.X = saved["X"] if saved else np.zeros((0, len(self.columns)))
+        self.text: dict[str, list[str | None]] = store.load_json("training-text", {})
         self.rng = np.random.default_rng(seed + self.seen)
 
     def add(self, batch: Batch) -> None:
         if not self.columns:
             self.columns = list(batch.columns)
             self.X = np.zeros((0, len(self.columns)))
+            self.text = {f: [] for f in (batch.text or {}) if f not in FLOW_FIELDS}
         X = select(batch, self.columns)
+        text = {f: list((batch.text or {}).get(f, [None] * len(X))) for f in self.text}
         room = self.capacity - len(self.X)
         if room > 0:
             self.X = np.vstack([self.X, X[:room]])
-        for i, row in enumerate(X[max(room, 0):], start=self.seen + max(room, 0)):
-            j = self.rng.integers(0, i + 1)  # reservoir sampling keeps a uniform sample of all records
+            for f in self.text:
+                self.text[f] += text[f][:room]
+        for i in range(max(room, 0), len(X)):
+            j = self.rng.integers(0, self.seen + i + 1)  # reservoir sampling: a uniform sample of all records
             if j < self.capacity:
-                self.X[j] = row
+                self.X[j] = X[i]
+                for f in self.text:
+                    self.text[f][j] = text[f][i]
         self.seen += len(X)
 
     def save(self) -> None:
         self.store.save_arrays("training", {"X": self.X})
+        self.store.save_json("training-text", self.text)
         self.store.save_json("training", {"columns": self.columns, "seen": self.seen})
+
+    def batch(self) -> Batch:
+        return Batch(self.columns, self.X, text={f: np.array(v, dtype=object) for f, v in self.text.items()})
 
     def matrix(self, features: list[str]) -> np.ndarray:
         return select(Batch(self.columns, self.X), features)
@@ -67,9 +80,17 @@ class DetectorParticipant(Participant):
         return {"stats": self._stats, "threshold": self._threshold}
 
     # -- what a family decides ----------------------------------------------------------------------------
+    def training(self, meta: dict[str, Any]) -> Batch:
+        """The records the model is fitted on (a family may hold some out)."""
+        return self.buffer.batch()
+
     def records(self, meta: dict[str, Any]) -> np.ndarray:
-        """The raw records the model is fitted on, in the job's feature order."""
-        return self.buffer.matrix(meta["features"])
+        """The training records in the model's columns: after the statistics phase, encoded as the job agreed
+        (models.encoding; NaN where a number is unset), before it, the job's numeric features."""
+        batch = self.training(meta)
+        if meta.get("encoding"):
+            return encode_batch(batch, FeatureEncoder.from_dict(meta["encoding"]))
+        return select(batch, meta["features"])
 
     def threshold_errors(self, env: Envelope, pre: Preprocessor) -> np.ndarray:
         """The errors whose histogram sets the threshold, under the final model."""
@@ -84,19 +105,43 @@ class DetectorParticipant(Participant):
         """The weight the coordinator gives this device (its record count, capped: models.screening)."""
         return float(env.arrays["weights"][env.meta["sampled"].index(self.id)])
 
+    @staticmethod
+    def log_mask(meta: dict[str, Any], d: int) -> np.ndarray:
+        """Which columns get signed log1p: the job's (after the statistics phase), else every numeric one."""
+        if "log_mask" in meta:
+            return np.asarray(meta["log_mask"], dtype=bool)
+        return np.full(d, bool(meta.get("log_transform", True)))
+
     def transformed(self, X: np.ndarray, meta: dict[str, Any]) -> np.ndarray:
-        return signed_log1p(X, np.full(X.shape[1], bool(meta.get("log_transform", True))))
+        return signed_log1p(X, self.log_mask(meta, X.shape[1]))
 
     def preprocessor(self, env: Envelope) -> Preprocessor:
         features = env.meta["features"]
-        mask = np.full(len(features), bool(env.meta.get("log_transform", True)))
-        return Preprocessor(features, mask, env.arrays["mean"], env.arrays["scale"])
+        return Preprocessor(features, self.log_mask(env.meta, len(features)), env.arrays["mean"], env.arrays["scale"],
+                            encoding=env.meta.get("encoding"))
+
+    def imputed(self, env: Envelope) -> np.ndarray:
+        """The transformed training records with unset values at the global mean (as the coordinator's
+        statistics assume)."""
+        T = self.transformed(self.records(env.meta), env.meta)
+        missing = np.isnan(T)
+        if missing.any():
+            T[missing] = np.broadcast_to(env.arrays["mean"], T.shape)[missing]
+        return T
 
     def _stats(self, env: Envelope) -> Envelope:
-        n, total, sumsq = Moments.of(self.transformed(self.records(env.meta), env.meta)).summary()
+        """Count, and per numeric feature the sum and sum of squares of its set values and how many are set
+        (transformed); the counts of every text value and unset number (models.encoding) in the meta."""
+        spec_schema = RecordSchema(list(env.meta["features"]), list(env.meta.get("categorical", [])),
+                                   list(env.meta.get("flags", [])))
+        batch = self.training(env.meta)
+        T = self.transformed(select(batch, spec_schema.numeric), env.meta)
+        present = ~np.isnan(T)
         return Envelope("stats", env.job, env.round, self.id,
-                        {"count": np.array([n], dtype=np.int64), "total": total, "sumsq": sumsq,
-                         **self.stats_extra(env.meta)})
+                        {"count": np.array([len(T)], dtype=np.int64), "total": np.nansum(T, axis=0),
+                         "sumsq": np.nansum(T**2, axis=0), "present": present.sum(axis=0).astype(np.int64),
+                         **self.stats_extra(env.meta)},
+                        {"counts": batch_counts(batch, spec_schema)})
 
     def _threshold(self, env: Envelope) -> Envelope:
         bins, counts = sparse_histogram(self.threshold_errors(env, self.preprocessor(env)))

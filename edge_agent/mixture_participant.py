@@ -13,6 +13,8 @@ from typing import Any
 import numpy as np
 
 from edge_agent.detector_participant import DetectorParticipant
+from edge_agent.sources import Batch, encode_batch, select, take_rows
+from models.encoding import FeatureEncoder
 from models.mixture.detector import MixtureDetector
 from models.mixture.fedem import FedEM, device_seed
 from models.preprocessing import Preprocessor
@@ -35,16 +37,14 @@ class MixtureParticipant(DetectorParticipant):
     def phases(self) -> dict[str, Callable[[Envelope], Envelope | None]]:
         return {**super().phases(), "seed": self._seed}
 
-    def _split(self, meta: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:
-        X = self.buffer.matrix(meta["features"])
-        held = holdout_mask(len(X), float(meta["holdout"]))
-        return X[~held], X[held]
+    def _held(self, meta: dict[str, Any]) -> np.ndarray:
+        return holdout_mask(len(self.buffer.X), float(meta["holdout"]))
 
-    def records(self, meta: dict[str, Any]) -> np.ndarray:
-        return self._split(meta)[0]
+    def training(self, meta: dict[str, Any]) -> Batch:
+        return take_rows(self.buffer.batch(), ~self._held(meta))
 
     def stats_extra(self, meta: dict[str, Any]) -> dict[str, np.ndarray]:
-        return {"held": np.array([len(self._split(meta)[1])], dtype=np.int64)}
+        return {"held": np.array([int(self._held(meta).sum())], dtype=np.int64)}
 
     def client_data(self, env: Envelope) -> dict[str, np.ndarray]:
         X = np.empty(1, dtype=object)
@@ -61,4 +61,7 @@ class MixtureParticipant(DetectorParticipant):
     def threshold_errors(self, env: Envelope, pre: Preprocessor) -> np.ndarray:
         mixture = self.algorithm(env.meta).consensus(self.broadcast(env))
         det = MixtureDetector.from_model(mixture, pre, 1.0)
-        return np.asarray(det.score_samples(self._split(env.meta)[1]))
+        held = take_rows(self.buffer.batch(), self._held(env.meta))
+        encoding = env.meta.get("encoding")
+        X = encode_batch(held, FeatureEncoder.from_dict(encoding)) if encoding else select(held, env.meta["features"])
+        return np.asarray(det.score_samples(X))

@@ -27,8 +27,7 @@ class PCAParticipant(DetectorParticipant):
         return alg
 
     def client_data(self, env: Envelope) -> dict[str, np.ndarray]:
-        T = self.transformed(self.records(env.meta), env.meta)
-        C = Moments.of(T).second_moment(env.arrays["mean"], env.arrays["scale"])
+        C = Moments.of(self.imputed(env)).second_moment(env.arrays["mean"], env.arrays["scale"])
         return {"C": C[None], "weight": np.array([self.weight(env)])}
 
     def threshold_errors(self, env: Envelope, pre: Preprocessor) -> np.ndarray:

@@ -14,6 +14,8 @@ from typing import Any
 
 import numpy as np
 
+from edge_agent.sources import Batch, encode_batch, select
+from models.encoding import FeatureEncoder
 from wire.model import Detector, detector_from_envelope
 from wire.protocol import Envelope
 
@@ -69,12 +71,22 @@ class Scorer:
     def __init__(self, agent_id: str, burst: int = 20, window: float = 60.0):
         self.id = agent_id
         self.detector: Detector | None = None
+        self.encoder: FeatureEncoder | None = None
         self.model_job, self.model_version = "", 0
         self.limiter = RateLimiter(burst, window)
 
     def load(self, env: Envelope) -> None:
         self.detector = detector_from_envelope(env)
+        encoding = self.detector.preprocessor_.encoding
+        self.encoder = FeatureEncoder.from_dict(encoding) if encoding else None
         self.model_job, self.model_version = env.job, int(env.meta["version"])
+
+    def matrix(self, batch: Batch) -> np.ndarray:
+        """A batch in the model's columns (encoded as the job agreed); SchemaError when it lacks a field."""
+        assert self.detector is not None
+        if self.encoder is not None:
+            return encode_batch(batch, self.encoder)
+        return select(batch, self.detector.feature_names_)
 
     def score(self, X: np.ndarray) -> tuple[np.ndarray, list[dict[str, Any]]]:
         """Scores of a batch and the alerts it raises (after rate limiting)."""

@@ -35,6 +35,8 @@ REJECTED_STATES = {"REJ", "S0", "RSTOS0", "RSTRH", "SH", "SHR"}
 # conn.log's text fields a Zeek batch keeps: the categories the encoder one-hots and the flow's identifiers
 ZEEK_TEXT = ("proto", "service", "conn_state", "history", "uid", "ts", "id.orig_h", "id.orig_p", "id.resp_h",
              "id.resp_p")
+# the flow's identifiers: carried to alerts, never features
+FLOW_FIELDS = ("uid", "ts", "id.orig_h", "id.orig_p", "id.resp_h", "id.resp_p")
 ZEEK_UNSET, ZEEK_EMPTY = "-", "(empty)"  # Zeek's defaults for #unset_field and #empty_field
 
 
@@ -48,6 +50,12 @@ class Batch:
 
 class SchemaError(ValueError):
     """Input that cannot supply the model's features."""
+
+
+def take_rows(batch: Batch, rows: np.ndarray) -> Batch:
+    """The records of a batch at `rows` (a mask or indices), text fields included."""
+    return Batch(batch.columns, batch.X[rows], None if batch.labels is None else batch.labels[rows],
+                 None if batch.text is None else {f: v[rows] for f, v in batch.text.items()})
 
 
 def select(batch: Batch, features: list[str], fill: float | None = None) -> np.ndarray:

@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import ClassVar
 
+from models.encoding import RecordSchema
 from models.jobspec import JobSpec, check
 from models.screening import Guard
 
@@ -16,6 +17,10 @@ class DetectorJobSpec(JobSpec):
     required: ClassVar[dict[str, str]] = {"features": "the feature names its agents provide"}
 
     features: list[str] = field(default_factory=list)
+    #: text fields one-hot encoded with a vocabulary the statistics phase agrees (e.g. Zeek's proto, service,
+    #: conn_state) and flag-string fields whose letters become columns (Zeek's history): models.encoding
+    categorical: list[str] = field(default_factory=list)
+    flags: list[str] = field(default_factory=list)
     quantile: float = 0.99
     log_transform: bool = True
     # how far one device is trusted (models.screening.Guard)
@@ -30,6 +35,10 @@ class DetectorJobSpec(JobSpec):
               "agents provide")
         check(len(set(self.features)) == len(self.features) and all(0 < len(f) <= 128 for f in self.features),
               "features", "must be distinct non-empty names of at most 128 characters")
+        check(len(self.categorical) + len(self.flags) <= 16, "categorical", "at most 16 text fields")
+        check(len({*self.features, *self.categorical, *self.flags}) == len(self.features) + len(self.categorical)
+              + len(self.flags) and all(0 < len(f) <= 128 for f in [*self.categorical, *self.flags]), "categorical",
+              "text fields must be distinct non-empty names of at most 128 characters, none of them a feature")
         check(0 < self.quantile < 1, "quantile", "must be in (0, 1)")
         check(1 <= self.max_records <= 10**12, "max_records", "must be between 1 and 10^12")
         check(1 <= self.count_cap <= 1e6, "count_cap", "must be between 1 and 10^6 (times the median count)")
@@ -37,6 +46,10 @@ class DetectorJobSpec(JobSpec):
         check(0 < self.influence <= 1e6, "influence", "must be in (0, 10^6] (how much one device may raise a "
               "feature's pooled variance, as a factor minus 1)")
         check(0 <= self.device_trim < 0.5, "device_trim", "must be in [0, 0.5)")
+
+    def schema(self) -> RecordSchema:
+        """The fields a device reports counts of in the statistics phase (models.encoding)."""
+        return RecordSchema(list(self.features), list(self.categorical), list(self.flags))
 
     def guard(self) -> Guard:
         return Guard(self.max_records, self.count_cap, self.max_share, self.influence, self.device_trim)

@@ -117,13 +117,12 @@ class PCADetector:
     def to_wire(self) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
         """Arrays and metadata of the model envelope (wire.model)."""
         pre = self.preprocessor_
-        return ({"Z": self.components_, "mean": pre.mean, "scale": pre.scale,
-                 "log_mask": pre.log_mask.astype(np.uint8)},
-                {"detector": "pca", "features": list(pre.feature_names), "threshold": self.threshold_})
+        return ({"Z": self.components_, **pre.wire_arrays()},
+                {"detector": "pca", **pre.wire_meta(), "threshold": self.threshold_})
 
     @classmethod
     def from_wire(cls, arrays: dict[str, np.ndarray], meta: dict[str, Any]) -> PCADetector:
-        pre = Preprocessor(list(meta["features"]), arrays["log_mask"].astype(bool), arrays["mean"], arrays["scale"])
+        pre = Preprocessor.from_wire(arrays, meta)
         return cls.from_model(np.asarray(arrays["Z"], dtype=float), pre, float(meta["threshold"]))
 
     def to_dict(self) -> dict[str, Any]:

@@ -413,3 +413,32 @@ def binary_standardisation(encoder: FeatureEncoder, device_counts: Sequence[Mapp
     scale = np.sqrt(np.maximum(np.sum([m[2] for m in moments], axis=0) / n - mean**2, 0.0))
     zero = scale <= min_scale
     return mean, np.where(zero, 1.0, scale), zero
+
+
+@dataclass
+class EncodedStatistics:
+    """Each device's (count, sum, sum of squares) of every encoded column, and the encoder: what the
+    standardisation (models.screening.federation_statistics) takes."""
+
+    encoder: FeatureEncoder
+    count: np.ndarray  # (devices,)
+    total: np.ndarray  # (devices, encoder.n_features)
+    sumsq: np.ndarray
+
+
+def encoded_statistics(schema: RecordSchema, device_counts: Sequence[Mapping[str, Any]], total: np.ndarray,
+                       sumsq: np.ndarray, present: np.ndarray) -> EncodedStatistics:
+    """From the statistics phase alone: the agreed encoder, and each device's moments of every encoded column.
+
+    Numeric features: devices send the sum and sum of squares of their set values (transformed) and how many
+    are set; an unset value is taken at the pooled mean of the set ones, mu, so a device's column sums gain
+    (n - present) mu and (n - present) mu^2. The 0/1 columns' moments are counts (`binary_moments`)."""
+    encoder = agree_vocabulary(device_counts, schema=schema)
+    count = np.array([float(c["n"]) for c in device_counts])
+    mu = total.sum(axis=0) / np.maximum(present.sum(axis=0), 1.0)
+    unset = count[:, None] - present
+    binary = [binary_moments(encoder, c) for c in device_counts]
+    ones = np.stack([b[1] for b in binary]) if binary else np.zeros((0, 0))
+    return EncodedStatistics(encoder, count, np.hstack([total + unset * mu, ones]),
+                             np.hstack([sumsq + unset * mu**2, ones]))
+

@@ -91,8 +91,10 @@ class JobSpec:
     def default_algorithm(cls) -> str:
         return next(iter(cls.algorithms))
 
-    def make_algorithm(self) -> Any:
-        return self.algorithms[self.algorithm](**self.problem(), **self.algorithm_params)
+    def make_algorithm(self, **problem: int) -> Any:
+        """The job's algorithm; `problem` replaces dimensions known only once the job runs (the number of
+        encoded features after the statistics phase)."""
+        return self.algorithms[self.algorithm](**{**self.problem(), **problem}, **self.algorithm_params)
 
 
 def check(ok: bool, name: str, problem: str) -> None:

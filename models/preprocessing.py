@@ -96,6 +96,9 @@ class Preprocessor:
     mean: np.ndarray
     scale: np.ndarray
     version: int = PREPROCESSING_VERSION
+    #: how records with text fields and unset values become these features (models.encoding.FeatureEncoder's
+    #: to_dict), when the job agreed one; None: the features are named numeric columns
+    encoding: dict[str, Any] | None = None
     _inv_scale: np.ndarray = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -119,6 +122,7 @@ class Preprocessor:
             T = signed_log1p(X, self.log_mask)
         T -= self.mean
         T *= self._inv_scale
+        np.nan_to_num(T, copy=False, nan=0.0)  # unset values (NaN) are taken at the global mean: 0 standardised
         return T
 
     def inverse_transform(self, T: np.ndarray) -> np.ndarray:
@@ -134,6 +138,7 @@ class Preprocessor:
             "log_mask": self.log_mask.astype(int).tolist(),
             "mean": self.mean.tolist(),
             "scale": self.scale.tolist(),
+            **({"encoding": self.encoding} if self.encoding is not None else {}),
         }
 
     @classmethod
@@ -141,4 +146,16 @@ class Preprocessor:
         if d.get("version") != PREPROCESSING_VERSION:
             raise ValueError(f"unsupported preprocessing version {d.get('version')!r}")
         return cls(list(d["feature_names"]), np.array(d["log_mask"], bool), np.array(d["mean"]),
-                   np.array(d["scale"]))
+                   np.array(d["scale"]), encoding=d.get("encoding"))
+
+    # -- on the wire (a model envelope: arrays and JSON meta) -------------------------------------------
+    def wire_arrays(self) -> dict[str, np.ndarray]:
+        return {"mean": self.mean, "scale": self.scale, "log_mask": self.log_mask.astype(np.uint8)}
+
+    def wire_meta(self) -> dict[str, Any]:
+        return {"features": list(self.feature_names), **({"encoding": self.encoding} if self.encoding else {})}
+
+    @classmethod
+    def from_wire(cls, arrays: dict[str, np.ndarray], meta: dict[str, Any]) -> Preprocessor:
+        return cls(list(meta["features"]), np.asarray(arrays["log_mask"]).astype(bool), arrays["mean"],
+                   arrays["scale"], encoding=meta.get("encoding"))

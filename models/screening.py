@@ -71,13 +71,16 @@ def value_bound(log_transform: bool) -> float:
     return LOG_BOUND if log_transform else RAW_BOUND
 
 
-def check_summary(count: float, total: np.ndarray, sumsq: np.ndarray, guard: Guard, bound: float) -> str | None:
-    """Why a device's (count, sum, sum of squares) could not come from real records, or None."""
+def check_summary(count: float, total: np.ndarray, sumsq: np.ndarray, guard: Guard, bound: float,
+                  present: np.ndarray | None = None) -> str | None:
+    """Why a device's (count, sum, sum of squares) could not come from real records, or None. With
+    `present`, the sums of each feature are over its set values only (that many of them)."""
     if not (np.isfinite(count) and float(count).is_integer() and 1 <= count <= guard.max_records):
         return f"count {count!r} outside 1..{guard.max_records}"
     if not (np.isfinite(total).all() and np.isfinite(sumsq).all()):
         return "sums must be finite"
-    mean, second = total / count, sumsq / count
+    n = np.full(len(total), float(count)) if present is None else np.maximum(np.asarray(present, float), 1.0)
+    mean, second = total / n, sumsq / n
     if (np.abs(mean) > bound).any() or (second > bound * bound).any():
         return f"sums imply values beyond {bound:g}"
     if (second < mean * mean * (1 - 1e-9) - 1e-12 * (1 + mean * mean)).any():

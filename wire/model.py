@@ -11,6 +11,7 @@ import numpy as np
 
 from models.detector import PCADetector
 from models.mixture.detector import MixtureDetector
+from models.preprocessing import Preprocessor
 from wire.protocol import Envelope
 
 
@@ -19,6 +20,7 @@ class Detector(Protocol):
 
     threshold_: float
     feature_names_: list[str]
+    preprocessor_: Preprocessor
 
     def score_samples(self, X: np.ndarray) -> np.ndarray | float: ...
 

@@ -127,14 +127,13 @@ class MixtureDetector:
     # -- persistence -------------------------------------------------------------------------------
     def to_wire(self) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
         """Arrays and metadata of the model envelope (wire.model)."""
-        pre = self.preprocessor_
-        return ({"weights": self.mixture_.weights, "means": self.mixture_.means, "prec_chol": self.mixture_.prec_chol,
-                 "mean": pre.mean, "scale": pre.scale, "log_mask": pre.log_mask.astype(np.uint8)},
-                {"detector": "gmm", "features": list(pre.feature_names), "threshold": self.threshold_})
+        m = self.mixture_
+        return ({"weights": m.weights, "means": m.means, "prec_chol": m.prec_chol, **self.preprocessor_.wire_arrays()},
+                {"detector": "gmm", **self.preprocessor_.wire_meta(), "threshold": self.threshold_})
 
     @classmethod
     def from_wire(cls, arrays: dict[str, np.ndarray], meta: dict[str, Any]) -> MixtureDetector:
-        pre = Preprocessor(list(meta["features"]), arrays["log_mask"].astype(bool), arrays["mean"], arrays["scale"])
+        pre = Preprocessor.from_wire(arrays, meta)
         m = Mixture(np.asarray(arrays["weights"], float), np.asarray(arrays["means"], float),
                     np.asarray(arrays["prec_chol"], float))
         return cls.from_model(m, pre, float(meta["threshold"]))
