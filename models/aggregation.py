@@ -54,6 +54,21 @@ def trimmed_weighted_mean(X: np.ndarray, w: np.ndarray, trim: float) -> np.ndarr
     return (kept * wk).sum(axis=0) / wk.sum(axis=0)
 
 
+def winsorized_weighted_mean(X: np.ndarray, w: np.ndarray, trim: float) -> np.ndarray:
+    """Per coordinate (axis 0 is the device), the weighted mean after clipping every value into the range
+    of the devices left once the k lowest and k highest are set aside (k = `trim_count`): one device moves
+    it by at most its weight share times the others' spread, and, unlike trimming, a skewed but honest
+    spread keeps its mean (the extremes are pulled in, not dropped)."""
+    X = np.asarray(X, dtype=float)
+    w = np.asarray(w, dtype=float)
+    n = X.shape[0]
+    k = trim_count(n, trim)
+    if k == 0:
+        return np.tensordot(w / w.sum(), X, axes=1)
+    ordered = np.sort(X, axis=0)
+    return np.tensordot(w / w.sum(), np.clip(X, ordered[k], ordered[n - 1 - k]), axes=1)
+
+
 def clip_norms(X: np.ndarray, factor: float = 3.0, reference: float | None = None) -> np.ndarray:
     """Scale down uploads whose Frobenius norm exceeds `factor` times the median norm (or `reference`)."""
     norms = np.sqrt((X.reshape(len(X), -1) ** 2).sum(axis=1))

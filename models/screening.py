@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from models.aggregation import trimmed_weighted_mean
+from models.aggregation import trimmed_weighted_mean, winsorized_weighted_mean
 from models.threshold import EDGES, quantile_from_histogram
 
 #: |signed_log1p(x)| for every finite float64 x is below this: a larger transformed value is a lie
@@ -161,9 +161,11 @@ def robust_threshold(histograms: list[tuple[np.ndarray, np.ndarray]], weight: np
 
 def exceedance_threshold(histograms: list[tuple[np.ndarray, np.ndarray]], weight: np.ndarray, q: float,
                          trim: float) -> float:
-    """The label-free threshold as the error at which a trimmed weighted mean over devices of the share of
-    each device's records above it falls to 1 - q: the pooled q-quantile when devices agree, and one device
-    moves it at most as far as the others' exceedance curves allow. Unlike the mean of per-device
+    """The label-free threshold as the error at which a winsorised weighted mean over devices of the share
+    of each device's records above it falls to 1 - q: the pooled q-quantile when no device stands out, and
+    one device moves it at most as far as the others' exceedance curves allow (a trimmed mean would drop
+    the honest devices with the most errors above each threshold, a skew non-i.i.d. traffic always has,
+    and so promise less than it flags). Unlike the mean of per-device
     quantiles, it keeps the promised false-positive rate when devices' error scales differ (non-i.i.d.
     traffic scored by a detector that fits each region closely)."""
     some = np.array([int(np.sum(c)) > 0 for _, c in histograms], dtype=bool)
@@ -175,7 +177,7 @@ def exceedance_threshold(histograms: list[tuple[np.ndarray, np.ndarray]], weight
         dense[row, np.searchsorted(used, b)] = c
     # share of each device's records in bins above each used bin
     above = 1.0 - np.cumsum(dense, axis=1) / dense.sum(axis=1, keepdims=True)
-    curve = trimmed_weighted_mean(above, np.asarray(weight, dtype=float)[some], trim)
+    curve = winsorized_weighted_mean(above, np.asarray(weight, dtype=float)[some], trim)
     i = int(np.searchsorted(-curve, -(1 - q), side="left"))  # first bin whose exceedance is <= 1 - q
     i = min(i, len(used) - 1)
     before = curve[i - 1] if i > 0 else 1.0

@@ -42,6 +42,15 @@ def stored_envelope(job: str, version: int, arrays: dict[str, np.ndarray], info:
     return Envelope("model", job, version, "coordinator", arrays, {**info, "version": int(version)})
 
 
+def detector_from_dict(d: dict[str, Any]) -> Detector:
+    """A detector saved with its ``to_dict`` (PCA when the dict does not name one)."""
+    kind = d.get("detector", "pca")
+    if kind not in DETECTORS:
+        raise ValueError(f"unknown detector {kind!r}")
+    det: Detector = DETECTORS[kind].from_dict(d)
+    return det
+
+
 def detector_from_envelope(env: Envelope) -> Detector:
     """The promoted model as published on the model topic (ValueError when it is not a model we know)."""
     kind = env.meta.get("detector", "pca")

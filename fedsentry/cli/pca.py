@@ -76,7 +76,8 @@ def add_pca_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--partition", choices=PARTITIONS, default="noniid", help="how records are split (default noniid)")
     p.add_argument("--partition-feature", help="noniid: feature to sort on (default: most distinct values)")
     p.add_argument("--alpha", type=positive_float, default=0.5, help="dirichlet: concentration (default 0.5)")
-    p.add_argument("--quantile", type=unit_open, default=0.99, help="threshold quantile of normal errors (0.99)")
+    p.add_argument("--quantile", type=unit_open, help="threshold quantile of normal errors (default 0.99 for pca, "
+                   "0.98 for gmm, whose errors are held-out records')")
     p.add_argument("--trim", type=share, default=0.0,
                    help="leave this share of the most suspicious training records out of the statistics (default 0)")
     p.add_argument("--trim-by", choices=TRIM_CRITERIA, default="distance",

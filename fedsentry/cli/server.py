@@ -19,6 +19,7 @@ from fedsentry.cli.pca import add_data_args, add_pca_args
 from fedsentry.errors import UsageError
 from fedsentry.output import write_json
 from models.families import FAMILIES
+from models.mixture import FEDERATED as MIXTURE
 from models.pca import FEDERATED
 from models.recsys import FEDERATED as RECSYS
 
@@ -68,11 +69,13 @@ def register(groups: dict[str, Any], verbs: Any) -> None:
     add_data_args(demo)
     add_federation_args(demo, rounds=30)
     add_pca_args(demo)
-    demo.set_defaults(fraction=0.3, rank=None)
-    demo.add_argument("--job", choices=("pca", "recsys"), default="pca", help="job type (default pca)")
+    demo.set_defaults(fraction=0.3, rank=None, detector="gmm")
+    demo.add_argument("--job", choices=("pca", "recsys"), default="pca",
+                      help="pca: anomaly detection (the detector is --detector); recsys: recommendation (default pca)")
     demo.add_argument("--agents", type=positive_int, default=10, help="agent processes (default 10)")
-    demo.add_argument("--algorithm", choices=sorted(FEDERATED) + sorted(RECSYS),
-                      help="default fedmm for pca, fedmc-admm for recsys")
+    demo.add_argument("--algorithm", choices=sorted({*FEDERATED, *MIXTURE, *RECSYS}),
+                      help="default fedem for --detector gmm (the default), fedmm for pca, fedmc-admm for --job "
+                      "recsys")
     demo.add_argument("--regularizer", choices=("l2", "l1"), help="recsys fedmc-admm: l2 or l1 (default l2)")
     demo.add_argument("--broker", help="use this broker instead of the embedded one")
     demo.add_argument("--db", help="database URL (default $FEDSENTRY_DB_URL or sqlite:///fedsentry.db)")
@@ -220,10 +223,12 @@ def run_demo(args: argparse.Namespace) -> int:
     from fedsentry.demo.pca import demo
 
     pca = args.job == "pca"
-    args.algorithm = args.algorithm or ("fedmm" if pca else "fedmc-admm")
-    if args.algorithm not in (FEDERATED if pca else RECSYS):
-        raise UsageError(f"--algorithm {args.algorithm} is not a {args.job} algorithm; choose from "
-                         f"{', '.join(sorted(FEDERATED if pca else RECSYS))}")
+    registry, kind = (MIXTURE, "gmm") if pca and args.detector == "gmm" else (FEDERATED, "pca") if pca else \
+        (RECSYS, "recsys")
+    args.algorithm = args.algorithm or {"gmm": "fedem", "pca": "fedmm", "recsys": "fedmc-admm"}[kind]
+    if args.algorithm not in registry:
+        raise UsageError(f"--algorithm {args.algorithm} is not a {kind} algorithm; choose from "
+                         f"{', '.join(sorted(registry))}")
     args.rank = args.rank or (3 if pca else 10)
     result = demo(args)
     write_json(result, args.json)

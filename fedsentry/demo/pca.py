@@ -1,10 +1,10 @@
 """`fedsentry demo`: a broker, the coordinator, and N agent processes on this machine, end to end.
 
-PCA (default): each agent gets one partition of the training records (exactly the partition `simulate`
-would give client i with the same settings) and a share of the test traffic. The job trains, its model is
-promoted, and the agents replay their test traffic and publish alerts. For evaluation only, agents also
-write the score of every replayed record, so AUC is computed over all records; labels never reach the
-model. `--job recsys`: see fedsentry.demo.recsys.
+Anomaly detection (`--detector gmm`, the default, or `pca`): each agent gets one partition of the training
+records (exactly the partition `simulate` would give client i with the same settings) and a share of the test
+traffic. The job trains, its model is promoted, and the agents replay their test traffic and publish alerts.
+For evaluation only, agents also write the score of every replayed record, so AUC is computed over all
+records; labels never reach the model. `--job recsys`: see fedsentry.demo.recsys.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from fedsentry.demo.stack import Stack, keep_serving, write_csv
+from fedsentry.demo.stack import Stack, agent_id, keep_serving, write_csv
 from wire.mqtt import redact_url
 
 
@@ -27,11 +27,8 @@ def demo(args: argparse.Namespace) -> dict[str, Any]:
     from coordinator.db import Alert, ModelVersion, unpack
     from fedsentry.runs.params import flag_params
     from fedsentry.runs.pca import algorithm_params, prepare
-    from models.linalg import subspace_distance
+    from models.families import family
     from models.metrics import auc_roc
-    from models.pca import FEDERATED
-    from models.pca.baselines import centralized_pca
-    from models.simulator import prepare_clients
 
     args.clients = args.agents
     data, split, parts = prepare(args)
@@ -46,32 +43,61 @@ def demo(args: argparse.Namespace) -> dict[str, Any]:
             st.agent(i, "--train", str(st.tmp / f"train-{i}.csv"), "--csv", str(st.tmp / f"test-{i}.csv"),
                      "--label-column", "label", "--model-job", st.job_id, "--wait-for-model", "--exit-after-replay",
                      "--scores-out", str(st.tmp / f"scores-{i}.csv"))
+        job_type = args.detector
         params = {"features": data.feature_names, "rank": args.rank, "rounds": args.rounds, "fraction": args.fraction,
                   "seed": args.seed, "quantile": args.quantile, "min_agents": args.agents, "deadline": 30.0,
-                  "algorithm_params": flag_params(FEDERATED[args.algorithm], algorithm_params(args), args.algorithm)}
-        seconds = st.run_job("pca", args.algorithm, params, args.rounds)
+                  "algorithm_params": flag_params(family(job_type).algorithms[args.algorithm], algorithm_params(args),
+                                                  args.algorithm)}
+        if job_type == "gmm":
+            params["holdout"] = args.holdout
+        seconds = st.run_job(job_type, args.algorithm, params, args.rounds)
         print(f"fedsentry demo: model promoted; agents replay {len(split.X_test)} test records", file=sys.stderr)
         st.wait_agents()
         rounds = st.round_seconds()
         with st.coordinator.sessions() as s:
             alerts = s.query(Alert).filter_by(job_id=st.job_id).count()
             mv = s.query(ModelVersion).filter_by(job_id=st.job_id).one()
-            Z, threshold = unpack(mv.arrays)["Z"], mv.info["threshold"]
+            arrays, threshold = unpack(mv.arrays), mv.info["threshold"]
         scores = np.vstack([np.loadtxt(st.tmp / f"scores-{i}.csv", delimiter=",", ndmin=2)
                             for i in range(args.agents)])
-        clients = prepare_clients(parts, data.feature_names)
         result = {
             "job": st.job_id, "dataset": data.name, "algorithm": args.algorithm, "agents": args.agents,
             "rounds_completed": len(rounds), "alerts_stored": alerts, "records_scored": len(scores),
             "auc_roc": auc_roc(scores[:, 1], scores[:, 0]),
-            "subspace_distance": subspace_distance(Z, centralized_pca(clients.C, clients.weight, args.rank)),
+            **simulation_gap(args, data, split, parts, arrays, [agent_id(i) for i in range(args.agents)]),
             "threshold": threshold, "seconds_per_round": float(np.mean(rounds)) if rounds else None,
             "median_round_seconds": float(np.median(rounds)) if rounds else None, "training_seconds": seconds,
             "rejected": dict(st.coordinator.rejected), "broker": redact_url(st.broker_url or ""),
             "work_folder": str(st.tmp),
             "dashboard": st.dashboard,
         }
-        print(f"fedsentry demo: {result['rounds_completed']} rounds, {alerts} alerts stored, AUC "
-              f"{result['auc_roc']:.4f}, subspace distance {result['subspace_distance']:.4f}", file=sys.stderr)
+        print(f"fedsentry demo: {job_type}, {result['rounds_completed']} rounds, {alerts} alerts stored, AUC "
+              f"{result['auc_roc']:.4f}; {result['gap']}", file=sys.stderr)
         keep_serving(args)
         return result
+
+
+def simulation_gap(args: argparse.Namespace, data, split, parts: list[np.ndarray], arrays: dict[str, np.ndarray],
+                   ids: list[str]) -> dict[str, Any]:
+    """How far the deployed model is from what `simulate` computes with the same settings (pca: subspace
+    distance to centralised PCA, as simulate reports it; gmm: the largest difference of the mixtures' means and
+    the AUC simulate reaches)."""
+    if args.detector == "pca":
+        from models.linalg import subspace_distance
+        from models.pca.baselines import centralized_pca
+        from models.simulator import prepare_clients
+
+        clients = prepare_clients(parts, data.feature_names)
+        sd = subspace_distance(arrays["Z"], centralized_pca(clients.C, clients.weight, args.rank))
+        return {"subspace_distance": sd, "gap": f"subspace distance to centralised PCA {sd:.4f}"}
+    from models.mixture.simulator import simulate_mixture
+    from models.mixture.spec import MixtureJobSpec
+
+    sim = simulate_mixture(parts, split.X_test, split.y_test, data.feature_names, args.algorithm, args.rounds,
+                           args.fraction, args.quantile or MixtureJobSpec.quantile, args.seed,
+                           {k: v for k, v in (("components", args.components), ("reg", args.reg)) if v},
+                           args.holdout, device_ids=ids)
+    diff = float(np.abs(sim["detector"].mixture_.means - arrays["means"]).max())
+    return {"simulate_auc_roc": sim["auc_roc"], "mixture_mean_difference": diff,
+            "gap": f"simulate: AUC {sim['auc_roc']:.4f}, mixture means within {diff:.1e}"}
+

@@ -60,18 +60,21 @@ def algorithm_params(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def mixture_simulation(args: argparse.Namespace, algorithm: str, data, split, parts,
-                       params: dict[str, Any] | None = None, strict: bool = True, **overrides: Any) -> dict[str, Any]:
+                       params: dict[str, Any] | None = None, strict: bool = True, keep: bool = False,
+                       **overrides: Any) -> dict[str, Any]:
     """`simulate` for the Gaussian-mixture detector (models.mixture.simulator)."""
     from models.mixture import ALGORITHMS as MIXTURE
     from models.mixture import FEDERATED as MIXTURE_FEDERATED
     from models.mixture.fedem import FedEM
     from models.mixture.simulator import simulate_mixture
+    from models.mixture.spec import MixtureJobSpec
 
     if algorithm not in MIXTURE:
         raise UsageError(f"--algorithm {algorithm} is not a gmm algorithm (choose from {', '.join(MIXTURE)})")
     if args.trim:
         raise UsageError("--trim applies to the pca detector only")
     rounds, fraction = overrides.get("rounds", args.rounds), overrides.get("fraction", args.fraction)
+    quantile = args.quantile or MixtureJobSpec.quantile
     cls = MIXTURE_FEDERATED.get(algorithm, FedEM)
     chosen = flag_params(cls, {**algorithm_params(args), **(params or {})}, algorithm, strict)
     bar = progress(1 if algorithm == "centralized" else rounds + 1, f"gmm {algorithm}")
@@ -82,15 +85,17 @@ def mixture_simulation(args: argparse.Namespace, algorithm: str, data, split, pa
 
     try:
         result = simulate_mixture(parts, split.X_test, split.y_test, data.feature_names, algorithm, rounds, fraction,
-                                  args.quantile, args.seed, chosen, args.holdout, on_round)
+                                  quantile, args.seed, chosen, args.holdout, on_round)
     except ValueError as e:
         raise UsageError(str(e)) from None
     finally:
         if bar is not None:
             bar.close()
-    result.pop("detector")
+    model = result.pop("detector")
+    if keep:  # the trained detector itself (bench measures its scoring)
+        result["model"] = model
     result.update(detector="gmm", dataset=data.name, clients=len(parts), fraction=fraction, partition=args.partition,
-                  seed=args.seed, quantile=args.quantile, holdout=args.holdout, contamination=args.contamination,
+                  seed=args.seed, quantile=quantile, holdout=args.holdout, contamination=args.contamination,
                   subspace_distance=None, n_features=len(data.feature_names), n_train=len(split.X_train),
                   n_test=len(split.X_test), attack_share_test=float(split.y_test.mean()))
     return result
@@ -115,7 +120,8 @@ def simulate(args: argparse.Namespace, algorithm: str, data, split, parts, param
 
     try:
         result = simulate_pca(parts, split.X_test, split.y_test, data.feature_names, algorithm, args.rank,
-                              settings["rounds"], settings["fraction"], args.quantile, args.seed, settings["trim"],
+                              settings["rounds"], settings["fraction"], args.quantile or 0.99, args.seed,
+                              settings["trim"],
                               flag_params(FEDERATED.get(algorithm), {**algorithm_params(args), **(params or {})},
                                           algorithm, strict), on_round, settings["trim_by"])
     except ValueError as e:
@@ -124,7 +130,7 @@ def simulate(args: argparse.Namespace, algorithm: str, data, split, parts, param
         if bar is not None:
             bar.close()
     result.update(dataset=data.name, clients=len(parts), fraction=settings["fraction"], partition=args.partition,
-                  seed=args.seed, quantile=args.quantile, trim=settings["trim"], trim_by=settings["trim_by"],
+                  seed=args.seed, quantile=args.quantile or 0.99, trim=settings["trim"], trim_by=settings["trim_by"],
                   contamination=args.contamination,
                   n_features=len(data.feature_names), n_train=len(split.X_train), n_test=len(split.X_test),
                   attack_share_test=float(split.y_test.mean()))

@@ -22,8 +22,9 @@ from models.mixture import FEDERATED
 from models.mixture.detector import MixtureDetector, fit_em
 from models.mixture.fedem import FedEM, device_seed
 from models.mixture.gmm import Mixture
+from models.mixture.spec import MixtureJobSpec
 from models.rounds import run_round, sample_clients
-from models.screening import DEFAULT_GUARD, Guard, exceedance_threshold
+from models.screening import Guard, exceedance_threshold
 from models.simulator import prepare_clients
 from models.threshold import holdout_mask, sparse_histogram
 
@@ -51,16 +52,17 @@ def simulate_mixture(
     algorithm: str = "fedem",
     rounds: int = 100,
     fraction: float = 0.1,
-    quantile: float = 0.99,
+    quantile: float = MixtureJobSpec.quantile,
     seed: int = 0,
     params: dict[str, Any] | None = None,
-    holdout: float = 0.2,
+    holdout: float = MixtureJobSpec.holdout,
     on_round: Callable[[dict[str, float]], None] | None = None,
-    guard: Guard = DEFAULT_GUARD,
+    guard: Guard | None = None,
     device_ids: list[str] | None = None,
 ) -> dict[str, Any]:
     """Train a mixture on partitioned training records (federated, or "centralized": pooled EM) and
     evaluate it on labelled test records at the label-free threshold."""
+    guard = guard or MixtureJobSpec(features=list(feature_names)).guard()
     fit_parts, held_parts = split_holdout(train_parts, holdout)
     clients = prepare_clients(fit_parts, feature_names, guard=guard)
     d = len(feature_names)

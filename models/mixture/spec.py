@@ -18,6 +18,10 @@ class MixtureJobSpec(DetectorJobSpec):
 
     #: share of each device's records held out of training; the threshold is read from their scores
     holdout: float = 0.2
+    # held-out scores promise what they flag, so the mixture affords a lower quantile than PCA's training
+    # errors; one device's exceedance curve is clipped at each side (models.screening.exceedance_threshold)
+    quantile: float = 0.98
+    device_trim: float = 0.01
 
     def problem(self) -> dict[str, int]:
         return {"n_features": len(self.features)}
