@@ -27,12 +27,22 @@ class PCAJob(DetectorJob):
         alg = self.algorithm()
         assert self.rng is not None
         self.server, self.broadcast = alg.init_server(len(counts), self.rng)
-        self.server = alg.attach_bounds(self.server, fed.diag, fed.trace)
+        lift = self.spec.lift()
+        if lift is None:
+            self.server = alg.attach_bounds(self.server, fed.diag, fed.trace)
+        else:  # the lifted diagonal is unknown here: every |z_j| <= sqrt(2/D) bounds it (models.kernel)
+            n = len(counts)
+            self.server = alg.attach_bounds(self.server, np.full((n, lift.n_components), lift.diag_bound),
+                                            np.full(n, lift.trace_bound))
+
+    def meta(self) -> dict[str, Any]:
+        lift = self.spec.lift()
+        return {**super().meta(), **({"rff": lift.params()} if lift else {})}
 
     def expected_upload(self) -> dict[str, tuple[int, ...]]:
         """The upload a client would send (shapes only matter), from the algorithm itself."""
         alg = self.algorithm()
-        data = {"C": np.eye(len(self.info["features"]))[None], "weight": np.ones(1)}
+        data = {"C": np.eye(alg.n_features)[None], "weight": np.ones(1)}
         _, up = alg.client_update(alg.init_clients(data, self.broadcast), data, self.broadcast)
         return {k: v[0].shape for k, v in up.items()}
 
@@ -53,4 +63,4 @@ class PCAJob(DetectorJob):
         problem = model_problem(Z, pre.mean, pre.scale, threshold)
         if problem:
             raise ValueError(problem)
-        return PCADetector.from_model(Z, pre, threshold, quantile=self.spec.quantile)
+        return PCADetector.from_model(Z, pre, threshold, self.spec.lift(), quantile=self.spec.quantile)
