@@ -53,6 +53,10 @@ class JobCreate(BaseModel):
     deadline: float | None = Field(None, gt=0, le=3600, description="seconds to wait for a round's uploads")
     rating_min: float | None = Field(None, ge=-1e9, le=1e9, description="recsys: lowest valid rating (default 0.5)")
     rating_max: float | None = Field(None, ge=-1e9, le=1e9, description="recsys: highest valid rating (default 5)")
+    kernel: str | None = Field(None, description="pca: rff for kernel PCA through random Fourier features "
+                                                 "(default none)")
+    kernel_features: int | None = Field(None, description="pca, rff: number of random Fourier features (default 1000)")
+    kernel_gamma: float | None = Field(None, description="pca, rff: Gaussian kernel width (default 1/(2 x features))")
     # how far one device is trusted (pca; checked by the job's settings, models.screening)
     max_records: int | None = Field(None, description="pca: refuse a device claiming more records (default 10^6)")
     count_cap: float | None = Field(None, description="pca: cap counts at this multiple of the median (default 2)")

@@ -8,6 +8,7 @@ import numpy as np
 
 from coordinator.detector_job import DetectorJob
 from models.detector import PCADetector
+from models.kernel import RandomFourierFeatures
 from models.linalg import subspace_distance
 from models.pca import PCAAlgorithm
 from models.pca.spec import PCAJobSpec
@@ -21,18 +22,34 @@ class PCAJob(DetectorJob):
     spec: PCAJobSpec
 
     def algorithm(self) -> PCAAlgorithm:
+        if self.spec.kernel == "rff":  # the algorithm works on the lifted features, whatever the encoding
+            return cast(PCAAlgorithm, self.spec.make_algorithm())
         return cast(PCAAlgorithm, super().algorithm())
+
+    def lift(self) -> RandomFourierFeatures | None:
+        """The job's feature map over the encoded features (None before the statistics phase or without one)."""
+        return self.spec.lift(len(self.info["features"])) if "features" in self.info else None
 
     def start_algorithm(self, fed: Federation, counts: np.ndarray, total: np.ndarray, sumsq: np.ndarray) -> None:
         alg = self.algorithm()
         assert self.rng is not None
         self.server, self.broadcast = alg.init_server(len(counts), self.rng)
-        self.server = alg.attach_bounds(self.server, fed.diag, fed.trace)
+        lift = self.lift()
+        if lift is None:
+            self.server = alg.attach_bounds(self.server, fed.diag, fed.trace)
+        else:  # the lifted diagonal is unknown here: every |z_j| <= sqrt(2/D) bounds it (models.kernel)
+            n = len(counts)
+            self.server = alg.attach_bounds(self.server, np.full((n, lift.n_components), lift.diag_bound),
+                                            np.full(n, lift.trace_bound))
+
+    def meta(self) -> dict[str, Any]:
+        lift = self.lift()
+        return {**super().meta(), **({"rff": lift.params()} if lift else {})}
 
     def expected_upload(self) -> dict[str, tuple[int, ...]]:
         """The upload a client would send (shapes only matter), from the algorithm itself."""
         alg = self.algorithm()
-        data = {"C": np.eye(len(self.info["features"]))[None], "weight": np.ones(1)}
+        data = {"C": np.eye(alg.n_features)[None], "weight": np.ones(1)}
         _, up = alg.client_update(alg.init_clients(data, self.broadcast), data, self.broadcast)
         return {k: v[0].shape for k, v in up.items()}
 
@@ -53,4 +70,4 @@ class PCAJob(DetectorJob):
         problem = model_problem(Z, pre.mean, pre.scale, threshold)
         if problem:
             raise ValueError(problem)
-        return PCADetector.from_model(Z, pre, threshold, quantile=self.spec.quantile)
+        return PCADetector.from_model(Z, pre, threshold, self.lift(), quantile=self.spec.quantile)

@@ -8,6 +8,10 @@ trailing underscore, ``fit`` returns self. Scores follow PyOD's convention: high
 - ``decision_function(X)``: score minus ``threshold_`` (positive means anomalous);
 - ``predict(X)``: 1 for an anomaly, 0 for normal;
 - ``explain(X)``: the features that carry most of the residual, with observed and expected values.
+
+With a lift (``lift_``, models.kernel.RandomFourierFeatures) the record is mapped to random Fourier
+features after the preprocessing, and Z lives in the lifted space (kernel PCA): the score is the residual
+||(I - Z Z') z(t(x))||^2 of the lifted record.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from models.kernel import RandomFourierFeatures
 from models.linalg import orth, top_eigvecs
 from models.preprocessing import Moments, Preprocessor, global_standardisation, signed_log1p
 from models.threshold import federated_quantile
@@ -49,23 +54,34 @@ class PCADetector:
         return self
 
     @classmethod
-    def from_model(cls, Z: np.ndarray, preprocessor: Preprocessor, threshold: float, **params: Any) -> PCADetector:
+    def from_model(cls, Z: np.ndarray, preprocessor: Preprocessor, threshold: float,
+                   lift: RandomFourierFeatures | None = None, **params: Any) -> PCADetector:
         det = cls(rank=Z.shape[1], **params)
-        det._set(Z, preprocessor, threshold)
+        det._set(Z, preprocessor, threshold, lift)
         return det
 
-    def _set(self, Z: np.ndarray, pre: Preprocessor, threshold: float) -> None:
-        if Z.shape[0] != pre.n_features:
-            raise ValueError(f"Z has {Z.shape[0]} rows but the preprocessing has {pre.n_features} features")
+    def _set(self, Z: np.ndarray, pre: Preprocessor, threshold: float,
+             lift: RandomFourierFeatures | None = None) -> None:
+        if lift is not None and lift.n_features != pre.n_features:
+            raise ValueError(f"the lift maps {lift.n_features} features but the preprocessing has {pre.n_features}")
+        rows = pre.n_features if lift is None else lift.n_components
+        if Z.shape[0] != rows:
+            raise ValueError(f"Z has {Z.shape[0]} rows but the {'lifted ' if lift else ''}features are {rows}")
         self.components_ = np.ascontiguousarray(orth(np.asarray(Z, dtype=float)))
         self.preprocessor_ = pre
+        self.lift_ = lift
+        self._components32 = self.components_.astype(np.float32)
         self.threshold_ = float(threshold)
         self.feature_names_ = list(pre.feature_names)
 
     # -- scoring -----------------------------------------------------------------------------------
     def _project(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(the record as the model sees it, its coordinates in Z); lifted records in float32."""
         T = self.preprocessor_.transform(X)
-        return T, T @ self.components_
+        if self.lift_ is None:
+            return T, T @ self.components_
+        F = self.lift_.transform32(T)
+        return F, F @ self._components32
 
     def score_samples(self, X: np.ndarray) -> np.ndarray | float:
         X = np.asarray(X, dtype=float)
@@ -73,7 +89,7 @@ class PCADetector:
             raise ValueError(f"expected {len(self.feature_names_)} features, got {X.shape[-1]}")
         if X.ndim == 1:
             T, P = self._project(X)
-            return max(float(T @ T - P @ P), 0.0)
+            return max(float(T @ T) - float(P @ P), 0.0)
         out = np.empty(X.shape[0])
         for i in range(0, X.shape[0], _CHUNK):  # chunks that stay in cache: ~2x the throughput
             T, P = self._project(X[i : i + _CHUNK])
@@ -90,15 +106,24 @@ class PCADetector:
         return np.asarray(self.decision_function(X) > 0).astype(int)
 
     def explain(self, X: np.ndarray, top: int | None = None) -> list[list[dict[str, Any]]]:
-        """Per record, the features with the largest share of the squared residual."""
+        """Per record, the features with the largest share of the squared residual (``expected``: the
+        record's reconstruction in original units).
+
+        Lifted models have no per-feature residual; there a feature's share is its first-order
+        contribution |d score / d t_j| |t_j| (gradient through the cosine map, in closed form, times its
+        distance from the federation's mean in standardised units), and ``expected`` is the feature's
+        mean in original units (the preprocessing's centre mapped back)."""
         top = top or self.n_explain
         X = np.atleast_2d(np.asarray(X, dtype=float))
-        T, P = self._project(X)
-        recon = P @ self.components_.T
-        R2 = (T - recon) ** 2
+        if self.lift_ is None:
+            T, P = self._project(X)
+            recon = P @ self.components_.T
+            R2 = (T - recon) ** 2
+            expected = self.preprocessor_.inverse_transform(recon)
+        else:
+            R2, expected = self._lifted_attribution(X)
         total = R2.sum(axis=1, keepdims=True)
         share = np.divide(R2, total, out=np.zeros_like(R2), where=total > 0)
-        expected = self.preprocessor_.inverse_transform(recon)
         order = np.argsort(-share, axis=1)[:, :top]
         return [
             [
@@ -113,17 +138,31 @@ class PCADetector:
             for i in range(X.shape[0])
         ]
 
+    def _lifted_attribution(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """|g_j t_j| with g = d score / dt = W (-sqrt(2/D) sin(u) * 2 r), r = (I - ZZ') z(t); and the means."""
+        lift = self.lift_
+        assert lift is not None
+        T = self.preprocessor_.transform(X)
+        U = lift.phase(T)
+        F = lift.scale_ * np.cos(U)
+        R = F - (F @ self.components_) @ self.components_.T
+        G = (-2.0 * lift.scale_ * np.sin(U) * R) @ lift.weights_.T
+        expected = np.broadcast_to(self.preprocessor_.inverse_transform(np.zeros(T.shape[1])), T.shape)
+        return np.abs(G * T), expected
+
     # -- persistence -------------------------------------------------------------------------------
     def to_wire(self) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
         """Arrays and metadata of the model envelope (wire.model)."""
         pre = self.preprocessor_
+        lifted = {} if self.lift_ is None else {"rff": self.lift_.params()}
         return ({"Z": self.components_, **pre.wire_arrays()},
-                {"detector": "pca", **pre.wire_meta(), "threshold": self.threshold_})
+                {"detector": "pca", **pre.wire_meta(), "threshold": self.threshold_, **lifted})
 
     @classmethod
     def from_wire(cls, arrays: dict[str, np.ndarray], meta: dict[str, Any]) -> PCADetector:
         pre = Preprocessor.from_wire(arrays, meta)
-        return cls.from_model(np.asarray(arrays["Z"], dtype=float), pre, float(meta["threshold"]))
+        lift = RandomFourierFeatures.from_params(meta["rff"]) if meta.get("rff") else None
+        return cls.from_model(np.asarray(arrays["Z"], dtype=float), pre, float(meta["threshold"]), lift)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -133,6 +172,7 @@ class PCADetector:
             "threshold": self.threshold_,
             "quantile": self.quantile,
             "preprocessing": self.preprocessor_.to_dict(),
+            **({} if self.lift_ is None else {"rff": self.lift_.params()}),
         }
 
     @classmethod
@@ -140,7 +180,8 @@ class PCADetector:
         if d.get("version") != MODEL_VERSION:
             raise ValueError(f"unsupported model version {d.get('version')!r}")
         pre = Preprocessor.from_dict(d["preprocessing"])
-        return cls.from_model(np.array(d["Z"], dtype=float), pre, d["threshold"], quantile=d["quantile"])
+        lift = RandomFourierFeatures.from_params(d["rff"]) if d.get("rff") else None
+        return cls.from_model(np.array(d["Z"], dtype=float), pre, d["threshold"], lift, quantile=d["quantile"])
 
 
 def _check_matrix(X: np.ndarray) -> np.ndarray:

@@ -16,6 +16,7 @@ import numpy as np
 from models.attacks import poison
 from models.detector import PCADetector
 from models.federated import State, put, take
+from models.kernel import DEFAULT_COMPONENTS, KERNELS, RandomFourierFeatures
 from models.linalg import subspace_distance
 from models.metrics import detection_report
 from models.pca import PCAAlgorithm, make_algorithm
@@ -35,15 +36,18 @@ from models.threshold import error_histogram, quantile_from_histogram
 
 @dataclass
 class ClientData:
-    """What the clients hold after the federated statistics phase (standardised with global stats)."""
+    """What the clients hold after the federated statistics phase (standardised with global stats; lifted
+    by random Fourier features when `lift` is set, and then C_i is the lifted records' uncentred second
+    moment)."""
 
     preprocessor: Preprocessor
-    X: list[np.ndarray]  # standardised records per client
+    X: list[np.ndarray]  # standardised (and lifted) records per client
     C: np.ndarray  # (N, d, d) second moments (of the kept records)
     weight: np.ndarray  # (N,) n_i / mean(n), capped (models.screening)
     diag: np.ndarray  # (N, d) diag(C_i) and (N,) the bound on tr(C_i): what the server checks uploads against
     trace: np.ndarray
     keep: list[np.ndarray] | None = None  # records kept by a distance trim
+    lift: RandomFourierFeatures | None = None
 
     def kept(self, i: int) -> np.ndarray:
         return self.X[i] if self.keep is None else self.X[i][self.keep[i]]
@@ -54,11 +58,16 @@ class ClientData:
 
 
 def prepare_clients(parts: list[np.ndarray], feature_names: list[str], log_transform: bool = True,
-                    trim: float = 0.0, trim_by: str = "distance", guard: Guard = DEFAULT_GUARD) -> ClientData:
+                    trim: float = 0.0, trim_by: str = "distance", guard: Guard = DEFAULT_GUARD,
+                    lift: RandomFourierFeatures | None = None) -> ClientData:
     """Federated statistics phase: each client's count, sum and sum of squares give the global
     standardisation, its weight and its trace bound (models.screening, as the coordinator computes
     them); each client then computes its own second moment around the global mean (over the records a
-    distance trim keeps, see models.robust)."""
+    distance trim keeps, see models.robust).
+
+    With a lift, each client maps its standardised records through it and C_i is their uncentred second
+    moment; the upload bounds are then the map's a-priori ones (diag(C_i) <= 2/D, tr(C_i) <= 2), which is
+    all the coordinator knows too (the statistics phase precedes the lift)."""
     d = parts[0].shape[1]
     mask = np.full(d, log_transform)
     T = [signed_log1p(P, mask) for P in parts]
@@ -67,6 +76,13 @@ def prepare_clients(parts: list[np.ndarray], feature_names: list[str], log_trans
     mean, scale = fed.mean, fed.scale
     pre = Preprocessor(list(feature_names), mask, mean, scale)
     X = [(t - mean) / scale for t in T]
+    if lift is not None:
+        keep = distance_masks(X, trim) if trim > 0 and trim_by == "distance" else None
+        F = [lift.transform(x) for x in X]
+        C = np.stack([second_moment(f if keep is None else f[keep[i]]) for i, f in enumerate(F)])
+        n = len(F)
+        diag, trace = np.full((n, lift.n_components), lift.diag_bound), np.full(n, lift.trace_bound)
+        return ClientData(pre, F, C, fed.weight, diag, trace, keep, lift)
     if trim > 0 and trim_by == "distance":
         keep = distance_masks(X, trim)
         C = np.stack([second_moment(x[k]) for x, k in zip(X, keep)])
@@ -120,7 +136,9 @@ def run_federated(
     rng = np.random.default_rng(seed)
     chaos = np.random.default_rng(seed + 7919)  # attacks and dropouts do not disturb the sampling
     N = len(clients.X)
-    data = {"C": clients.C.copy(), "weight": clients.weight}
+    residual_trim = trim > 0 and clients.keep is None
+    # only a residual trim rewrites C_i (a copy of a lifted C is N D^2 numbers: 800 MB for D = 1000)
+    data = {"C": clients.C.copy() if residual_trim else clients.C, "weight": clients.weight}
     C = data["C"]
     pooled = clients.pooled
     server, broadcast = algorithm.init_server(N, rng)
@@ -186,16 +204,29 @@ def simulate_pca(
     params: dict[str, Any] | None = None,
     on_round: Callable[[dict[str, float]], None] | None = None,
     trim_by: str = "distance",
+    kernel: str = "none",
+    kernel_features: int = DEFAULT_COMPONENTS,
+    kernel_gamma: float | None = None,
 ) -> dict[str, Any]:
-    """Train one algorithm on partitioned training records and evaluate it on labelled test records."""
+    """Train one algorithm on partitioned training records and evaluate it on labelled test records.
+
+    kernel="rff": kernel PCA through `kernel_features` random Fourier features of width `kernel_gamma`
+    (None: models.kernel.default_gamma), the map seeded with `seed`, as a job with these settings."""
     if trim_by not in TRIM_CRITERIA:
         raise ValueError(f"unknown trim criterion {trim_by!r}; choose from {', '.join(TRIM_CRITERIA)}")
-    clients = prepare_clients(train_parts, feature_names, trim=trim, trim_by=trim_by)
+    if kernel not in KERNELS:
+        raise ValueError(f"unknown kernel {kernel!r}; choose from {', '.join(KERNELS)}")
+    lift = None
+    if kernel == "rff":
+        lift = RandomFourierFeatures(len(feature_names), kernel_features, kernel_gamma, seed)
+    clients = prepare_clients(train_parts, feature_names, trim=trim, trim_by=trim_by, lift=lift)
     d = clients.C.shape[1]
     if not 1 <= rank < d:
-        raise ValueError(f"rank must be between 1 and {d - 1} (the number of features - 1), got {rank}")
+        what = "kernel features" if lift else "number of features"
+        raise ValueError(f"rank must be between 1 and {d - 1} (the {what} - 1), got {rank}")
     reference = centralized_pca(clients.C, clients.weight, rank)
-    out: dict[str, Any] = {"algorithm": algorithm, "rank": rank}
+    out: dict[str, Any] = {"algorithm": algorithm, "rank": rank, "kernel": kernel,
+                           **({"rff": lift.params()} if lift else {})}
     if algorithm == "centralized":
         t0 = time.perf_counter()
         Z = centralized_pca(clients.C, clients.weight, rank)
@@ -232,6 +263,6 @@ def _evaluate(clients: ClientData, Z: np.ndarray, X_test: np.ndarray, y_test: np
         threshold = federated_threshold(clients, Z, quantile, trim)
     else:
         threshold = quantile_from_histogram(error_histogram(residuals(clients.kept(own), Z)), quantile)
-    det = PCADetector.from_model(Z, clients.preprocessor, threshold, quantile=quantile)
+    det = PCADetector.from_model(Z, clients.preprocessor, threshold, clients.lift, quantile=quantile)
     report = detection_report(y_test, det.score_samples(X_test), threshold)
     return {"threshold": threshold, **report}

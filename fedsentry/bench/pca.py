@@ -89,8 +89,9 @@ def _log(r: dict[str, Any]) -> None:
 def _settings(args, data, split) -> dict[str, Any]:
     return {"clients": args.clients, "fraction": args.fraction, "rounds": args.rounds, "rank": args.rank,
             "local_steps": args.local_steps, "partition": args.partition, "seed": args.seed,
-            "quantile": args.quantile or 0.99, "holdout": args.holdout, "n_features": len(data.feature_names),
-            "n_train": len(split.X_train), "n_test": len(split.X_test),
+            "quantile": args.quantile or 0.99, "holdout": args.holdout, "kernel": args.kernel,
+            "kernel_features": args.kernel_features, "kernel_gamma": args.kernel_gamma,
+            "n_features": len(data.feature_names), "n_train": len(split.X_train), "n_test": len(split.X_test),
             "attack_share_test": float(split.y_test.mean())}
 
 
@@ -149,11 +150,17 @@ def contamination_study(args, data, share: float = 0.05) -> list[dict[str, Any]]
 
 
 def _centralized_detector(parts, data, args) -> PCADetector:
+    from fedsentry.runs.pca import kernel_settings
+    from models.kernel import RandomFourierFeatures
     from models.pca.baselines import centralized_pca
 
-    clients = prepare_clients(parts, data.feature_names)
+    k = kernel_settings(args)
+    lift = None
+    if k["kernel"] == "rff":
+        lift = RandomFourierFeatures(len(data.feature_names), k["kernel_features"], k["kernel_gamma"], args.seed)
+    clients = prepare_clients(parts, data.feature_names, lift=lift)
     Z = centralized_pca(clients.C, clients.weight, args.rank)
-    return PCADetector.from_model(Z, clients.preprocessor, federated_threshold(clients, Z, args.quantile))
+    return PCADetector.from_model(Z, clients.preprocessor, federated_threshold(clients, Z, args.quantile), lift)
 
 
 def scoring_speed(det: Any, X_test: np.ndarray, quick: bool = False) -> dict[str, Any]:

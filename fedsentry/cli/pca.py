@@ -10,6 +10,7 @@ from fedsentry.cli.common import add_federation_args, positive_float, positive_i
 from fedsentry.data import datasets
 from fedsentry.output import write_json
 from fedsentry.runs.pca import prepare, simulate
+from models.kernel import DEFAULT_COMPONENTS, KERNELS, MAX_COMPONENTS, MIN_COMPONENTS
 from models.mixture import ALGORITHMS as MIXTURE_ALGORITHMS
 from models.partition import PARTITIONS
 from models.pca import ALGORITHMS
@@ -28,6 +29,7 @@ def register(groups: dict[str, Any], verbs: Any) -> None:
     add_pca_args(sim)
     sim.add_argument("--algorithm", choices=sorted({*ALGORITHMS, *MIXTURE_ALGORITHMS}),
                      help="pca: fedpg (default), fedpe, fedmm, centralized, local; gmm: fedem (default), centralized")
+    add_kernel_args(sim)
     sim.add_argument("--json", metavar="PATH", help="write the result as JSON (- for stdout)")
     sim.set_defaults(func=run_simulate)
 
@@ -36,6 +38,7 @@ def register(groups: dict[str, Any], verbs: Any) -> None:
     add_data_args(bench)
     add_federation_args(bench)
     add_pca_args(bench)
+    add_kernel_args(bench)
     bench.add_argument("--out", default="benchmarks/results", help="folder for the table and plot")
     bench.add_argument("--json", metavar="PATH", help="write all results as JSON (- for stdout)")
     bench.add_argument("--quick", action="store_true", help="fewer scoring repetitions (for tests)")
@@ -54,6 +57,18 @@ def add_data_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--data-dir", help="where named datasets live (default $FEDSENTRY_DATA_DIR or ../shared/data)")
     g.add_argument("--contamination", type=share, default=0.0,
                    help="mix this share of attack rows into the training records (default 0)")
+
+
+def add_kernel_args(p: argparse.ArgumentParser) -> None:
+    """Kernel PCA flags (simulate and bench; the demo's MQTT job does not take them yet)."""
+    p.add_argument("--kernel", choices=KERNELS, default="none",
+                   help="rff: kernel PCA through random Fourier features of the standardised records (default none)")
+    p.add_argument("--kernel-features", type=positive_int, default=DEFAULT_COMPONENTS,
+                   help=f"rff: number of random Fourier features D, {MIN_COMPONENTS}..{MAX_COMPONENTS} "
+                   f"(default {DEFAULT_COMPONENTS}); --rank must be below it")
+    p.add_argument("--kernel-gamma", type=positive_float,
+                   help="rff: Gaussian kernel width gamma in exp(-gamma ||x - y||^2) (default 1/(2 x features), "
+                   "the median heuristic on z-scored records)")
 
 
 def add_pca_args(p: argparse.ArgumentParser) -> None:

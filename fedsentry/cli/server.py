@@ -55,6 +55,10 @@ def register(groups: dict[str, Any], verbs: Any) -> None:
     create.add_argument("--deadline", type=positive_float, help="seconds to wait for a round's uploads (default 10)")
     create.add_argument("--rating-min", type=float, help="recsys: lowest valid rating (default 0.5)")
     create.add_argument("--rating-max", type=float, help="recsys: highest valid rating (default 5)")
+    create.add_argument("--kernel", help="pca: rff for kernel PCA through random Fourier features (default none)")
+    create.add_argument("--kernel-features", type=int,
+                        help="pca, rff: number of random Fourier features (default 1000)")
+    create.add_argument("--kernel-gamma", type=float, help="pca, rff: Gaussian kernel width (default 1/(2 x features))")
     trust = create.add_argument_group("how far one device is trusted (pca; README, Reliability)")
     trust.add_argument("--max-records", type=positive_int, help="refuse a device claiming more records (default 10^6)")
     trust.add_argument("--count-cap", type=float, help="cap counts at this multiple of the median count (default 2)")
@@ -154,7 +158,8 @@ def run_job_create(args: argparse.Namespace) -> int:
 
     values: dict[str, Any] = {k: getattr(args, k) for k in ("algorithm", "rank", "rounds", "fraction", "seed",
                                                              "quantile", "min_agents", "deadline", "rating_min",
-                                                             "rating_max", "holdout", *guard_settings())}
+                                                             "rating_max", "holdout", "kernel", "kernel_features",
+                                                             "kernel_gamma", *guard_settings())}
     if args.features is not None:
         values["features"] = [f.strip() for f in args.features.split(",") if f.strip()]
     if args.items is not None:

@@ -36,7 +36,10 @@ def prepare(args: argparse.Namespace):
     """Load, split and partition: (data, split, client parts)."""
     data = load_data(args)
     d = len(data.feature_names)
-    if args.rank >= d:
+    if getattr(args, "kernel", "none") == "rff":
+        if args.rank >= args.kernel_features:
+            raise UsageError(f"--rank {args.rank} must be smaller than --kernel-features ({args.kernel_features})")
+    elif args.rank >= d:
         raise UsageError(f"--rank {args.rank} must be smaller than the number of features ({d})")
     split = datasets.train_test_split(data, seed=args.seed, contamination=args.contamination)
     if args.clients > len(split.X_train):
@@ -101,6 +104,12 @@ def mixture_simulation(args: argparse.Namespace, algorithm: str, data, split, pa
     return result
 
 
+def kernel_settings(args: argparse.Namespace) -> dict[str, Any]:
+    """simulate_pca's kernel arguments from the --kernel flags (absent on commands without them)."""
+    return {"kernel": getattr(args, "kernel", "none"), "kernel_features": getattr(args, "kernel_features", 1000),
+            "kernel_gamma": getattr(args, "kernel_gamma", None)}
+
+
 def simulate(args: argparse.Namespace, algorithm: str, data, split, parts, params: dict[str, Any] | None = None,
              strict: bool = True, **overrides: Any) -> dict[str, Any]:
     """Run one algorithm with the command's settings; overrides replace settings (rounds, fraction, trim),
@@ -123,7 +132,7 @@ def simulate(args: argparse.Namespace, algorithm: str, data, split, parts, param
                               settings["rounds"], settings["fraction"], args.quantile or 0.99, args.seed,
                               settings["trim"],
                               flag_params(FEDERATED.get(algorithm), {**algorithm_params(args), **(params or {})},
-                                          algorithm, strict), on_round, settings["trim_by"])
+                                          algorithm, strict), on_round, settings["trim_by"], **kernel_settings(args))
     except ValueError as e:
         raise UsageError(str(e)) from None
     finally:

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import ClassVar
 
 from models.detection import DetectorJobSpec
 from models.jobspec import check
+from models.kernel import DEFAULT_COMPONENTS, KERNELS, MAX_COMPONENTS, MIN_COMPONENTS, RandomFourierFeatures
 from models.pca import FEDERATED
 
 
@@ -15,14 +17,42 @@ class PCAJobSpec(DetectorJobSpec):
     algorithms: ClassVar = FEDERATED
     family: ClassVar[str] = "pca"
 
+    #: "rff": kernel PCA through random Fourier features (models.kernel); the algorithm then works on
+    #: kernel_features lifted features, and the map is regenerated everywhere from (features, D, gamma, seed)
+    kernel: str = "none"
+    kernel_features: int = DEFAULT_COMPONENTS
+    kernel_gamma: float | None = None  # None: 1 / (2 d), the median heuristic on z-scored records
+
     @classmethod
     def default_algorithm(cls) -> str:
         return "fedmm"
 
+    @property
+    def n_features(self) -> int:
+        """The dimension the algorithm works in: the lifted features with a kernel, the features otherwise."""
+        return self.kernel_features if self.kernel == "rff" else len(self.features)
+
+    def lift(self, n_inputs: int | None = None) -> RandomFourierFeatures | None:
+        """The job's feature map over `n_inputs` columns (the encoded features, known after the statistics
+        phase; the named features when None)."""
+        if self.kernel != "rff":
+            return None
+        return RandomFourierFeatures(n_inputs or len(self.features), self.kernel_features, self.kernel_gamma,
+                                     self.seed)
+
     def problem(self) -> dict[str, int]:
-        return {"n_features": len(self.features), "rank": self.rank}
+        return {"n_features": self.n_features, "rank": self.rank}
 
     def check_family(self) -> None:
         super().check_family()
-        check(self.rank < len(self.features), "rank",
-              f"({self.rank}) must be smaller than the number of features ({len(self.features)})")
+        check(self.kernel in KERNELS, "kernel", f"must be one of {', '.join(KERNELS)}, got {self.kernel!r}")
+        check(MIN_COMPONENTS <= self.kernel_features <= MAX_COMPONENTS, "kernel_features",
+              f"must be between {MIN_COMPONENTS} and {MAX_COMPONENTS} (the number of random Fourier features)")
+        check(self.kernel_gamma is None or (math.isfinite(self.kernel_gamma) and 0 < self.kernel_gamma <= 1e6),
+              "kernel_gamma", "must be in (0, 10^6] (the Gaussian kernel's exp(-gamma ||x - y||^2) width)")
+        if self.kernel == "rff":
+            check(self.rank < self.kernel_features, "rank",
+                  f"({self.rank}) must be smaller than kernel_features ({self.kernel_features})")
+        else:
+            check(self.rank < len(self.features), "rank",
+                  f"({self.rank}) must be smaller than the number of features ({len(self.features)})")

@@ -16,6 +16,7 @@ from coordinator.jobs import create_job
 from edge_agent.detector_participant import TrainingBuffer
 from edge_agent.sources import Batch
 from edge_agent.store import AgentStore
+from models.detector import PCADetector
 from models.families import FAMILIES, family, job_spec
 from models.mixture import FEDERATED as GMM
 from models.mixture.simulator import simulate_mixture
@@ -28,6 +29,7 @@ from models.recsys.simulator import run_federated as run_recsys
 from models.recsys.synthetic import generate_ratings
 from models.simulator import federated_threshold, prepare_clients, run_federated
 from models.synthetic import generate_traffic
+from wire.model import detector_from_envelope, stored_envelope
 from wire.protocol import decode
 
 N_PCA, N_RECSYS = 12, 5
@@ -111,6 +113,34 @@ def test_pca_deployment_equals_simulation(tmp_path, traffic, algorithm, params):
     Z = unpack(mv.arrays)["Z"]
     np.testing.assert_allclose(Z, sim.Z, atol=1e-9)
     assert mv.info["threshold"] == pytest.approx(federated_threshold(clients, sim.Z, 0.99), rel=1e-9)
+
+
+# kernel PCA through random Fourier features: the same algorithms on lifted features
+RFF_CASES = [("fedmm", {}), ("fedmm", {"bits": 8}), ("fedpg", {})]
+
+
+@pytest.mark.parametrize(("algorithm", "params"), RFF_CASES, ids=[f"{a}{p or ''}" for a, p in RFF_CASES])
+def test_pca_kernel_deployment_equals_simulation(tmp_path, traffic, algorithm, params):
+    features, parts = traffic
+    rounds, fraction = 8, 0.3
+    participants = pca_participants(tmp_path, features, parts)
+    settings = {"features": features, "rank": 5, "rounds": rounds, "fraction": fraction, "seed": 3,
+                "kernel": "rff", "kernel_features": 64, "algorithm_params": params}
+    mv = Loopback(tmp_path, "pca", algorithm, settings, participants).run()
+
+    spec = job_spec("pca", {**settings, "algorithm": algorithm})
+    clients = prepare_clients(parts, features, lift=spec.lift())
+    sim = run_federated(spec.make_algorithm(), clients, rounds, fraction, seed=3)
+    Z = unpack(mv.arrays)["Z"]
+    assert Z.shape == (64, 5)
+    np.testing.assert_allclose(Z, sim.Z, atol=1e-9)
+    assert mv.info["threshold"] == pytest.approx(federated_threshold(clients, sim.Z, 0.99), rel=1e-9)
+    assert mv.info["rff"] == spec.lift().params()
+    # the promoted model scores as the simulator's detector does
+    det = detector_from_envelope(stored_envelope("loop", 1, unpack(mv.arrays), dict(mv.info)))
+    X = np.vstack(parts)
+    ref = PCADetector.from_model(sim.Z, clients.preprocessor, mv.info["threshold"], clients.lift)
+    np.testing.assert_allclose(det.score_samples(X), ref.score_samples(X), rtol=1e-6, atol=1e-9)
 
 
 @pytest.mark.parametrize(("algorithm", "params"), GMM_CASES, ids=[f"{a}{p}" for a, p in GMM_CASES])
