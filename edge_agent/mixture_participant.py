@@ -49,7 +49,8 @@ class MixtureParticipant(DetectorParticipant):
     def client_data(self, env: Envelope) -> dict[str, np.ndarray]:
         X = np.empty(1, dtype=object)
         X[0] = self.preprocessor(env).transform(self.records(env.meta))
-        return {"X": X, "seed": np.array([device_seed(int(env.meta["seed"]), self.id)])}
+        # this device's position among the participants (the seeding round samples all of them, in order)
+        return {"X": X, "seed": np.array([device_seed(int(env.meta["seed"]), env.meta["sampled"].index(self.id))])}
 
     def _seed(self, env: Envelope) -> Envelope:
         """The statistics of this device's own clusters (the algorithm's client step on the seeding broadcast)."""

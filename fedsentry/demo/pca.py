@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from fedsentry.demo.stack import Stack, agent_id, keep_serving, write_csv
+from fedsentry.demo.stack import Stack, keep_serving, write_csv
 from wire.mqtt import redact_url
 
 
@@ -64,7 +64,7 @@ def demo(args: argparse.Namespace) -> dict[str, Any]:
             "job": st.job_id, "dataset": data.name, "algorithm": args.algorithm, "agents": args.agents,
             "rounds_completed": len(rounds), "alerts_stored": alerts, "records_scored": len(scores),
             "auc_roc": auc_roc(scores[:, 1], scores[:, 0]),
-            **simulation_gap(args, data, split, parts, arrays, [agent_id(i) for i in range(args.agents)]),
+            **simulation_gap(args, data, split, parts, arrays),
             "threshold": threshold, "seconds_per_round": float(np.mean(rounds)) if rounds else None,
             "median_round_seconds": float(np.median(rounds)) if rounds else None, "training_seconds": seconds,
             "rejected": dict(st.coordinator.rejected), "broker": redact_url(st.broker_url or ""),
@@ -77,8 +77,8 @@ def demo(args: argparse.Namespace) -> dict[str, Any]:
         return result
 
 
-def simulation_gap(args: argparse.Namespace, data, split, parts: list[np.ndarray], arrays: dict[str, np.ndarray],
-                   ids: list[str]) -> dict[str, Any]:
+def simulation_gap(args: argparse.Namespace, data, split, parts: list[np.ndarray],
+                   arrays: dict[str, np.ndarray]) -> dict[str, Any]:
     """How far the deployed model is from what `simulate` computes with the same settings (pca: subspace
     distance to centralised PCA, as simulate reports it; gmm: the largest difference of the mixtures' means and
     the AUC simulate reaches)."""
@@ -96,7 +96,7 @@ def simulation_gap(args: argparse.Namespace, data, split, parts: list[np.ndarray
     sim = simulate_mixture(parts, split.X_test, split.y_test, data.feature_names, args.algorithm, args.rounds,
                            args.fraction, args.quantile or MixtureJobSpec.quantile, args.seed,
                            {k: v for k, v in (("components", args.components), ("reg", args.reg)) if v},
-                           args.holdout, device_ids=ids)
+                           args.holdout)
     diff = float(np.abs(sim["detector"].mixture_.means - arrays["means"]).max())
     return {"simulate_auc_roc": sim["auc_roc"], "mixture_mean_difference": diff,
             "gap": f"simulate: AUC {sim['auc_roc']:.4f}, mixture means within {diff:.1e}"}

@@ -31,9 +31,11 @@ from models.federated import FederatedAlgorithm, State
 from models.mixture.gmm import Mixture, e_step, hard_stats, kmeans, m_step
 
 
-def device_seed(job_seed: int, device: str) -> int:
-    """The seed of a device's own clustering in the seeding rounds (stable across restarts)."""
-    return (int(job_seed) * 1_000_003 + zlib.crc32(device.encode())) % 2**31
+def device_seed(job_seed: int, position: int) -> int:
+    """The seed of a device's own clustering in the seeding round: from the job's seed and the device's position
+    among the job's participants (the seeding round asks all of them, in the coordinator's order), so the
+    simulator's client i and the deployment's i-th participant cluster alike."""
+    return (int(job_seed) * 1_000_003 + zlib.crc32(str(int(position)).encode())) % 2**31
 
 
 def mixture_of(broadcast: State) -> Mixture:

@@ -34,14 +34,13 @@ def split_holdout(parts: list[np.ndarray], share: float) -> tuple[list[np.ndarra
     return [p[~m] for p, m in zip(parts, masks)], [p[m] for p, m in zip(parts, masks)]
 
 
-def device_data(X: list[np.ndarray], seed: int, ids: list[str] | None = None) -> dict[str, np.ndarray]:
+def device_data(X: list[np.ndarray], seed: int) -> dict[str, np.ndarray]:
     """The algorithm's client data for a list of devices (as a batch): their standardised records, and the
-    seed of their own clustering (from the job's seed and the device's id, as an agent computes it)."""
+    seed of their own clustering (from the job's seed and the device's position, as an agent computes it)."""
     data = np.empty(len(X), dtype=object)
     for i, x in enumerate(X):
         data[i] = x
-    names = ids or [str(i) for i in range(len(X))]
-    return {"X": data, "seed": np.array([device_seed(seed, name) for name in names])}
+    return {"X": data, "seed": np.array([device_seed(seed, i) for i in range(len(X))])}
 
 
 def simulate_mixture(
@@ -58,7 +57,6 @@ def simulate_mixture(
     holdout: float = MixtureJobSpec.holdout,
     on_round: Callable[[dict[str, float]], None] | None = None,
     guard: Guard | None = None,
-    device_ids: list[str] | None = None,
 ) -> dict[str, Any]:
     """Train a mixture on partitioned training records (federated, or "centralized": pooled EM) and
     evaluate it on labelled test records at the label-free threshold."""
@@ -75,7 +73,7 @@ def simulate_mixture(
         history: list[dict[str, float]] = [{"round": 1}]
         out.update(rounds=1, seconds_per_round=time.perf_counter() - t0, upload_bytes_per_client_round=None)
     else:
-        mixture, history = run_mixture(alg, clients.X, clients.weight, rounds, fraction, seed, on_round, device_ids)
+        mixture, history = run_mixture(alg, clients.X, clients.weight, rounds, fraction, seed, on_round)
         out.update(rounds=rounds, seconds_per_round=(time.perf_counter() - t0) / rounds,
                    upload_bytes_per_client_round=alg.upload_bytes())
     det = MixtureDetector.from_model(mixture, clients.preprocessor, 1.0, quantile=quantile)
@@ -90,15 +88,14 @@ def simulate_mixture(
 
 
 def run_mixture(alg: FedEM, X: list[np.ndarray], weight: np.ndarray, rounds: int, fraction: float, seed: int,
-                on_round: Callable[[dict[str, float]], None] | None = None,
-                ids: list[str] | None = None) -> tuple[Mixture, list[dict[str, float]]]:
+                on_round: Callable[[dict[str, float]], None] | None = None) -> tuple[Mixture, list[dict[str, float]]]:
     """The rounds of a federated mixture job: the seeding round with every device (as the job's seed phase),
     then `rounds` rounds of the coordinator's sampling and the devices' client steps."""
     rng = np.random.default_rng(seed)
     N = len(X)
     server, broadcast = alg.init_server(N, rng)
     server = alg.attach_bounds(server, *device_moments(X))
-    data = device_data(X, seed, ids)
+    data = device_data(X, seed)
     state = alg.init_clients(data, broadcast)
     history: list[dict[str, float]] = []
     everyone = np.arange(N)

@@ -16,7 +16,18 @@ def run(*args, cwd):
     return json.loads(out.stdout)
 
 
-SETTINGS = ["--dataset", "synthetic", "--rounds", "6", "--fraction", "0.5", "--algorithm", "fedmm", "--seed", "1"]
+SETTINGS = ["--dataset", "synthetic", "--rounds", "6", "--fraction", "0.5", "--detector", "pca", "--algorithm",
+            "fedmm", "--seed", "1"]
+
+
+def test_default_demo_is_the_mixture_and_matches_simulate(tmp_path):
+    settings = ["--dataset", "synthetic", "--rounds", "5", "--fraction", "0.5", "--seed", "2", "--components", "4"]
+    demo = run("demo", "--agents", "4", *settings, "--db", f"sqlite:///{tmp_path}/d.db", "--json", "-", cwd=tmp_path)
+    sim = run("simulate", "pca", "--detector", "gmm", "--clients", "4", *settings, "--json", "-", cwd=tmp_path)
+    assert demo["algorithm"] == "fedem" and demo["rounds_completed"] == 5 and demo["alerts_stored"] > 0
+    assert demo["records_scored"] == sim["n_test"]
+    assert abs(demo["auc_roc"] - sim["auc_roc"]) < 1e-6 and demo["mixture_mean_difference"] < 1e-6
+    assert abs(demo["threshold"] - sim["threshold"]) < 1e-6 * sim["threshold"]
 
 
 def test_demo_matches_simulate_on_the_embedded_broker(tmp_path):

@@ -152,8 +152,7 @@ def test_mixture_deployment_equals_simulation(tmp_path, traffic, algorithm, para
     mv = Loopback(tmp_path, "gmm", algorithm, settings, participants).run()
 
     X = np.vstack(parts)
-    sim = simulate_mixture(parts, X, np.zeros(len(X)), features, algorithm, rounds, fraction, seed=3, params=params,
-                           device_ids=[p.id for p in participants])
+    sim = simulate_mixture(parts, X, np.zeros(len(X)), features, algorithm, rounds, fraction, seed=3, params=params)
     stored = unpack(mv.arrays)
     m = sim["detector"].mixture_
     np.testing.assert_allclose(stored["weights"], m.weights, atol=1e-9)

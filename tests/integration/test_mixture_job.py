@@ -33,7 +33,7 @@ def test_deployed_mixture_equals_the_simulators_and_alerts_explain(broker, coord
     assert all(r.metrics["dropouts"] == 0 and r.metrics.get("implausible_uploads", 0) == 0 for r in rounds)
 
     sim = simulate_mixture(parts, split.X_test, split.y_test, data.feature_names, "fedem", 6, 0.6, seed=0,
-                           params=params, device_ids=[f"dev-{i}" for i in range(N)])
+                           params=params)
     m = sim["detector"].mixture_
     np.testing.assert_allclose(stored["means"], m.means, atol=1e-6)
     np.testing.assert_allclose(stored["prec_chol"], m.prec_chol, rtol=1e-6, atol=1e-6)
