@@ -44,6 +44,8 @@ class DetectorJob(JobRunner):
     replies: ClassVar[dict[str, str]] = {"stats": "stats", "train": "upload", "threshold": "histogram"}
     #: extra count arrays a statistics reply carries (the mixture's held-out count)
     stats_counts: ClassVar[tuple[str, ...]] = ()
+    #: extra one-number arrays a threshold reply carries (the mixture's held-out log-likelihood)
+    threshold_extras: ClassVar[tuple[str, ...]] = ()
 
     spec: DetectorJobSpec
 
@@ -141,8 +143,13 @@ class DetectorJob(JobRunner):
                     raise ProtocolError("value", f"{k} must be a count between 0 and {self.spec.max_records}")
         elif self.phase == "threshold":
             bins, counts = env.arrays.get("bins"), env.arrays.get("counts")
-            if bins is None or counts is None or set(env.arrays) != {"bins", "counts"}:
-                raise ProtocolError("shape", "a histogram is the arrays bins and counts")
+            if bins is None or counts is None or set(env.arrays) != {"bins", "counts", *self.threshold_extras}:
+                raise ProtocolError("shape", "a histogram is the arrays bins and counts"
+                                    + "".join(f" and {k}" for k in self.threshold_extras))
+            for k in self.threshold_extras:
+                v = env.arrays[k]
+                if v.shape != (1,) or v.dtype.kind != "f" or not abs(float(v[0])) < 1e12:
+                    raise ProtocolError("value", f"{k} must be one finite number")
             problem = check_histogram(bins, counts, self.histogram_count(env.sender))
             if problem:
                 raise ProtocolError("value", problem)
@@ -219,9 +226,14 @@ class DetectorJob(JobRunner):
         with self.sessions.begin() as s:
             version = s.query(ModelVersion).filter_by(job_id=self.job_id).count() + 1
             s.add(ModelVersion(job_id=self.job_id, version=version, type=self.type, round=self.spec.rounds,
-                               arrays=pack(arrays), info=info, published=False))
+                               arrays=pack(arrays), info={**info, **self.model_info(answered, weights)},
+                               published=False))
         self.info["threshold"] = threshold
         return threshold
+
+    def model_info(self, answered: list[str], weights: np.ndarray) -> dict[str, Any]:
+        """What a family records with the model version from the threshold replies, besides the threshold."""
+        return {}
 
     def finish(self) -> None:
         from coordinator.models_service import promote

@@ -13,6 +13,7 @@ from typing import Any, ClassVar, cast
 import numpy as np
 
 from coordinator.detector_job import DetectorJob
+from models.aggregation import winsorized_weighted_mean
 from models.mixture.detector import MixtureDetector
 from models.mixture.fedem import FedEM, standardised_moments
 from models.mixture.spec import MixtureJobSpec
@@ -25,6 +26,7 @@ class MixtureJob(DetectorJob):
     type = "gmm"
     replies: ClassVar[dict[str, str]] = {**DetectorJob.replies, "seed": "upload"}
     stats_counts = ("held",)
+    threshold_extras = ("nll",)
 
     spec: MixtureJobSpec
 
@@ -62,11 +64,22 @@ class MixtureJob(DetectorJob):
     def round_metrics(self, before: dict[str, np.ndarray]) -> dict[str, Any]:
         weights = self.broadcast["pi"]
         return {"implausible_uploads": int(float(self.server.get("rejected", 0)) - self._rejected_before),
-                "seeded": int(self.broadcast["stage"]), "components_used": int(np.count_nonzero(weights > 1e-4)),
+                "stage": ["seeding", "em", "k-means"][int(self.broadcast["stage"])],
+                "components_used": int(np.count_nonzero(weights > 1e-4)),
                 "mean_shift": float(np.abs(self.broadcast["means"] - before["means"]).max())}
 
     def histogram_count(self, sender: str) -> float:
         return float(self.info["held"][self.index()[sender]])
+
+    def model_info(self, answered: list[str], weights: np.ndarray) -> dict[str, Any]:
+        """The held-out records' mean negative log-likelihood (the devices' means, a winsorised weighted mean):
+        what compares mixtures without labels (lower is better), e.g. jobs with different components."""
+        nll = np.array([float(self.pending[a].arrays["nll"][0]) for a in answered])
+        held = np.array([self.info["held"][self.index()[a]] for a in answered]) > 0
+        if not held.any():
+            return {}
+        value = winsorized_weighted_mean(nll[held, None], weights[held], self.spec.device_trim)[0]
+        return {"holdout_nll": float(value)}
 
     def threshold_from(self, histograms: list[tuple[np.ndarray, np.ndarray]], weights: np.ndarray) -> float:
         return exceedance_threshold(histograms, weights, self.spec.quantile, self.spec.device_trim)

@@ -143,6 +143,12 @@ class DetectorParticipant(Participant):
                          **self.stats_extra(env.meta)},
                         {"counts": batch_counts(batch, spec_schema)})
 
+    def threshold_extras(self, env: Envelope, errors: np.ndarray) -> dict[str, np.ndarray]:
+        """Arrays a family adds to the threshold reply."""
+        return {}
+
     def _threshold(self, env: Envelope) -> Envelope:
-        bins, counts = sparse_histogram(self.threshold_errors(env, self.preprocessor(env)))
-        return Envelope("histogram", env.job, env.round, self.id, {"bins": bins, "counts": counts})
+        errors = self.threshold_errors(env, self.preprocessor(env))
+        bins, counts = sparse_histogram(errors)
+        return Envelope("histogram", env.job, env.round, self.id,
+                        {"bins": bins, "counts": counts, **self.threshold_extras(env, errors)})

@@ -59,6 +59,11 @@ class MixtureParticipant(DetectorParticipant):
         _, upload = alg.client_update(alg.init_clients(data, self.broadcast(env)), data, self.broadcast(env))
         return Envelope("upload", env.job, env.round, self.id, {k: v[0] for k, v in upload.items()})
 
+    def threshold_extras(self, env: Envelope, errors: np.ndarray) -> dict[str, np.ndarray]:
+        """The held-out records' mean negative log-likelihood (scores are NLL minus the mixture's floor)."""
+        floor = self.algorithm(env.meta).consensus(self.broadcast(env)).floor()
+        return {"nll": np.array([float(np.mean(errors)) + floor if len(errors) else 0.0])}
+
     def threshold_errors(self, env: Envelope, pre: Preprocessor) -> np.ndarray:
         mixture = self.algorithm(env.meta).consensus(self.broadcast(env))
         det = MixtureDetector.from_model(mixture, pre, 1.0)

@@ -45,6 +45,14 @@ VARIANTS: list[tuple[str, str, dict[str, Any], dict[str, Any]]] = [
 ]
 
 
+#: kernel PCA rows (random Fourier features, models.kernel) when the command's rows are linear:
+#: (label, algorithm, extra algorithm parameters); rank KERNEL_RANK of the lifted features
+KERNEL_VARIANTS: list[tuple[str, str, dict[str, Any]]] = [
+    ("kernel PCA (rff), fedmm 8-bit", "fedmm", {"bits": 8}),
+    ("kernel PCA (rff), centralized", "centralized", {}),
+]
+KERNEL_RANK = 100
+
 #: the Gaussian-mixture rows: (label, algorithm, extra algorithm parameters)
 MIXTURE_VARIANTS: list[tuple[str, str, dict[str, Any]]] = [
     ("gmm fedem", "fedem", {}),
@@ -62,6 +70,13 @@ def bench(args: argparse.Namespace, data: datasets.TrafficData, split: datasets.
         result = simulate(pca, algorithm, data, split, parts, params=extra, strict=False, **overrides)
         rows.append({**result, "label": label, "detector": "pca"})
         _log(rows[-1])
+    if args.kernel == "none":
+        rff = argparse.Namespace(**{**vars(pca), "kernel": "rff", "rank": KERNEL_RANK})
+        for label, algorithm, extra in KERNEL_VARIANTS:
+            result = simulate(rff, algorithm, data, split, parts, params=extra, strict=False)
+            rows.append({**result, "label": f"{label} (D={rff.kernel_features}, rank {KERNEL_RANK})",
+                         "detector": "pca"})
+            _log(rows[-1])
     gmm = argparse.Namespace(**{**vars(args), "detector": "gmm", "trim": 0.0})
     mixture = None
     for label, algorithm, extra in MIXTURE_VARIANTS:

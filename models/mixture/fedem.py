@@ -15,6 +15,13 @@ server merges the clusters of all seeding devices into K by weighted k-means on 
 al. 2021) and takes the M-step of the merged statistics. A device uploads only clusters of at least
 ``min_cluster`` records.
 
+k-means rounds (the first ``hard_rounds`` after seeding): each sampled device assigns every record to the
+nearest component mean and uploads the statistics of that hard assignment (same shape, same control
+variates, same checks), then EM proper. These are the Lloyd passes over records that pooled EM gets from
+its k-means start: without them the federated start lands EM in a worse optimum (measured on ton-iot, 3
+seeds: AUC 0.89-0.91 and 16-24 % of attacks caught at 2 % false positives without, 0.94-0.95 and 29-32 %
+with; pooled EM from k-means++ 0.93-0.95 and 36-43 %).
+
 Checks (the device's own claims from the statistics phase make every upload checkable): the statistics of
 an upload must add up, over components, to the device's first and second moments reported in the statistics
 phase (sum_k R_k = 1, sum_k S1_k = its mean, diag sum_k S2_k = its mean square); an upload that does not,
@@ -51,7 +58,7 @@ class FedEM(FederatedAlgorithm):
     name = "fedem"
 
     def __init__(self, n_features: int, components: int = 32, reg: float = 1e-3, min_cluster: int = 5,
-                 float32: bool = True, tolerance: float = 1e-3):
+                 float32: bool = True, tolerance: float = 1e-3, hard_rounds: int = 30):
         if not 1 <= components <= 1024:
             raise ValueError("components must be between 1 and 1024")
         if not 0 < reg <= 10:
@@ -61,6 +68,9 @@ class FedEM(FederatedAlgorithm):
         self.n_features, self.components, self.reg = int(n_features), int(components), float(reg)
         self.min_cluster, self.float32 = int(min_cluster), bool(float32)
         self.tolerance = float(tolerance)
+        if not 0 <= hard_rounds <= 100_000:
+            raise ValueError("hard_rounds must be between 0 and 100000")
+        self.hard_rounds = int(hard_rounds)
 
     @property
     def packed(self) -> int:
@@ -72,6 +82,7 @@ class FedEM(FederatedAlgorithm):
         K, d, p = self.components, self.n_features, self.packed
         server = {
             "stage": np.zeros((), dtype=np.int64),  # 0 until the seeding devices' clusters are merged
+            "em_round": np.zeros((), dtype=np.int64),  # rounds since seeding (the first hard_rounds: k-means)
             "seed": np.array(rng.integers(2**31)),
             "slot": np.zeros(n_clients, dtype=np.int64),
             "R_rows": np.zeros((0, K)), "S1_rows": np.zeros((0, K, d)), "S2_rows": np.zeros((0, K, p)),
@@ -93,6 +104,11 @@ class FedEM(FederatedAlgorithm):
             n = max(len(X), 1)
             if seeding:
                 R, S1, S2 = self._local_clusters(X, np.random.default_rng(int(data["seed"][b])))
+                ll = 0.0
+            elif int(broadcast["stage"]) == 2:  # a k-means round: every record to its nearest mean
+                assert m is not None
+                D = (X**2).sum(axis=1)[:, None] - 2 * X @ m.means.T + (m.means**2).sum(axis=1)[None, :]
+                R, S1, S2 = hard_stats(X, D.argmin(axis=1), self.components)
                 ll = 0.0
             else:
                 assert m is not None
@@ -146,7 +162,8 @@ class FedEM(FederatedAlgorithm):
             table[rows] = new * w
             server[name] = server[name] + table[rows].sum(axis=0)
         m = m_step(server["R"], server["S1"], server["S2"], self.reg)
-        return self.keep(server, broadcast_of(m, 1))
+        server["em_round"] = server["em_round"] + 1
+        return self.keep(server, broadcast_of(m, 2 if int(server["em_round"]) < self.hard_rounds else 1))
 
     def _seed(self, server: State, R: np.ndarray, S1: np.ndarray, S2: np.ndarray) -> tuple[State, State]:
         """Merge the seeding devices' clusters into K components (or keep seeding while none came)."""
@@ -156,7 +173,7 @@ class FedEM(FederatedAlgorithm):
         m = merge_clusters(R[keep], S1[keep], S2[keep], self.components, self.reg,
                            np.random.default_rng(int(server["seed"])))
         server["stage"] = np.array(1)
-        return self.keep(server, broadcast_of(m, 1))
+        return self.keep(server, broadcast_of(m, 2 if self.hard_rounds > 0 else 1))
 
     @staticmethod
     def keep(server: State, broadcast: State) -> tuple[State, State]:

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from models.aggregation import winsorized_weighted_mean
 from models.federated import take
 from models.metrics import detection_report
 from models.mixture import FEDERATED
@@ -77,11 +78,10 @@ def simulate_mixture(
         out.update(rounds=rounds, seconds_per_round=(time.perf_counter() - t0) / rounds,
                    upload_bytes_per_client_round=alg.upload_bytes())
     det = MixtureDetector.from_model(mixture, clients.preprocessor, 1.0, quantile=quantile)
-    histograms = [sparse_histogram(np.asarray(det.score_samples(h))) for h in held_parts]
-    threshold = exceedance_threshold(histograms, clients.weight, quantile, guard.device_trim)
+    scores = [np.asarray(det.score_samples(h)) for h in held_parts]
+    threshold = exceedance_threshold([sparse_histogram(s) for s in scores], clients.weight, quantile, guard.device_trim)
     det.threshold_ = threshold
-    held = np.vstack(held_parts)
-    out.update(history=history, threshold=threshold, holdout_nll=heldout_nll(det, held),
+    out.update(history=history, threshold=threshold, holdout_nll=heldout_nll(det, scores, clients.weight, guard),
                **detection_report(y_test, det.score_samples(X_test), threshold))
     out["detector"] = det
     return out
@@ -104,7 +104,7 @@ def run_mixture(alg: FedEM, X: list[np.ndarray], weight: np.ndarray, rounds: int
         done = run_round(alg, server, broadcast, idx, take(state, idx), take(data, idx), weight[idx])
         server, broadcast = done.server, done.broadcast
         entry = {"round": r, "rejected": float(server["rejected"]),
-                 "train_nll": float(np.mean(done.states["nll"])) if int(broadcast["stage"]) else float("nan")}
+                 "train_nll": float(np.mean(done.states["nll"])) if int(broadcast["stage"]) == 1 else float("nan")}
         history.append(entry)
         if on_round:
             on_round(entry)
@@ -120,7 +120,9 @@ def device_moments(X: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
     return means, squares
 
 
-def heldout_nll(det: MixtureDetector, X: np.ndarray) -> float:
-    """Mean negative log-likelihood of held-out records (lower is better): what model selection compares
-    without labels."""
-    return float(np.mean(np.asarray(det.score_samples(X))) + det.floor_) if len(X) else float("nan")
+def heldout_nll(det: MixtureDetector, scores: list[np.ndarray], weight: np.ndarray, guard: Guard) -> float:
+    """The held-out records' mean negative log-likelihood as the job records it (each device's mean, a
+    winsorised weighted mean over devices; lower is better): what compares mixtures without labels."""
+    held = np.array([len(s) > 0 for s in scores])
+    means = np.array([float(np.mean(s)) + det.floor_ for s, h in zip(scores, held) if h])
+    return float(winsorized_weighted_mean(means[:, None], weight[held], guard.device_trim)[0])

@@ -107,8 +107,11 @@ def test_bench_writes_table_plot_and_json(tmp_path):
     assert out.returncode == 0, out.stderr
     table = (tmp_path / "pca-synthetic.md").read_text()
     assert "| fedmm |" in table and "IsolationForest" in table and "records/s" in table
+    assert "gmm fedem" in table and "nearest-neighbour" in table and "kernel PCA (rff)" in table
     assert (tmp_path / "pca-synthetic.png").read_bytes()[:4] == b"\x89PNG"
     b = json.loads((tmp_path / "b.json").read_text())
-    assert b["scoring"]["records_per_second"] > 0 and b["scoring"]["scoring_process_peak_rss_mb"] > 0
+    for detector in ("pca", "gmm"):
+        assert b["scoring"][detector]["records_per_second"] > 0
+        assert b["scoring"][detector]["scoring_process_peak_rss_mb"] > 0
     assert {r["algorithm"] for r in b["results"]} >= {"centralized", "local", "fedpe", "fedpg", "fedmm",
-                                                     "isolation-forest"}
+                                                     "isolation-forest", "fedem", "1-nn"}

@@ -38,7 +38,8 @@ N_PCA, N_RECSYS = 12, 5
 PCA_CASES = [("fedpe", {}), ("fedpg", {}), ("fedmm", {}), ("fedpg", {"aggregator": "median"}),
              ("fedpe", {"aggregator": "trimmed", "trim": 0.2}), ("fedmm", {"bits": 8}),
              ("fedmm", {"transport": False})]
-GMM_CASES = [("fedem", {"components": 4, "reg": 1e-2}), ("fedem", {"components": 3, "float32": False})]
+GMM_CASES = [("fedem", {"components": 4, "reg": 1e-2, "hard_rounds": 2}),
+             ("fedem", {"components": 3, "float32": False})]
 RECSYS_CASES = [("fedmc-admm", {}), ("fedmc-admm", {"regularizer": "l1"}), ("fedmavg", {}),
                 ("altgdmin", {"power_iterations": 3})]
 

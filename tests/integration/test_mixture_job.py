@@ -38,6 +38,7 @@ def test_deployed_mixture_equals_the_simulators_and_alerts_explain(broker, coord
     np.testing.assert_allclose(stored["means"], m.means, atol=1e-6)
     np.testing.assert_allclose(stored["prec_chol"], m.prec_chol, rtol=1e-6, atol=1e-6)
     assert abs(threshold - sim["threshold"]) < 1e-6 * sim["threshold"]
+    assert abs(mv.info["holdout_nll"] - sim["holdout_nll"]) < 1e-4 * (1 + abs(sim["holdout_nll"]))
 
     # agents score with the promoted mixture; a late agent's alerts carry the responsible component's
     # explanation: observed and expected values in original units

@@ -82,17 +82,26 @@ def test_explanation_names_the_broken_feature_with_its_conditional_mean():
 
 
 def test_full_participation_is_pooled_em_from_the_merged_seed():
-    """With every device in every round, incremental EM is batch EM on the pooled records."""
+    """With every device in every round, the k-means rounds are Lloyd steps and incremental EM is batch EM on
+    the pooled records."""
     X = blobs(900)
     parts = [X[i::4] for i in range(4)]
-    alg = FedEM(X.shape[1], components=3, reg=1e-3, float32=False)
+    alg = FedEM(X.shape[1], components=3, reg=1e-3, float32=False, hard_rounds=2)
     server, bc = alg.init_server(4, np.random.default_rng(0))
     data = device_data(parts, seed=0)
     everyone = np.arange(4)
     w = np.full(4, 1.0)
     _, up = alg.client_update({}, data, bc)
     server, bc = alg.server_update(server, everyone, up, w)  # seeding
+    m = alg.consensus(bc)
+    for _ in range(2):  # k-means rounds: Lloyd steps on the pooled records
+        _, up = alg.client_update({}, data, bc)
+        server, bc = alg.server_update(server, everyone, up, w)
+        D = ((X[:, None, :] - m.means[None]) ** 2).sum(axis=2)
+        m = m_step(*hard_stats(X, D.argmin(axis=1), 3), reg=1e-3)
+        np.testing.assert_allclose(alg.consensus(bc).means, m.means, atol=1e-9)
     seeded = alg.consensus(bc)
+    assert int(bc["stage"]) == 1
     for _ in range(5):
         _, up = alg.client_update({}, data, bc)
         server, bc = alg.server_update(server, everyone, up, w)
