@@ -30,6 +30,8 @@ def register(groups: dict[str, Any], verbs: Any) -> None:
     sim.add_argument("--algorithm", choices=sorted({*ALGORITHMS, *MIXTURE_ALGORITHMS}),
                      help="pca: fedpg (default), fedpe, fedmm, centralized, local; gmm: fedem (default), centralized")
     add_kernel_args(sim)
+    sim.add_argument("--select", action="store_true", help="gmm: choose the ridge without labels, the one whose "
+                     "held-out records are likeliest (trains one mixture per candidate ridge: README)")
     sim.add_argument("--json", metavar="PATH", help="write the result as JSON (- for stdout)")
     sim.set_defaults(func=run_simulate)
 

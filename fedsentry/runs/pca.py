@@ -69,7 +69,7 @@ def mixture_simulation(args: argparse.Namespace, algorithm: str, data, split, pa
     from models.mixture import ALGORITHMS as MIXTURE
     from models.mixture import FEDERATED as MIXTURE_FEDERATED
     from models.mixture.fedem import FedEM
-    from models.mixture.simulator import simulate_mixture
+    from models.mixture.simulator import select_mixture, simulate_mixture
     from models.mixture.spec import MixtureJobSpec
 
     if algorithm not in MIXTURE:
@@ -86,9 +86,17 @@ def mixture_simulation(args: argparse.Namespace, algorithm: str, data, split, pa
         if bar is not None:
             bar.update(1)
 
+    select = getattr(args, "select", False)
+    if select and ("reg" in chosen or algorithm != "fedem"):
+        raise UsageError("--select chooses the ridge of fedem itself: leave out --reg (and --algorithm centralized)")
     try:
-        result = simulate_mixture(parts, split.X_test, split.y_test, data.feature_names, algorithm, rounds, fraction,
-                                  quantile, args.seed, chosen, args.holdout, on_round)
+        if select:
+            result = select_mixture(parts, split.X_test, split.y_test, data.feature_names, params=chosen,
+                                    algorithm=algorithm, rounds=rounds, fraction=fraction, quantile=quantile,
+                                    seed=args.seed, holdout=args.holdout)
+        else:
+            result = simulate_mixture(parts, split.X_test, split.y_test, data.feature_names, algorithm, rounds,
+                                      fraction, quantile, args.seed, chosen, args.holdout, on_round)
     except ValueError as e:
         raise UsageError(str(e)) from None
     finally:

@@ -126,3 +126,22 @@ def heldout_nll(det: MixtureDetector, scores: list[np.ndarray], weight: np.ndarr
     held = np.array([len(s) > 0 for s in scores])
     means = np.array([float(np.mean(s)) + det.floor_ for s, h in zip(scores, held) if h])
     return float(winsorized_weighted_mean(means[:, None], weight[held], guard.device_trim)[0])
+
+
+#: the ridges label-free model selection compares (standardised units)
+SELECTION_RIDGES = (1e-4, 1e-3, 1e-2, 0.1, 0.3)
+
+
+def select_mixture(train_parts: list[np.ndarray], X_test: np.ndarray, y_test: np.ndarray, feature_names: list[str],
+                   ridges: tuple[float, ...] = SELECTION_RIDGES, params: dict[str, Any] | None = None,
+                   **settings: Any) -> dict[str, Any]:
+    """Model selection without labels: train one federated mixture per ridge and keep the one whose held-out
+    records are likeliest (lowest `holdout_nll`, which a job records with its model). The test labels only
+    evaluate; the returned ``selection`` lists every candidate."""
+    runs = [simulate_mixture(train_parts, X_test, y_test, feature_names, params={**(params or {}), "reg": r},
+                             **settings) for r in ridges]
+    best = min(runs, key=lambda r: r["holdout_nll"])
+    best["selection"] = [{k: r[k] for k in ("reg", "components", "holdout_nll", "auc_roc", "f1", "recall",
+                                            "false_positive_rate")} for r in runs]
+    return best
+

@@ -115,3 +115,16 @@ def test_bench_writes_table_plot_and_json(tmp_path):
         assert b["scoring"][detector]["scoring_process_peak_rss_mb"] > 0
     assert {r["algorithm"] for r in b["results"]} >= {"centralized", "local", "fedpe", "fedpg", "fedmm",
                                                      "isolation-forest", "fedem", "1-nn"}
+
+
+def test_mixture_model_selection_without_labels(tmp_path):
+    out = fedsentry("simulate", "pca", "--detector", "gmm", "--select", "--dataset", "synthetic", "--clients", "10",
+                    "--rounds", "4", "--components", "4", "--json", str(tmp_path / "s.json"))
+    assert out.returncode == 0, out.stderr
+    r = json.loads((tmp_path / "s.json").read_text())
+    candidates = r["selection"]
+    assert len(candidates) == 5 and len({c["reg"] for c in candidates}) == 5
+    best = min(candidates, key=lambda c: c["holdout_nll"])
+    assert r["reg"] == best["reg"] and r["auc_roc"] == best["auc_roc"]
+    bad = fedsentry("simulate", "pca", "--detector", "gmm", "--select", "--reg", "0.1", "--dataset", "synthetic")
+    assert bad.returncode == 2 and "--select chooses the ridge" in bad.stderr
