@@ -53,7 +53,7 @@ def test_scores_are_shifted_negative_log_likelihoods_and_never_negative():
     g.weights_, g.means_, g.precisions_cholesky_ = m.weights, m.means, m.prec_chol
     T = det.preprocessor_.transform(X)
     s = np.asarray(det.score_samples(X))
-    np.testing.assert_allclose(s, -g.score_samples(T) - det.floor_, rtol=1e-4, atol=1e-4)  # float32 scoring
+    np.testing.assert_allclose(s, -g.score_samples(T) - det.floor_, rtol=1e-9, atol=1e-8)
     assert (s >= 0).all()
     assert det.score_samples(X[0]) == pytest.approx(s[0])
     assert 0.005 < det.predict(X).mean() < 0.02  # the 0.99 quantile of its own training scores
