@@ -33,6 +33,10 @@ class JobCreate(BaseModel):
     id: str | None = Field(None, pattern=ID_PATTERN, description="job id (generated when absent)")
     features: list[Name] | None = Field(None, min_length=2, max_length=1000,
                                        description="pca: feature names the agents provide")
+    categorical: list[Name] | None = Field(None, max_length=16, description="pca, gmm: text fields one-hot encoded "
+                                           "with a vocabulary the devices agree (e.g. proto, service, conn_state)")
+    flags: list[Name] | None = Field(None, max_length=16, description="pca, gmm: flag-string fields whose letters "
+                                     "become columns (e.g. Zeek's history)")
     items: list[ItemId] | None = Field(None, min_length=2, max_length=1_000_000,
                                           description="recsys: the item catalogue (ids)")
     algorithm: Name | None = Field(None, description=f"pca: one of {', '.join(PCA_ALGORITHMS)} (default fedmm); "

@@ -38,6 +38,10 @@ def register(groups: dict[str, Any], verbs: Any) -> None:
     create.add_argument("--id", help="job id (default: generated)")
     create.add_argument("--type", choices=sorted(FAMILIES), default="pca", help="job family (default pca)")
     create.add_argument("--features", help="pca, gmm: comma-separated feature names the agents provide")
+    create.add_argument("--categorical", help="pca, gmm: comma-separated text fields to one-hot encode with a "
+                        "vocabulary the devices agree, e.g. proto,service,conn_state (Zeek)")
+    create.add_argument("--flags", help="pca, gmm: comma-separated flag-string fields whose letters become columns, "
+                        "e.g. history (Zeek)")
     create.add_argument("--items", help="recsys: the item catalogue, comma-separated ids or @FILE (one id a line)")
     create.add_argument("--algorithm", help="pca: fedmm (default), fedpg, fedpe; gmm: fedem; recsys: fedmc-admm "
                         "(default), fedmavg, altgdmin")
@@ -160,8 +164,9 @@ def run_job_create(args: argparse.Namespace) -> int:
                                                              "quantile", "min_agents", "deadline", "rating_min",
                                                              "rating_max", "holdout", "kernel", "kernel_features",
                                                              "kernel_gamma", *guard_settings())}
-    if args.features is not None:
-        values["features"] = [f.strip() for f in args.features.split(",") if f.strip()]
+    for name in ("features", "categorical", "flags"):
+        if getattr(args, name) is not None:
+            values[name] = [f.strip() for f in getattr(args, name).split(",") if f.strip()]
     if args.items is not None:
         values["items"] = _items(args.items)
     values["algorithm_params"] = dict(_param(p) for p in args.param)

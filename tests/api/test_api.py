@@ -57,6 +57,16 @@ def test_create_get_list_and_cancel_a_job(client, keys):
     assert client.post("/api/v1/jobs/j-a/cancel", headers=admin).status_code == 409
 
 
+def test_a_mixture_job_for_zeek_fields(client, keys):
+    body = {"id": "g-a", "type": "gmm", "features": ["duration", "src_bytes"], "categorical": ["proto", "service"],
+            "flags": ["history"], "holdout": 0.25, "algorithm_params": {"components": 16}}
+    r = client.post("/api/v1/jobs", json=body, headers=bearer(keys["admin"]))
+    assert r.status_code == 201, r.text
+    got = client.get("/api/v1/jobs/g-a", headers=bearer(keys["admin"])).json()
+    assert got["type"] == "gmm" and got["algorithm"] == "fedem"
+    assert got["params"]["categorical"] == ["proto", "service"] and got["params"]["holdout"] == 0.25
+
+
 @pytest.mark.parametrize(("body", "field", "problem"), [
     ({"features": ["a", "b"], "rank": 2}, "body.rank", "must be smaller than the number of features"),
     ({"features": ["a", "b", "c"], "fraction": 0}, "body.fraction", "greater than 0"),
@@ -82,6 +92,11 @@ def test_create_get_list_and_cancel_a_job(client, keys):
     ({"features": ["a", "b", "c"], "rank": 1, "max_records": 0}, "body.max_records", "between 1 and 10^12"),
     ({"features": ["a", "b", "c"], "rank": 1, "influence": -1}, "body.influence", "must be in (0, 10^6]"),
     ({"type": "recsys", "items": [1, 2, 3], "rank": 1, "max_share": 0.5}, "body.max_share", "recsys job"),
+    ({"type": "gmm", "features": ["a", "b", "c"], "holdout": 0.9}, "body.holdout", "less than or equal to 0.5"),
+    ({"type": "gmm", "features": ["a", "b", "c"], "algorithm_params": {"components": 0}}, "body.algorithm_params",
+     "components must be between 1 and 1024"),
+    ({"features": ["a", "b", "c"], "rank": 1, "categorical": ["a"]}, "body.categorical", "none of them a feature"),
+    ({"features": ["a", "b", "c"], "rank": 1, "holdout": 0.2}, "body.holdout", "not a setting of a pca job"),
 ])
 def test_invalid_jobs_name_the_field(client, keys, body, field, problem):
     r = client.post("/api/v1/jobs", json=body, headers=bearer(keys["admin"]))

@@ -31,6 +31,16 @@ def test_pca_and_recsys_jobs_with_algorithm_parameters(tmp_path, capsys):
     assert '"rho": 20.0' in pparams and '"aggregator": "median"' in pparams and '"lam": 5.0' in rparams
 
 
+def test_mixture_job_for_zeek_fields(tmp_path, capsys):
+    assert create(tmp_path, "--id", "g1", "--type", "gmm", "--features", "duration,src_bytes,dst_bytes",
+                  "--categorical", "proto,service,conn_state", "--flags", "history", "--holdout", "0.25",
+                  "--param", "components=16", "--param", "reg=0.01") == 0
+    ((_, t, a, params),) = jobs(tmp_path)
+    assert (t, a) == ("gmm", "fedem")
+    assert '"categorical": ["proto", "service", "conn_state"]' in params and '"flags": ["history"]' in params
+    assert '"holdout": 0.25' in params and '"components": 16' in params
+
+
 @pytest.mark.parametrize(("args", "message"), [
     (["--features", "a,b,c", "--rank", "1", "--param", "rho=3"], "--param rho: not a parameter of fedmm"),
     (["--features", "a,b,c", "--rank", "1", "--algorithm", "fedpg", "--param", "local_steps=many"],
@@ -44,6 +54,10 @@ def test_pca_and_recsys_jobs_with_algorithm_parameters(tmp_path, capsys):
     (["--features", "a,b,c", "--rank", "1", "--influence", "nan"], "--influence: expected a finite number"),
     (["--features", "a,b,c", "--rank", "1", "--device-trim", "0.5"], "--device-trim: must be in [0, 0.5)"),
     (["--features", "a,b,c", "--rank", "1", "--count-cap", "0.5"], "--count-cap: must be between 1 and 10^6"),
+    (["--type", "gmm", "--features", "a,b,c", "--holdout", "0.9"], "--holdout: must be in [0.05, 0.5]"),
+    (["--type", "gmm", "--features", "a,b,c", "--param", "components=0"], "components must be between 1 and 1024"),
+    (["--features", "a,b,c", "--rank", "1", "--categorical", "a"], "--categorical: text fields must be distinct"),
+    (["--features", "a,b,c", "--rank", "1", "--holdout", "0.2"], "--holdout: not a setting of a pca job"),
 ])
 def test_bad_settings_name_the_flag_and_store_nothing(tmp_path, capsys, args, message):
     assert create(tmp_path, "--id", "bad", *args) == 2
