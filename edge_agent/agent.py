@@ -29,9 +29,10 @@ import paho.mqtt.client as mqtt
 from edge_agent.detector_participant import TrainingBuffer
 from edge_agent.participant import Participant
 from edge_agent.scorer import Scorer
-from edge_agent.sources import Batch, SchemaError, ZeekFollower, csv_source
+from edge_agent.sources import Batch, SchemaError, ZeekFollower, csv_source, take_rows
 from edge_agent.store import AgentStore, Outbox
 from models.families import family
+from models.threshold import holdout_mask
 from wire.mqtt import make_client
 from wire.protocol import (
     JOB_SUBSCRIPTION,
@@ -44,6 +45,9 @@ from wire.protocol import (
 )
 
 log = logging.getLogger("fedsentry.agent")
+
+#: the share of its training records a device calibrates its threshold on (the mixture's held-out share)
+CALIBRATION_HOLDOUT = 0.2
 RESEND_AFTER = 10.0  # seconds without the coordinator's confirmation before an alert is sent again
 RESEND_BATCH = 1000  # alerts sent per pass over the outbox (the outbox drains over successive passes)
 
@@ -63,6 +67,7 @@ class AgentConfig:
     wait_for_model: bool = False  # hold the traffic source until a model is there
     exit_after_replay: bool = False  # stop once the source is exhausted and every alert is delivered
     scores_out: str | None = None  # evaluation only: every record's score (and label, if the file has one)
+    calibrate: bool = False  # per-device threshold: the own quantile of held-out training records' scores
     alert_burst: int = 20
     alert_window: float = 60.0
 
@@ -86,7 +91,7 @@ class Agent:
         self.scorer = Scorer(cfg.agent_id, cfg.alert_burst, cfg.alert_window)
         saved = self.store.load_bytes("model.bin")
         if saved:
-            self.scorer.load(decode(saved))
+            self.load_model(decode(saved))
         self.outbox = Outbox(Path(cfg.state_dir) / "outbox.sqlite")
         self.scorer.limiter.restore(self.outbox.load_state("limiter"))
         position = self.outbox.load_state("zeek")
@@ -105,6 +110,15 @@ class Agent:
         self.client.on_message = lambda c, u, m: self.inbox.put((m.topic, bytes(m.payload)))
         self.client.on_disconnect = lambda *a: self.connected.clear()
         self._scores = open(cfg.scores_out, "a") if cfg.scores_out else None  # noqa: SIM115 (closed in run)
+
+    def load_model(self, env: Envelope) -> None:
+        """Score with this model from now on; with --calibrate, at this device's own threshold."""
+        self.scorer.load(env)
+        if self.cfg.calibrate and len(self.buffer.X):
+            held = holdout_mask(len(self.buffer.X), CALIBRATION_HOLDOUT)
+            threshold = self.scorer.calibrate(take_rows(self.buffer.batch(), held))
+            log.info("agent=%s calibrated threshold %.4g (federation's %.4g) on %d held-out records",
+                     self.cfg.agent_id, threshold, self.scorer.federation_threshold, int(held.sum()))
 
     def topic(self, what: str) -> str:
         return agent_topic(self.cfg.agent_id, what)
@@ -140,8 +154,8 @@ class Agent:
             if self.cfg.model_job and env.job != self.cfg.model_job:
                 return
             try:
-                self.scorer.load(env)
-            except (KeyError, ValueError) as e:
+                self.load_model(env)
+            except (KeyError, ValueError, SchemaError) as e:
                 self.counters["rejected"] += 1
                 log.warning("agent=%s rejected model: %s", self.cfg.agent_id, e)
                 return

@@ -16,6 +16,7 @@ import numpy as np
 
 from edge_agent.sources import Batch, encode_batch, select
 from models.encoding import FeatureEncoder
+from models.threshold import device_threshold
 from wire.model import Detector, detector_from_envelope
 from wire.protocol import Envelope
 
@@ -77,9 +78,19 @@ class Scorer:
 
     def load(self, env: Envelope) -> None:
         self.detector = detector_from_envelope(env)
+        self.federation_threshold = self.detector.threshold_
         encoding = self.detector.preprocessor_.encoding
         self.encoder = FeatureEncoder.from_dict(encoding) if encoding else None
         self.model_job, self.model_version = env.job, int(env.meta["version"])
+
+    def calibrate(self, batch: Batch) -> float:
+        """Per-device calibration (`models.threshold.device_threshold`): the threshold becomes this device's own
+        quantile of the scores of `batch` (records the model did not train on), within a factor 2 of the
+        federation's. Returns the threshold in force."""
+        assert self.detector is not None
+        scores = np.asarray(self.detector.score_samples(self.matrix(batch)))
+        self.detector.threshold_ = device_threshold(self.federation_threshold, scores, self.detector.quantile)
+        return self.detector.threshold_
 
     def matrix(self, batch: Batch) -> np.ndarray:
         """A batch in the model's columns (encoded as the job agreed); SchemaError when it lacks a field."""

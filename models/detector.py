@@ -156,13 +156,15 @@ class PCADetector:
         pre = self.preprocessor_
         lifted = {} if self.lift_ is None else {"rff": self.lift_.params()}
         return ({"Z": self.components_, **pre.wire_arrays()},
-                {"detector": "pca", **pre.wire_meta(), "threshold": self.threshold_, **lifted})
+                {"detector": "pca", **pre.wire_meta(), "threshold": self.threshold_, "quantile": self.quantile,
+                 **lifted})
 
     @classmethod
     def from_wire(cls, arrays: dict[str, np.ndarray], meta: dict[str, Any]) -> PCADetector:
         pre = Preprocessor.from_wire(arrays, meta)
         lift = RandomFourierFeatures.from_params(meta["rff"]) if meta.get("rff") else None
-        return cls.from_model(np.asarray(arrays["Z"], dtype=float), pre, float(meta["threshold"]), lift)
+        return cls.from_model(np.asarray(arrays["Z"], dtype=float), pre, float(meta["threshold"]), lift,
+                              quantile=float(meta.get("quantile", 0.99)))
 
     def to_dict(self) -> dict[str, Any]:
         return {

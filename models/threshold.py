@@ -57,3 +57,18 @@ def holdout_mask(n: int, share: float) -> np.ndarray:
         return np.zeros(n, dtype=bool)
     step = max(2, int(round(1 / share)))
     return np.arange(n) % step == step - 1
+
+
+def device_threshold(federation: float, scores: np.ndarray, q: float, bound: float = 2.0,
+                     min_records: int = 200) -> float:
+    """Per-device calibration of a federation's threshold: the device's own q-quantile of its held-out
+    scores, kept within a factor `bound` of the federation's threshold (a device with unusual or too little
+    traffic cannot turn its detector off or flag everything); the federation's threshold when the device has
+    fewer than `min_records` scores. Non-i.i.d. devices see very different false-positive rates under one
+    global threshold; calibrated, each flags about 1 - q of its own normal traffic."""
+    scores = np.asarray(scores, dtype=float)
+    if len(scores) < min_records:
+        return float(federation)
+    own = quantile_from_histogram(error_histogram(scores), q)
+    return float(np.clip(own, federation / bound, federation * bound))
+

@@ -19,6 +19,7 @@ class Detector(Protocol):
     """What an agent scores with, whatever the model family."""
 
     threshold_: float
+    quantile: float
     feature_names_: list[str]
     preprocessor_: Preprocessor
 

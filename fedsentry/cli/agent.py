@@ -51,6 +51,8 @@ def register(groups: dict[str, Any], verbs: Any) -> None:
     p.add_argument("--exit-after-replay", action="store_true",
                    help="exit when the input is done and the coordinator has confirmed every alert")
     p.add_argument("--scores-out", metavar="F", help="evaluation only: append every record's score here")
+    p.add_argument("--calibrate", action="store_true", help="per-device threshold: this device's own quantile of "
+                   "the scores of a held-out fifth of its training records, within a factor 2 of the federation's")
     p.add_argument("--alert-burst", type=positive_int, default=20, help="alerts per window before summarising")
     p.add_argument("--alert-window", type=positive_float, default=60.0, help="rate-limit window in seconds")
     p.set_defaults(func=run_agent)
@@ -101,7 +103,7 @@ def run_agent(args: argparse.Namespace) -> int:
         source = None
     cfg = AgentConfig(args.id, args.broker, state_dir, args.username, password, args.tls, args.ca_cert,
                       args.cert, args.key, args.model_job, args.wait_for_model, args.exit_after_replay,
-                      args.scores_out, args.alert_burst, args.alert_window)
+                      args.scores_out, args.calibrate, args.alert_burst, args.alert_window)
     ratings = None
     if args.test_ratings and not args.ratings:
         raise UsageError("--test-ratings needs --ratings")

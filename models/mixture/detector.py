@@ -137,14 +137,15 @@ class MixtureDetector:
         """Arrays and metadata of the model envelope (wire.model)."""
         m = self.mixture_
         return ({"weights": m.weights, "means": m.means, "prec_chol": m.prec_chol, **self.preprocessor_.wire_arrays()},
-                {"detector": "gmm", **self.preprocessor_.wire_meta(), "threshold": self.threshold_})
+                {"detector": "gmm", **self.preprocessor_.wire_meta(), "threshold": self.threshold_,
+                 "quantile": self.quantile})
 
     @classmethod
     def from_wire(cls, arrays: dict[str, np.ndarray], meta: dict[str, Any]) -> MixtureDetector:
         pre = Preprocessor.from_wire(arrays, meta)
         m = Mixture(np.asarray(arrays["weights"], float), np.asarray(arrays["means"], float),
                     np.asarray(arrays["prec_chol"], float))
-        return cls.from_model(m, pre, float(meta["threshold"]))
+        return cls.from_model(m, pre, float(meta["threshold"]), quantile=float(meta.get("quantile", 0.98)))
 
     def to_dict(self) -> dict[str, Any]:
         arrays, meta = self.to_wire()

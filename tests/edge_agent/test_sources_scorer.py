@@ -197,3 +197,29 @@ def test_agent_scores_unset_values_at_the_models_mean_not_at_zero(tmp_path):
     assert got == pytest.approx(det.score_samples(np.array([[mean_raw[0], mean_raw[1], 400.0, 1.0]]))[0])
     assert got != pytest.approx(det.score_samples(np.array([[0.0, 0.0, 400.0, 1.0]]))[0])
     assert agent.counters["missing"] == 2 and agent.counters["records"] == 1
+
+
+def test_an_agent_with_calibrate_scores_at_its_own_threshold(tmp_path):
+    """--calibrate: the promoted model's threshold becomes the device's own quantile of its held-out training
+    records' scores (within a factor 2 of the federation's); without it, the federation's."""
+    from edge_agent.agent import Agent, AgentConfig
+    from models.mixture.detector import MixtureDetector
+    from wire.model import model_envelope
+
+    rng = np.random.default_rng(0)
+    names = ["a", "b", "c"]
+    fleet = np.exp(rng.normal(0, 1, (4000, 3)))
+    det = MixtureDetector(components=2, quantile=0.98).fit(fleet, names)
+    env = model_envelope("j", 1, det)
+    mine = np.exp(rng.normal(0.5, 1.3, (3000, 3)))  # this device's traffic is wider than the fleet's
+    thresholds = {}
+    for calibrate in (False, True):
+        agent = Agent(AgentConfig(f"cal-{calibrate}", "mqtt://127.0.0.1:1", str(tmp_path / str(calibrate)),
+                                  calibrate=calibrate), training=iter([Batch(names, mine)]))
+        agent.load_model(env)
+        thresholds[calibrate] = agent.scorer.detector.threshold_
+    assert thresholds[False] == det.threshold_
+    held = mine[4::5]
+    own = np.quantile(np.asarray(det.score_samples(held)), 0.98)
+    assert thresholds[True] == pytest.approx(np.clip(own, det.threshold_ / 2, det.threshold_ * 2), rel=0.01)
+    assert thresholds[True] > det.threshold_ * 1.05  # wider traffic: a higher threshold of its own
