@@ -42,10 +42,7 @@ def trimmed_weighted_mean(X: np.ndarray, w: np.ndarray, trim: float) -> np.ndarr
     """Per coordinate (axis 0 is the device), the weighted mean of the values left after dropping the
     k lowest and k highest devices (k = `trim_count`): what `trimmed_mean` does, with weights and at least
     one device left out each side once there are three."""
-    X = np.asarray(X, dtype=float)
-    w = np.asarray(w, dtype=float)
-    n = X.shape[0]
-    k = trim_count(n, trim)
+    X, w, n, k = _devices(X, w, trim)
     if k == 0:
         return np.tensordot(w / w.sum(), X, axes=1)
     order = np.argsort(X, axis=0, kind="stable")[k:n - k]
@@ -54,15 +51,17 @@ def trimmed_weighted_mean(X: np.ndarray, w: np.ndarray, trim: float) -> np.ndarr
     return (kept * wk).sum(axis=0) / wk.sum(axis=0)
 
 
+def _devices(X: np.ndarray, w: np.ndarray, trim: float) -> tuple[np.ndarray, np.ndarray, int, int]:
+    X = np.asarray(X, dtype=float)
+    return X, np.asarray(w, dtype=float), X.shape[0], trim_count(X.shape[0], trim)
+
+
 def winsorized_weighted_mean(X: np.ndarray, w: np.ndarray, trim: float) -> np.ndarray:
     """Per coordinate (axis 0 is the device), the weighted mean after clipping every value into the range
     of the devices left once the k lowest and k highest are set aside (k = `trim_count`): one device moves
     it by at most its weight share times the others' spread, and, unlike trimming, a skewed but honest
     spread keeps its mean (the extremes are pulled in, not dropped)."""
-    X = np.asarray(X, dtype=float)
-    w = np.asarray(w, dtype=float)
-    n = X.shape[0]
-    k = trim_count(n, trim)
+    X, w, n, k = _devices(X, w, trim)
     if k == 0:
         return np.tensordot(w / w.sum(), X, axes=1)
     ordered = np.sort(X, axis=0)

@@ -98,3 +98,25 @@ def put(state: State, idx: np.ndarray, part: State) -> None:
     """Write a sub-batch back into a batched dict (in place)."""
     for k, v in part.items():
         state[k][idx] = v
+
+
+def client_rows(server: State, ids: np.ndarray, tables: tuple[str, ...]) -> np.ndarray:
+    """The rows of these clients in the server's per-client tables, handing out new rows (in order of first
+    answer; the tables grow by doubling) to clients answering for the first time: memory and work follow the
+    clients seen, not the federation. ``server["slot"]`` holds each client's row + 1 (0 before it answered),
+    ``server["rows"]`` how many rows are in use; `tables` are updated in place."""
+    ids = np.asarray(ids, dtype=np.int64)
+    fresh = ids[server["slot"][ids] == 0]
+    n = int(server["rows"])
+    if len(fresh):
+        need = n + len(fresh)
+        if need > len(server[tables[0]]):
+            cap = max(need, 2 * len(server[tables[0]]), 16)
+            for k in tables:
+                grown = np.zeros((cap, *server[k].shape[1:]))
+                grown[:n] = server[k][:n]
+                server[k] = grown
+        server["slot"][fresh] = np.arange(n + 1, need + 1)
+        server["rows"] = np.array(need)
+    return server["slot"][ids] - 1
+

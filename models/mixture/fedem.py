@@ -34,7 +34,7 @@ import zlib
 
 import numpy as np
 
-from models.federated import FederatedAlgorithm, State
+from models.federated import FederatedAlgorithm, State, client_rows
 from models.mixture.gmm import Mixture, e_step, hard_stats, kmeans, m_step
 
 #: what one upload may weigh (issue 11: at most 256 KiB per device and round)
@@ -166,7 +166,7 @@ class FedEM(FederatedAlgorithm):
             return self._seed(server, R * weight[:, None], S1 * weight[:, None, None], S2 * weight[:, None, None])
         slot = server["slot"][ids]
         old = slot > 0
-        rows = self._rows_for(server, ids, slot)
+        rows = client_rows(server, ids, ("R_rows", "S1_rows", "S2_rows"))
         for name, new in (("R", R), ("S1", S1), ("S2", S2)):
             w = weight.reshape(-1, *([1] * (new.ndim - 1)))
             table = server[f"{name}_rows"]
@@ -228,22 +228,6 @@ class FedEM(FederatedAlgorithm):
     def attach_bounds(self, server: State, mean: np.ndarray, mean_sq: np.ndarray) -> State:
         """Each device's standardised mean and mean square, from the statistics phase."""
         return {**server, "mean": np.asarray(mean, dtype=float), "mean_sq": np.asarray(mean_sq, dtype=float)}
-
-    @staticmethod
-    def _rows_for(server: State, ids: np.ndarray, slot: np.ndarray) -> np.ndarray:
-        fresh = ids[slot == 0]
-        n = int(server["rows"])
-        if len(fresh):
-            need = n + len(fresh)
-            if need > len(server["R_rows"]):
-                cap = max(need, 2 * len(server["R_rows"]), 16)
-                for k in ("R_rows", "S1_rows", "S2_rows"):
-                    grown = np.zeros((cap, *server[k].shape[1:]))
-                    grown[:n] = server[k][:n]
-                    server[k] = grown
-            server["slot"][fresh] = np.arange(n + 1, need + 1)
-            server["rows"] = np.array(need)
-        return server["slot"][ids] - 1
 
     row_tables = ("slot", "mean", "mean_sq", "R_rows", "S1_rows", "S2_rows")
 

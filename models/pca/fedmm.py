@@ -31,7 +31,7 @@ from __future__ import annotations
 import numpy as np
 
 from models.aggregation import trimmed_weighted_mean
-from models.federated import State
+from models.federated import State, client_rows
 from models.linalg import orth, top_eigvecs
 from models.pca.base import PCAAlgorithm
 from models.pca.quantize import quantize_with_feedback, quantized_bytes
@@ -171,7 +171,7 @@ class FedMM(PCAAlgorithm):
                 return server, {"Q": Q}
         slot = server["slot"][ids]
         old = slot > 0
-        rows = self._rows_for(server, ids, slot)
+        rows = client_rows(server, ids, ("S_rows", "Q_rows", "w_rows"))
         w_old = server["w_rows"][rows[old]]
         if self.transport:
             if old.any():
@@ -221,23 +221,6 @@ class FedMM(PCAAlgorithm):
         checkable."""
         return {**server, "diag": np.asarray(diag, dtype=float), "trace": np.asarray(trace, dtype=float),
                 "rejected": np.zeros(()), "shrunk": np.zeros(())}
-
-    @staticmethod
-    def _rows_for(server: State, ids: np.ndarray, slot: np.ndarray) -> np.ndarray:
-        """The table rows of these clients, handing out new rows (and growing the tables) for first answers."""
-        fresh = ids[slot == 0]
-        n = int(server["rows"])
-        if len(fresh):
-            need = n + len(fresh)
-            if need > len(server["w_rows"]):
-                cap = max(need, 2 * len(server["w_rows"]), 16)
-                for k in ("S_rows", "Q_rows", "w_rows"):
-                    grown = np.zeros((cap, *server[k].shape[1:]))
-                    grown[:n] = server[k][:n]
-                    server[k] = grown
-            server["slot"][fresh] = np.arange(n + 1, need + 1)
-            server["rows"] = np.array(need)
-        return server["slot"][ids] - 1
 
     row_tables = ("slot", "trace", "diag", "S_rows", "Q_rows", "w_rows")
 
