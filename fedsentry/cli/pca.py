@@ -81,7 +81,11 @@ def add_pca_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--components", type=positive_int, help="gmm: mixture components (default: the most of 128, "
                    "64, 32, ... whose uploads fit 256 KiB per device and round)")
     g.add_argument("--reg", type=positive_float, help="gmm: ridge added to every covariance, in standardised units "
-                   "(default 0.001; ton-iot measures best at 0.0001, nsl-kdd at 0.3: README)")
+                   "(default 0.0001, for IoT flows; nsl-kdd measures best at 0.2 with EM: README)")
+    g.add_argument("--hard-rounds", type=int, help="gmm: k-means rounds after seeding before EM rounds (default "
+                   "100000: k-means rounds throughout, what IoT flows measure best with; nsl-kdd: 30)")
+    g.add_argument("--no-seed-rows", action="store_true", help="gmm: do not keep each device's seeding clusters as "
+                   "its first control-variate row (README)")
     g.add_argument("--holdout", type=share, default=0.2, help="gmm: share of each device's records held out of "
                    "training; the threshold is read from their scores (default 0.2)")
     p.add_argument("--rank", type=positive_int, default=3, help="pca: subspace dimension k (default 3)")
@@ -95,7 +99,7 @@ def add_pca_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--partition-feature", help="noniid: feature to sort on (default: most distinct values)")
     p.add_argument("--alpha", type=positive_float, default=0.5, help="dirichlet: concentration (default 0.5)")
     p.add_argument("--quantile", type=unit_open, help="threshold quantile of normal errors (default 0.99 for pca, "
-                   "0.98 for gmm, whose errors are held-out records')")
+                   "0.985 for gmm, whose errors are held-out records')")
     p.add_argument("--trim", type=share, default=0.0,
                    help="leave this share of the most suspicious training records out of the statistics (default 0)")
     p.add_argument("--trim-by", choices=TRIM_CRITERIA, default="distance",

@@ -90,12 +90,13 @@ def simulation_gap(args: argparse.Namespace, data, split, parts: list[np.ndarray
         clients = prepare_clients(parts, data.feature_names)
         sd = subspace_distance(arrays["Z"], centralized_pca(clients.C, clients.weight, args.rank))
         return {"subspace_distance": sd, "gap": f"subspace distance to centralised PCA {sd:.4f}"}
+    from fedsentry.runs.pca import algorithm_params
     from models.mixture.simulator import simulate_mixture
     from models.mixture.spec import MixtureJobSpec
 
     sim = simulate_mixture(parts, split.X_test, split.y_test, data.feature_names, args.algorithm, args.rounds,
                            args.fraction, args.quantile or MixtureJobSpec.quantile, args.seed,
-                           {k: v for k, v in (("components", args.components), ("reg", args.reg)) if v},
+                           {k: v for k, v in algorithm_params(args).items() if v is not None},
                            args.holdout)
     diff = float(np.abs(sim["detector"].mixture_.means - arrays["means"]).max())
     return {"simulate_auc_roc": sim["auc_roc"], "mixture_mean_difference": diff,

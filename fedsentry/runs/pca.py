@@ -57,7 +57,8 @@ def prepare(args: argparse.Namespace):
 
 def algorithm_params(args: argparse.Namespace) -> dict[str, Any]:
     if getattr(args, "detector", "pca") == "gmm":
-        return {"components": args.components, "reg": args.reg}
+        return {"components": args.components, "reg": args.reg, "hard_rounds": args.hard_rounds,
+                "seed_rows": False if args.no_seed_rows else None}
     return {"rho": args.rho, "local_steps": args.local_steps, "lr": args.lr, "oversample": args.oversample,
             "bits": args.bits}
 

@@ -145,7 +145,7 @@ class MixtureDetector:
         pre = Preprocessor.from_wire(arrays, meta)
         m = Mixture(np.asarray(arrays["weights"], float), np.asarray(arrays["means"], float),
                     np.asarray(arrays["prec_chol"], float))
-        return cls.from_model(m, pre, float(meta["threshold"]), quantile=float(meta.get("quantile", 0.98)))
+        return cls.from_model(m, pre, float(meta["threshold"]), quantile=float(meta.get("quantile", 0.985)))
 
     def to_dict(self) -> dict[str, Any]:
         arrays, meta = self.to_wire()
@@ -162,13 +162,21 @@ class MixtureDetector:
 
 
 def fit_em(T: np.ndarray, K: int, reg: float, rng: np.random.Generator, max_iter: int = 100,
-           tol: float = 1e-4) -> Mixture:
+           tol: float = 1e-4, hard_iter: int = 0) -> Mixture:
     """Pooled EM on standardised records from a k-means++ start (stops when the mean log-likelihood
-    gains less than tol)."""
+    gains less than tol). The first `hard_iter` of the `max_iter` iterations are k-means iterations (the
+    federated algorithm's k-means rounds: every record to its nearest mean, then the M-step)."""
     _, labels = kmeans(T, K, rng)
     m = m_step(*hard_stats(T, labels, K), reg)
+    for _ in range(min(hard_iter, max_iter)):
+        D = (T**2).sum(axis=1)[:, None] - 2 * T @ m.means.T + (m.means**2).sum(axis=1)[None, :]
+        nearest = D.argmin(axis=1)
+        if np.array_equal(nearest, labels):
+            break
+        labels = nearest
+        m = m_step(*hard_stats(T, labels, K), reg)
     last = -np.inf
-    for _ in range(max_iter):
+    for _ in range(max(max_iter - hard_iter, 0)):
         R, S1, S2, ll = e_step(T, m)
         m = m_step(R, S1, S2, reg)
         if ll / len(T) - last < tol:

@@ -70,7 +70,8 @@ def simulate_mixture(
     out: dict[str, Any] = {"algorithm": algorithm, "components": alg.components, "reg": alg.reg}
     t0 = time.perf_counter()
     if algorithm == "centralized":
-        mixture = fit_em(np.vstack(clients.X), alg.components, alg.reg, np.random.default_rng(seed))
+        mixture = fit_em(np.vstack(clients.X), alg.components, alg.reg, np.random.default_rng(seed),
+                         hard_iter=alg.hard_rounds)
         history: list[dict[str, float]] = [{"round": 1}]
         out.update(rounds=1, seconds_per_round=time.perf_counter() - t0, upload_bytes_per_client_round=None)
     else:

@@ -20,7 +20,7 @@ class MixtureJobSpec(DetectorJobSpec):
     holdout: float = 0.2
     # held-out scores promise what they flag, so the mixture affords a lower quantile than PCA's training
     # errors; one device's exceedance curve is clipped at each side (models.screening.exceedance_threshold)
-    quantile: float = 0.98
+    quantile: float = 0.985
     device_trim: float = 0.01
 
     def problem(self) -> dict[str, int]:
