@@ -132,6 +132,8 @@ class AnomalyOut(BaseModel):
     acknowledged: bool
     acknowledged_at: datetime | None
     explanation: list[dict[str, Any]]
+    flow: dict[str, Any] | None = Field(None, description="the record's connection: Zeek's uid, ts, id.orig_h, "
+                                        "id.orig_p, id.resp_h, id.resp_p, proto, service; a CSV's line number (row)")
 
 
 class DeviceOut(BaseModel):

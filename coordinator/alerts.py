@@ -47,7 +47,7 @@ def alert_row(agent: str, job: str, version: int, m: Any, received: datetime) ->
                "ts": datetime.fromtimestamp(ts, timezone.utc).replace(tzinfo=None),
                "received": received, "score": float(m["score"]), "threshold": float(m["threshold"]),
                "count": int(m.get("count", 1)), "explanation": list(m.get("explanation", [])),
-               "acknowledged": False}
+               "flow": m.get("flow"), "acknowledged": False}
     except (KeyError, TypeError, ValueError, OverflowError, OSError, AttributeError) as e:
         raise ProtocolError("alert", f"malformed alert: {e}") from None
     # what would break the database or the readers: non-finite numbers, counts beyond an integer column,
@@ -64,7 +64,26 @@ def alert_row(agent: str, job: str, version: int, m: Any, received: datetime) ->
         raise ProtocolError("alert", f"explanation is not plain JSON with finite numbers: {e}") from None
     if len(text) > 16384:
         raise ProtocolError("alert", "explanation larger than 16 KiB")
+    problem = flow_problem(row["flow"])
+    if problem:
+        raise ProtocolError("alert", problem)
     return row
+
+
+def flow_problem(flow: Any) -> str | None:
+    """Why an alert's flow fields (its record's connection: uid, addresses, ports, ...) cannot be stored."""
+    if flow is None:
+        return None
+    if not isinstance(flow, dict) or len(flow) > 16:
+        return "flow must be an object of at most 16 fields"
+    for k, v in flow.items():
+        if not (isinstance(k, str) and 0 < len(k) <= 32 and k.isprintable()):
+            return "flow field names must be printable text of at most 32 characters"
+        number = isinstance(v, int) and not isinstance(v, bool) and abs(v) < 2**53
+        text = isinstance(v, str) and len(v) <= 256 and v.isprintable()
+        if not (number or text):
+            return f"flow field {k!r} must be a whole number or printable text of at most 256 characters"
+    return None
 
 
 def _insert(session: Session):
@@ -72,7 +91,7 @@ def _insert(session: Session):
 
 
 COLUMNS = ("id", "device_id", "job_id", "model_version", "ts", "received", "score", "threshold", "count",
-           "explanation", "acknowledged")
+           "explanation", "flow", "acknowledged")
 
 
 def store_alerts(session: Session, rows: Sequence[dict[str, Any]]) -> Counter[str]:
@@ -105,6 +124,7 @@ def _copy_line(r: dict[str, Any]) -> str:
         r["id"].translate(_COPY_ESCAPES), r["device_id"].translate(_COPY_ESCAPES), r["job_id"].translate(_COPY_ESCAPES),
         str(r["model_version"]), r["ts"].isoformat(), r["received"].isoformat(), repr(r["score"]),
         repr(r["threshold"]), str(r["count"]), json.dumps(r["explanation"]).translate(_COPY_ESCAPES),
+        "\\N" if r["flow"] is None else json.dumps(r["flow"]).translate(_COPY_ESCAPES),
         "t" if r["acknowledged"] else "f")) + "\n"
 
 

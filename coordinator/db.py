@@ -152,6 +152,9 @@ class Alert(Base):
     threshold: Mapped[float] = mapped_column(Float)
     count: Mapped[int] = mapped_column(Integer, default=1)
     explanation: Mapped[list[Any]] = mapped_column(JSON)
+    # the record's connection as the agent's source knows it (Zeek: uid, ts, id.orig_h/p, id.resp_h/p, proto,
+    # service; a CSV: its line number), so that an analyst can find it
+    flow: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
     acknowledged: Mapped[bool] = mapped_column(Boolean, default=False)
     acknowledged_at: Mapped[datetime | None] = mapped_column(DateTime, nullable=True)
     __table_args__ = (Index("ix_alerts_device_ts", "device_id", "ts"), Index("ix_alerts_ts", "ts"),

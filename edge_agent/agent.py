@@ -231,7 +231,7 @@ class Agent:
             raise
         # unset values (e.g. Zeek's "-") are taken at the global mean by the model's preprocessing
         self.counters["missing"] += int(np.isnan(X).sum())
-        scores, alerts = self.scorer.score(X)
+        scores, alerts = self.scorer.score(X, batch)
         self.counters["records"] += len(X)
         if self._scores:
             labels = batch.labels if batch.labels is not None else np.full(len(scores), np.nan)

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from edge_agent.sources import Batch, encode_batch, select
+from edge_agent.sources import Batch, encode_batch, flows, select
 from models.encoding import FeatureEncoder
 from models.threshold import device_threshold
 from wire.model import Detector, detector_from_envelope
@@ -99,8 +99,10 @@ class Scorer:
             return encode_batch(batch, self.encoder)
         return select(batch, self.detector.feature_names_)
 
-    def score(self, X: np.ndarray) -> tuple[np.ndarray, list[dict[str, Any]]]:
-        """Scores of a batch and the alerts it raises (after rate limiting)."""
+    def score(self, X: np.ndarray, batch: Batch | None = None) -> tuple[np.ndarray, list[dict[str, Any]]]:
+        """Scores of a batch and the alerts it raises (after rate limiting). With the batch the records came
+        in, each alert carries its record's flow fields (Zeek's uid, ts, addresses, ports, proto, service;
+        a CSV's line number), so that an analyst can find the connection."""
         if self.detector is None:
             return np.full(len(X), np.nan), []
         s = np.asarray(self.detector.score_samples(X))  # X is a batch: an array already
@@ -108,10 +110,14 @@ class Scorer:
         alerts: list[dict[str, Any]] = []
         if len(flagged):
             expl = self.detector.explain(X[flagged])
-            for i, e in zip(flagged, expl):
-                alerts += self.limiter.admit({"id": uuid.uuid4().hex, "ts": time.time(), "score": float(s[i]),
-                                              "threshold": self.detector.threshold_, "explanation": e,
-                                              "model_version": self.model_version, "summary": False, "count": 1})
+            flow = flows(batch, flagged) if batch is not None else [{}] * len(flagged)
+            for i, e, f in zip(flagged, expl, flow):
+                alert = {"id": uuid.uuid4().hex, "ts": time.time(), "score": float(s[i]),
+                         "threshold": self.detector.threshold_, "explanation": e,
+                         "model_version": self.model_version, "summary": False, "count": 1}
+                if f:
+                    alert["flow"] = f
+                alerts += self.limiter.admit(alert)
         else:
             alerts += self.limiter.flush()
         return s, alerts

@@ -35,8 +35,25 @@ REJECTED_STATES = {"REJ", "S0", "RSTOS0", "RSTRH", "SH", "SHR"}
 # conn.log's text fields a Zeek batch keeps: the categories the encoder one-hots and the flow's identifiers
 ZEEK_TEXT = ("proto", "service", "conn_state", "history", "uid", "ts", "id.orig_h", "id.orig_p", "id.resp_h",
              "id.resp_p")
-# the flow's identifiers: carried to alerts, never features
-FLOW_FIELDS = ("uid", "ts", "id.orig_h", "id.orig_p", "id.resp_h", "id.resp_p")
+# the flow's identifiers: carried to alerts, never features (`row`: a CSV source's line number)
+FLOW_FIELDS = ("uid", "ts", "id.orig_h", "id.orig_p", "id.resp_h", "id.resp_p", "row")
+# what an alert carries of its record, so that an analyst can find the connection
+ALERT_FLOW_FIELDS = (*FLOW_FIELDS, "proto", "service")
+
+
+def flows(batch: Batch, rows: np.ndarray) -> list[dict[str, str | int]]:
+    """The flow fields of the records at `rows` (those a source provides; unset ones left out)."""
+    text = batch.text or {}
+    fields = [f for f in ALERT_FLOW_FIELDS if f in text]
+    out = []
+    for i in rows:
+        flow: dict[str, str | int] = {}
+        for f in fields:
+            v = text[f][i]
+            if v is not None and v != "":
+                flow[f] = int(v) if f == "row" else str(v)[:256]
+        out.append(flow)
+    return out
 ZEEK_UNSET, ZEEK_EMPTY = "-", "(empty)"  # Zeek's defaults for #unset_field and #empty_field
 
 
@@ -110,7 +127,7 @@ def csv_source(path: str | os.PathLike, rate: float | None = None, batch: int = 
         header = [h.strip() for h in next(reader)]
         keep = [j for j, h in enumerate(header) if h and h != label_column]
         lab = header.index(label_column) if label_column in header else None
-        rows, labels, t0, sent = [], [], time.monotonic(), 0
+        rows, labels, lines, t0, sent = [], [], [], time.monotonic(), 0
         step = batch if rate is None else max(1, min(batch, int(rate)))
         for r in reader:
             if not r:
@@ -119,16 +136,19 @@ def csv_source(path: str | os.PathLike, rate: float | None = None, batch: int = 
                 rows.append([_to_float(r[j]) for j in keep])
             except ValueError:
                 continue  # a text column: not a feature; skipped rows are rare in replay files
+            lines.append(reader.line_num)  # the record's line in the file (header = 1): alerts name it
             if lab is not None:
                 labels.append(float(r[lab]))
             if len(rows) >= step:
-                yield Batch([header[j] for j in keep], np.array(rows), np.array(labels) if lab is not None else None)
+                yield Batch([header[j] for j in keep], np.array(rows), np.array(labels) if lab is not None else None,
+                            {"row": np.array(lines, dtype=object)})
                 sent += len(rows)
-                rows, labels = [], []
+                rows, labels, lines = [], [], []
                 if rate:
                     time.sleep(max(0.0, t0 + sent / rate - time.monotonic()))
         if rows:
-            yield Batch([header[j] for j in keep], np.array(rows), np.array(labels) if lab is not None else None)
+            yield Batch([header[j] for j in keep], np.array(rows), np.array(labels) if lab is not None else None,
+                        {"row": np.array(lines, dtype=object)})
 
 
 def json_lines(lines: Iterator[str], batch: int = 64) -> Iterator[Batch]:

@@ -23,11 +23,18 @@ function row(a, fresh) {
   tr.dataset.anomaly = JSON.stringify(a);
   if (fresh) tr.className = "new";
   if (a.acknowledged) tr.classList.add("ack");
-  const why = (a.explanation || []).map((e) => `${esc(e.feature)} ${(100 * e.share).toFixed(0)}%`).join(", ");
+  // each feature's share of the anomaly, with the observed value against the value the model expected
+  const why = (a.explanation || []).map((e) => `${esc(e.feature)} ${(100 * e.share).toFixed(0)}%` +
+    ` (${num(e.value)} vs ${num(e.expected)})`).join(", ");
+  const f = a.flow || {};
+  const ends = f["id.orig_h"] ? `${f["id.orig_h"]}:${f["id.orig_p"] || ""} → ${f["id.resp_h"] || ""}:${f["id.resp_p"] || ""}` : "";
+  const flow = [f.uid, ends, [f.proto, f.service].filter(Boolean).join("/"), f.row ? `row ${f.row}` : ""]
+    .filter(Boolean).map(esc).join(" ");
   const ack = a.acknowledged ? "acknowledged"
     : (ROLE === "admin" ? `<button data-ack="${esc(a.id)}">acknowledge</button>` : "");
   tr.innerHTML = `<td>${esc(fmtTime(a.ts))}</td><td>${esc(a.device_id)}</td><td>${num(a.score)}` +
-    `${a.count > 1 ? " ×" + a.count : ""}</td><td>${num(a.threshold)}</td><td>${why}</td><td>${ack}</td>`;
+    `${a.count > 1 ? " ×" + a.count : ""}</td><td>${num(a.threshold)}</td>` +
+    `<td>${flow ? `<span class="flow">${flow}</span><br>` : ""}${why}</td><td>${ack}</td>`;
   tr.hidden = !visible(a);
   return tr;
 }

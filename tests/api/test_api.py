@@ -233,3 +233,16 @@ def test_recommendations_for_a_new_user_by_fold_in(app, client, keys):
         r = client.post("/api/v1/recommendations", json={"ratings": bad}, headers=h)
         assert r.status_code == 422 and problem in r.json()["detail"][0]["problem"]
     assert client.post("/api/v1/recommendations", json={"ratings": {}}, headers=h).status_code == 422
+
+
+def test_anomalies_serve_the_flow_of_their_record(app, client, keys):
+    from coordinator.db import Alert, utcnow
+
+    good = {"uid": "CHhAvVGS1DHFjwGM9", "id.orig_h": "192.168.1.20", "id.orig_p": "51234", "proto": "tcp"}
+    with app.state.sessions.begin() as s:
+        s.add(Alert(id="with-flow", device_id="dev-0", job_id="job-1", model_version=1, ts=utcnow(), score=5.0,
+                    threshold=1.0, explanation=[], flow=good))
+        s.add(Alert(id="bad-flow", device_id="dev-0", job_id="job-1", model_version=1, ts=utcnow(), score=5.0,
+                    threshold=1.0, explanation=[], flow={"uid": {"nested": 1}}))  # stored before checks existed
+    items = {a["id"]: a for a in client.get("/api/v1/anomalies", headers=bearer(keys["viewer"])).json()["items"]}
+    assert items["with-flow"]["flow"] == good and items["bad-flow"]["flow"] is None

@@ -95,3 +95,18 @@ def test_a_device_over_its_ingest_limit_waits_and_loses_nothing(tmp_path):
         assert limit.take("d", 50, now=100.0) == 20  # refills up to the burst, no further
     finally:
         c.engine.dispose()
+
+
+def test_alerts_keep_their_flow_fields_and_bad_ones_are_refused(coordinator):
+    flow = {"uid": "CHhAvVGS1DHFjwGM9", "ts": "1700000000.123456", "id.orig_h": "192.168.1.7", "id.orig_p": "51234",
+            "id.resp_h": "10.0.0.1", "id.resp_p": "53", "proto": "udp", "service": "dns\\back slash"}
+    good = [alert(flow=flow), alert(flow={"row": 42}), alert()]
+    bad = [alert(flow={"uid": "x" * 300}), alert(flow={"nested": {"a": 1}}), alert(flow=["uid"]),
+           alert(flow={f"k{i}": i for i in range(17)}), alert(flow={"row": True}), alert(flow={"uid": "a\nb"})]
+    (env,) = alert_batches("job-1", 1, "dev-1", good + bad)
+    assert coordinator.handle(agent_topic("dev-1", "alerts"), env.encode(), mid=1, qos=1) == "buffered"
+    coordinator._flush_alerts()
+    with coordinator.sessions() as s:
+        stored = {a.id: a.flow for a in s.query(Alert)}
+    assert stored == {good[0]["id"]: flow, good[1]["id"]: {"row": 42}, good[2]["id"]: None}
+    assert coordinator.rejected["alert"] == len(bad)

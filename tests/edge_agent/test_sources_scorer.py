@@ -223,3 +223,31 @@ def test_an_agent_with_calibrate_scores_at_its_own_threshold(tmp_path):
     own = np.quantile(np.asarray(det.score_samples(held)), 0.98)
     assert thresholds[True] == pytest.approx(np.clip(own, det.threshold_ / 2, det.threshold_ * 2), rel=0.01)
     assert thresholds[True] > det.threshold_ * 1.05  # wider traffic: a higher threshold of its own
+
+
+def test_alerts_carry_the_flow_of_their_record(tmp_path):
+    """An alert names its connection: Zeek's uid, time, addresses, ports, proto and service; a CSV's line."""
+    from edge_agent.scorer import Scorer
+    from models.detector import PCADetector
+    from wire.model import model_envelope
+
+    log = tmp_path / "conn.log"
+    log.write_text(CONN_HEADER + "".join(r + "\n" for r in CONN_RECORDS))
+    batch = ZeekFollower(log).poll()
+    numeric = ["duration", "src_bytes", "dst_bytes", "src_pkts", "dst_pkts"]
+    rng = np.random.default_rng(0)
+    det = PCADetector(rank=1).fit(np.abs(rng.normal(100, 10, (200, len(numeric)))), numeric)
+    det.threshold_ = 1e-9  # every record is flagged
+    scorer = Scorer("dev-1", burst=100)
+    scorer.load(model_envelope("j", 1, det))
+    _, alerts = scorer.score(scorer.matrix(batch), batch)
+    assert [a["flow"]["uid"] for a in alerts] == ["CHhAvVGS1DHFjwGM9", "C4J4Th3PJpwUYZZ6gc", "CtPZjS20MLrsMUOJi2"]
+    assert alerts[0]["flow"] == {"uid": "CHhAvVGS1DHFjwGM9", "ts": "1714644000.120000", "id.orig_h": "192.168.1.20",
+                                 "id.orig_p": "51234", "id.resp_h": "93.184.216.34", "id.resp_p": "443",
+                                 "proto": "tcp", "service": "ssl"}
+    assert "service" not in alerts[1]["flow"]  # unset in the log
+    csv_file = tmp_path / "replay.csv"
+    csv_file.write_text(",".join(numeric) + "\n" + "\n".join(",".join(["1"] * len(numeric)) for _ in range(3)) + "\n")
+    (rows,) = list(csv_source(csv_file))
+    _, alerts = scorer.score(scorer.matrix(rows), rows)
+    assert [a["flow"] for a in alerts] == [{"row": 2}, {"row": 3}, {"row": 4}]

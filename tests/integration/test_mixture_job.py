@@ -43,7 +43,9 @@ def test_deployed_mixture_equals_the_simulators_and_alerts_explain(broker, coord
     # agents score with the promoted mixture; a late agent's alerts carry the responsible component's
     # explanation: observed and expected values in original units
     attacks = split.X_test[split.y_test == 1][:200]
-    late = fleet.add("late-g", None, data.feature_names, source=iter([Batch(data.feature_names, attacks)]),
+    uids = np.array([f"C{i:05d}" for i in range(len(attacks))], dtype=object)
+    late = fleet.add("late-g", None, data.feature_names,
+                     source=iter([Batch(data.feature_names, attacks, text={"uid": uids})]),
                      wait_for_model=True, alert_burst=1000)
     wait_until(lambda: late.counters["records"] == 200, 20, "late agent scoring")
     det = late.scorer.detector
@@ -53,5 +55,6 @@ def test_deployed_mixture_equals_the_simulators_and_alerts_explain(broker, coord
     with coordinator.sessions() as s:
         wait_until(lambda: s.query(Alert).filter_by(device_id="late-g").count() == flagged, 10, "alerts stored")
         a = s.query(Alert).filter_by(device_id="late-g").first()
+    assert a.flow["uid"] in set(uids)  # the alert names its record, stored and served
     top = a.explanation[0]
     assert top["feature"] in data.feature_names and np.isfinite(top["expected"]) and "component" in top

@@ -1,0 +1,24 @@
+"""alerts carry their record's flow fields (Zeek uid, addresses, ports, proto, service; a CSV line number)
+
+Revision ID: 0005
+Revises: 0004
+Create Date: 2026-11-23 09:30:00
+"""
+from alembic import op
+import sqlalchemy as sa
+
+
+revision = '0005'
+down_revision = '0004'
+branch_labels = None
+depends_on = None
+
+
+def upgrade() -> None:
+    with op.batch_alter_table('alerts', schema=None) as batch_op:
+        batch_op.add_column(sa.Column('flow', sa.JSON(), nullable=True))
+
+
+def downgrade() -> None:
+    with op.batch_alter_table('alerts', schema=None) as batch_op:
+        batch_op.drop_column('flow')
