@@ -143,6 +143,8 @@ class DeviceOut(BaseModel):
     last_seen: datetime
     rounds: int
     alerts: int
+    model_status: dict[str, Any] | None = Field(None, description="the device's model as it reports it: job, version, "
+                                                "status (loaded, scoring, refused) and, when refused, why")
 
 
 class ModelOut(BaseModel):

@@ -71,6 +71,8 @@ class Device(Base):
     last_seen: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
     rounds: Mapped[int] = mapped_column(Integer, default=0)
     alerts: Mapped[int] = mapped_column(Integer, default=0)
+    # the device's model: {job, version, status: loaded | scoring | refused, reason} from its status messages
+    model_status: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
 
 
 class Job(Base):

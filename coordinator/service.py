@@ -48,6 +48,23 @@ ALERT_WAIT = 0.05  # seconds an alert may wait for its batch
 HOUSEKEEPING = (0.05, 1.0)  # database polling interval: after activity, and at most
 
 
+MODEL_STATES = ("none", "loaded", "scoring", "refused")
+
+
+def model_status(m: Any) -> dict[str, Any] | None:
+    """A device's report on its model (the one in use, and the last it refused with why), kept only when well
+    formed: a status message is never refused for it."""
+    if not isinstance(m, dict) or m.get("status") not in MODEL_STATES:
+        return None
+    job, version, reason = m.get("job"), m.get("version"), m.get("reason", "")
+    if not (isinstance(job, str) and len(job) <= 64 and isinstance(version, int) and not isinstance(version, bool)
+            and 0 <= version < 2**31 and isinstance(reason, str)):
+        return None
+    out = {"job": job, "version": version, "status": m["status"], **({"reason": reason[:300]} if reason else {})}
+    refused = model_status(m.get("refused")) if "refused" in m else None
+    return {**out, "refused": refused} if refused else out
+
+
 class Coordinator:
     def __init__(self, broker: str, db: str | None = None, client_id: str = "fedsentry-coordinator",
                  username: str | None = None, password: str | None = None, tls: bool = False,
@@ -286,7 +303,7 @@ class Coordinator:
                 jobs = env.meta.get("jobs")
                 if isinstance(jobs, list):
                     self.capabilities[agent] = tuple(str(j) for j in jobs)
-                self._status(agent, bool(env.meta.get("online")))
+                self._status(agent, bool(env.meta.get("online")), model_status(env.meta.get("model")))
             elif what == "alerts" and env.kind in ("alert", "alerts"):
                 return self._buffer_alerts(agent, env, topic, mid, qos)
             elif what == "upload":
@@ -306,13 +323,15 @@ class Coordinator:
             self.reject("error", f"{type(e).__name__}: {e}"[:300], topic)
         return "done"
 
-    def _status(self, agent: str, online: bool) -> None:
+    def _status(self, agent: str, online: bool, model: dict[str, Any] | None = None) -> None:
         with self.sessions.begin() as s:
             dev = s.get(Device, agent)
             if dev is None:
-                s.add(Device(id=agent, online=online))
+                s.add(Device(id=agent, online=online, model_status=model))
             else:
                 dev.online, dev.last_seen = online, utcnow()
+                if model is not None:
+                    dev.model_status = model
 
     def _buffer_alerts(self, agent: str, env: Envelope, topic: str, mid: int, qos: int) -> str:
         """Rows for the alerts of one message (one, or a batch); a malformed alert is refused alone."""

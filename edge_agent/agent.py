@@ -48,6 +48,8 @@ log = logging.getLogger("fedsentry.agent")
 
 #: the share of its training records a device calibrates its threshold on (the mixture's held-out share)
 CALIBRATION_HOLDOUT = 0.2
+#: records held while no model can score them (read before the first model, or after a refused one)
+WAITING_LIMIT = 100_000
 RESEND_AFTER = 10.0  # seconds without the coordinator's confirmation before an alert is sent again
 RESEND_BATCH = 1000  # alerts sent per pass over the outbox (the outbox drains over successive passes)
 
@@ -89,9 +91,19 @@ class Agent:
         self.participants: dict[str, Participant] = {
             name: family(name).load_participant()(cfg.agent_id, self.store, *data) for name, data in local.items()}
         self.scorer = Scorer(cfg.agent_id, cfg.alert_burst, cfg.alert_window)
+        # models this device's source cannot score (job, version): never loaded again; the last model that
+        # scored a batch is kept to fall back on
+        self.refused: list[list[Any]] = self.store.load_json("refused-models", [])
+        self.model_status: dict[str, Any] = {}
+        self.waiting: list[Batch] = []  # records read before any model could score them (bounded)
+        self.model_bytes = b""  # the envelope of the model in use
+        self.last_refused: dict[str, Any] = {}
         saved = self.store.load_bytes("model.bin")
         if saved:
-            self.load_model(decode(saved))
+            try:
+                self.load_model(decode(saved))
+            except (KeyError, ValueError, ProtocolError) as e:
+                log.warning("agent=%s saved model unusable: %s", cfg.agent_id, e)
         self.outbox = Outbox(Path(cfg.state_dir) / "outbox.sqlite")
         self.scorer.limiter.restore(self.outbox.load_state("limiter"))
         position = self.outbox.load_state("zeek")
@@ -112,8 +124,15 @@ class Agent:
         self._scores = open(cfg.scores_out, "a") if cfg.scores_out else None  # noqa: SIM115 (closed in run)
 
     def load_model(self, env: Envelope) -> None:
-        """Score with this model from now on; with --calibrate, at this device's own threshold."""
+        """Score with this model from now on; with --calibrate, at this device's own threshold. A model this
+        device refused before is not loaded again."""
+        if [env.job, int(env.meta.get("version", 0))] in self.refused:
+            log.warning("agent=%s model job=%s version=%s was refused before: kept the current one",
+                        self.cfg.agent_id, env.job, env.meta.get("version"))
+            return
         self.scorer.load(env)
+        self.model_bytes = env.encode()
+        self.report_model("loaded")
         if self.cfg.calibrate and len(self.buffer.X):
             held = holdout_mask(len(self.buffer.X), CALIBRATION_HOLDOUT)
             threshold = self.scorer.calibrate(take_rows(self.buffer.batch(), held))
@@ -129,9 +148,7 @@ class Agent:
             log.error("agent=%s broker refused the connection: %s", self.cfg.agent_id, reason_code)
             return
         client.subscribe([(JOB_SUBSCRIPTION, 1), (model_topic(), 1), (self.topic("ack"), 1)])
-        status = Envelope("status", "", 0, self.cfg.agent_id, {}, {"online": True, "records": self.buffer.seen,
-                                                                  "jobs": sorted(self.participants)})
-        client.publish(self.topic("status"), status.encode(), qos=1, retain=True)
+        client.publish(self.topic("status"), self._status().encode(), qos=1, retain=True)
         self.connected.set()
         self.inbox.put(("__resend__", b""))
 
@@ -159,7 +176,7 @@ class Agent:
                 self.counters["rejected"] += 1
                 log.warning("agent=%s rejected model: %s", self.cfg.agent_id, e)
                 return
-            self.store.save_bytes("model.bin", payload)
+            self.store.save_bytes("model.bin", self.model_bytes)
             log.info("agent=%s model job=%s version=%s loaded", self.cfg.agent_id, env.job, env.meta.get("version"))
         elif env.kind == "round":
             participant = self.participants.get(env.meta.get("type", "pca"))
@@ -220,15 +237,59 @@ class Agent:
         if envelopes and self.connected.is_set():
             self._publish_alerts(envelopes)
 
+    def report_model(self, status: str, reason: str = "") -> None:
+        """This device's model status (loaded, scoring; the last model it refused and why), in its retained
+        status message: the coordinator keeps it per device, the API and dashboard show it."""
+        current = {"job": self.scorer.model_job, "version": self.scorer.model_version, "status": status}
+        if status == "refused":
+            self.last_refused = {**current, "reason": reason[:300]}
+            current = {"job": "", "version": 0, "status": "none"}
+        self.model_status = {**current, **({"refused": self.last_refused} if self.last_refused else {})}
+        if self.connected.is_set():
+            self.client.publish(self.topic("status"), self._status().encode(), qos=1, retain=True)
+
+    def _status(self) -> Envelope:
+        return Envelope("status", "", 0, self.cfg.agent_id, {}, {
+            "online": True, "records": self.buffer.seen, "jobs": sorted(self.participants),
+            **({"model": self.model_status} if self.model_status else {})})
+
+    def refuse_model(self, reason: str) -> None:
+        """The promoted model needs what this device's source cannot supply: refuse it for good (reported to
+        the coordinator) and fall back on the last model that scored here, or on none."""
+        job, version = self.scorer.model_job, self.scorer.model_version
+        log.error("agent=%s refused model job=%s version=%s: %s", self.cfg.agent_id, job, version, reason)
+        self.refused.append([job, version])
+        self.store.save_json("refused-models", self.refused)
+        self.report_model("refused", reason)
+        good = self.store.load_bytes("model-good.bin")
+        self.scorer.detector = None
+        if good:
+            env = decode(good)
+            if [env.job, int(env.meta.get("version", 0))] not in self.refused:
+                self.scorer.load(env)
+                self.model_bytes = good
+                self.store.save_bytes("model.bin", good)
+                self.report_model("loaded")
+                log.info("agent=%s back on model job=%s version=%s", self.cfg.agent_id, env.job,
+                         env.meta.get("version"))
+
     def ingest(self, batch: Batch) -> None:
         if self.scorer.detector is None:
-            self.commit([])
+            self._wait(batch)
             return
         try:
             X = self.scorer.matrix(batch)
         except SchemaError as e:
-            log.error("agent=%s %s", self.cfg.agent_id, e)
-            raise
+            self.refuse_model(str(e))
+            self.ingest(batch)
+            return
+        if self.model_status.get("status") != "scoring":  # the first batch this model scored here
+            self.store.save_bytes("model-good.bin", self.model_bytes)
+            self.report_model("scoring")
+        if self.waiting:
+            held, self.waiting = self.waiting, []
+            for b in held:
+                self.ingest(b)
         # unset values (e.g. Zeek's "-") are taken at the global mean by the model's preprocessing
         self.counters["missing"] += int(np.isnan(X).sum())
         scores, alerts = self.scorer.score(X, batch)
@@ -238,6 +299,18 @@ class Agent:
             self._scores.writelines(f"{s:.9g},{lab:g}\n" for s, lab in zip(scores, labels))
             self._scores.flush()
         self.commit(alerts)
+
+    def _wait(self, batch: Batch) -> None:
+        """Hold records read before a model can score them (at most WAITING_LIMIT; beyond, the oldest are
+        dropped and counted), and move the source's position on."""
+        self.waiting.append(batch)
+        held = sum(len(b.X) for b in self.waiting)
+        while held > WAITING_LIMIT and len(self.waiting) > 1:
+            dropped = self.waiting.pop(0)
+            held -= len(dropped.X)
+            self.counters["dropped"] = self.counters.get("dropped", 0) + len(dropped.X)
+        self.counters["waiting"] = held
+        self.commit([])
 
     def _next_batch(self) -> Batch | Literal[False] | None:
         """A batch, None if nothing now, False when the source is exhausted."""
@@ -277,8 +350,6 @@ class Agent:
                     time.sleep(0.2)
                 else:
                     self.ingest(b)
-        except SchemaError:
-            return 2
         finally:
             if self.connected.is_set():  # a clean stop sends no last will: say goodbye ourselves
                 off = Envelope("status", "", 0, self.cfg.agent_id, {}, {"online": False})

@@ -69,11 +69,20 @@ function stream() {
   });
 }
 
+// a device's model: the one it scores with, and the last it refused (hover for why)
+function modelCell(m) {
+  if (!m) return "–";
+  const now = m.status === "none" ? "no model" : `${esc(m.status)} ${esc(m.job)} v${m.version}`;
+  const r = m.refused;
+  return now + (r ? `<br><span class="refused" title="${esc(r.reason || "")}">refused ${esc(r.job)} v${r.version}</span>` : "");
+}
+
 async function loadSide() {
   const devices = await api("/api/v1/devices?limit=200");
   $("#devices tbody").innerHTML = devices.items.map((d) =>
     `<tr><td><span class="dot ${d.online ? "on" : ""}" title="${d.online ? "online" : "offline"}"></span></td>` +
-    `<td>${esc(d.id)}</td><td>${esc(fmtTime(d.last_seen))}</td><td>${d.rounds}</td><td>${d.alerts}</td></tr>`).join("");
+    `<td>${esc(d.id)}</td><td>${esc(fmtTime(d.last_seen))}</td><td>${d.rounds}</td><td>${d.alerts}</td>` +
+    `<td>${modelCell(d.model_status)}</td></tr>`).join("");
   const jobs = await api("/api/v1/jobs?limit=20");
   $("#jobs tbody").innerHTML = jobs.items.map((j) =>
     `<tr data-job="${esc(j.id)}"><td><a href="#" data-job="${esc(j.id)}">${esc(j.id)}</a></td><td>${esc(j.algorithm)}</td>` +

@@ -1,4 +1,5 @@
-"""alerts carry their record's flow fields (Zeek uid, addresses, ports, proto, service; a CSV line number)
+"""alerts carry their record's flow fields (Zeek uid, addresses, ports, proto, service; a CSV line number);
+devices report the status of their model (loaded, scoring, refused and why)
 
 Revision ID: 0005
 Revises: 0004
@@ -17,8 +18,12 @@ depends_on = None
 def upgrade() -> None:
     with op.batch_alter_table('alerts', schema=None) as batch_op:
         batch_op.add_column(sa.Column('flow', sa.JSON(), nullable=True))
+    with op.batch_alter_table('devices', schema=None) as batch_op:
+        batch_op.add_column(sa.Column('model_status', sa.JSON(), nullable=True))
 
 
 def downgrade() -> None:
+    with op.batch_alter_table('devices', schema=None) as batch_op:
+        batch_op.drop_column('model_status')
     with op.batch_alter_table('alerts', schema=None) as batch_op:
         batch_op.drop_column('flow')
