@@ -50,6 +50,8 @@ log = logging.getLogger("fedsentry.agent")
 CALIBRATION_HOLDOUT = 0.2
 #: records held while no model can score them (read before the first model, or after a refused one)
 WAITING_LIMIT = 100_000
+#: how often a learning agent writes its training reservoir to its state folder (seconds)
+LEARN_SAVE_EVERY = 30.0
 RESEND_AFTER = 10.0  # seconds without the coordinator's confirmation before an alert is sent again
 RESEND_BATCH = 1000  # alerts sent per pass over the outbox (the outbox drains over successive passes)
 
@@ -70,6 +72,7 @@ class AgentConfig:
     exit_after_replay: bool = False  # stop once the source is exhausted and every alert is delivered
     scores_out: str | None = None  # evaluation only: every record's score (and label, if the file has one)
     calibrate: bool = False  # per-device threshold: the own quantile of held-out training records' scores
+    learn: bool = False  # keep a reservoir sample of the traffic it reads as its training records
     alert_burst: int = 20
     alert_window: float = 60.0
 
@@ -97,6 +100,7 @@ class Agent:
         self.model_status: dict[str, Any] = {}
         self.waiting: list[Batch] = []  # records read before any model could score them (bounded)
         self.model_bytes = b""  # the envelope of the model in use
+        self._learn_saved = time.monotonic()
         self.last_refused: dict[str, Any] = {}
         saved = self.store.load_bytes("model.bin")
         if saved:
@@ -273,7 +277,20 @@ class Agent:
                 log.info("agent=%s back on model job=%s version=%s", self.cfg.agent_id, env.job,
                          env.meta.get("version"))
 
+    def learn(self, batch: Batch) -> None:
+        """Add what the source delivered to the training reservoir (a uniform sample of everything read, at
+        most its capacity), saved at most every LEARN_SAVE_EVERY seconds and when the agent stops."""
+        self.buffer.add(batch)
+        if time.monotonic() - self._learn_saved > LEARN_SAVE_EVERY:
+            self.buffer.save()
+            self._learn_saved = time.monotonic()
+
     def ingest(self, batch: Batch) -> None:
+        if self.cfg.learn:
+            self.learn(batch)
+        self._score(batch)
+
+    def _score(self, batch: Batch) -> None:
         if self.scorer.detector is None:
             self._wait(batch)
             return
@@ -281,7 +298,7 @@ class Agent:
             X = self.scorer.matrix(batch)
         except SchemaError as e:
             self.refuse_model(str(e))
-            self.ingest(batch)
+            self._score(batch)
             return
         if self.model_status.get("status") != "scoring":  # the first batch this model scored here
             self.store.save_bytes("model-good.bin", self.model_bytes)
@@ -289,7 +306,7 @@ class Agent:
         if self.waiting:
             held, self.waiting = self.waiting, []
             for b in held:
-                self.ingest(b)
+                self._score(b)
         # unset values (e.g. Zeek's "-") are taken at the global mean by the model's preprocessing
         self.counters["missing"] += int(np.isnan(X).sum())
         scores, alerts = self.scorer.score(X, batch)
@@ -351,6 +368,8 @@ class Agent:
                 else:
                     self.ingest(b)
         finally:
+            if self.cfg.learn:
+                self.buffer.save()
             if self.connected.is_set():  # a clean stop sends no last will: say goodbye ourselves
                 off = Envelope("status", "", 0, self.cfg.agent_id, {}, {"online": False})
                 self.client.publish(self.topic("status"), off.encode(), qos=1, retain=True).wait_for_publish(2)
@@ -368,4 +387,18 @@ class Agent:
 
 
 def training_source(path: str | None, label_column: str | None = None) -> Iterator[Batch] | None:
-    return csv_source(path, label_column=label_column) if path else None
+    """The records of a training file: a Zeek log (TSV with #-headers, or JSON lines) or a CSV."""
+    if not path:
+        return None
+    with open(path, "rb") as f:
+        first = f.readline().lstrip()
+    if first.startswith((b"#", b"{")):
+        return zeek_file(path)
+    return csv_source(path, label_column=label_column)
+
+
+def zeek_file(path: str) -> Iterator[Batch]:
+    """Every record of a Zeek log, read once."""
+    follower = ZeekFollower(path)
+    while (batch := follower.poll()) is not None:
+        yield batch

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from edge_agent.participant import Participant
-from edge_agent.sources import FLOW_FIELDS, Batch, batch_counts, encode_batch, select
+from edge_agent.sources import FLOW_FIELDS, Batch, SchemaError, batch_counts, encode_batch, select
 from edge_agent.store import AgentStore
 from models.encoding import FeatureEncoder, RecordSchema
 from models.preprocessing import Preprocessor, signed_log1p
@@ -82,6 +82,9 @@ class DetectorParticipant(Participant):
     # -- what a family decides ----------------------------------------------------------------------------
     def training(self, meta: dict[str, Any]) -> Batch:
         """The records the model is fitted on (a family may hold some out)."""
+        if not self.buffer.seen:
+            raise SchemaError("no training records yet: give --train FILE (CSV or Zeek log), or let the agent "
+                              "learn from the traffic it reads (--learn; on by default with --zeek)")
         return self.buffer.batch()
 
     def records(self, meta: dict[str, Any]) -> np.ndarray:

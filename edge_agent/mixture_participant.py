@@ -41,7 +41,7 @@ class MixtureParticipant(DetectorParticipant):
         return holdout_mask(len(self.buffer.X), float(meta["holdout"]))
 
     def training(self, meta: dict[str, Any]) -> Batch:
-        return take_rows(self.buffer.batch(), ~self._held(meta))
+        return take_rows(super().training(meta), ~self._held(meta))
 
     def stats_extra(self, meta: dict[str, Any]) -> dict[str, np.ndarray]:
         return {"held": np.array([int(self._held(meta).sum())], dtype=np.int64)}

@@ -34,7 +34,8 @@ def register(groups: dict[str, Any], verbs: Any) -> None:
     src.add_argument("--zeek", metavar="PATH", help="follow a Zeek conn.log (TSV or JSON) as it grows")
     src.add_argument("--stdin", action="store_true", help="read JSON records, one per line, from stdin")
     p.add_argument("--rate", type=positive_float, help="--csv: records per second (default: as fast as possible)")
-    p.add_argument("--train", metavar="F", help="CSV of normal traffic to learn from (loaded once)")
+    p.add_argument("--train", metavar="F", help="normal traffic to learn from, loaded once: a CSV or a Zeek log "
+                   "(TSV or JSON)")
     p.add_argument("--ratings", metavar="F", help="a ratings shard (CSV): take part in recommendation jobs")
     p.add_argument("--test-ratings", metavar="F", help="held-out ratings of the same users (evaluation)")
     add_rating_columns(p)
@@ -51,6 +52,12 @@ def register(groups: dict[str, Any], verbs: Any) -> None:
     p.add_argument("--exit-after-replay", action="store_true",
                    help="exit when the input is done and the coordinator has confirmed every alert")
     p.add_argument("--scores-out", metavar="F", help="evaluation only: append every record's score here")
+    learn = p.add_mutually_exclusive_group()
+    learn.add_argument("--learn", dest="learn", action="store_true", default=None,
+                       help="keep a reservoir sample (50,000 records) of the traffic read as training records for "
+                       "jobs (default with --zeek)")
+    learn.add_argument("--no-learn", dest="learn", action="store_false",
+                       help="train only on --train records, even with --zeek")
     p.add_argument("--calibrate", action="store_true", help="per-device threshold: this device's own quantile of "
                    "the scores of a held-out fifth of its training records, within a factor 2 of the federation's")
     p.add_argument("--alert-burst", type=positive_int, default=20, help="alerts per window before summarising")
@@ -103,7 +110,8 @@ def run_agent(args: argparse.Namespace) -> int:
         source = None
     cfg = AgentConfig(args.id, args.broker, state_dir, args.username, password, args.tls, args.ca_cert,
                       args.cert, args.key, args.model_job, args.wait_for_model, args.exit_after_replay,
-                      args.scores_out, args.calibrate, args.alert_burst, args.alert_window)
+                      args.scores_out, args.calibrate, bool(args.zeek) if args.learn is None else args.learn,
+                      args.alert_burst, args.alert_window)
     ratings = None
     if args.test_ratings and not args.ratings:
         raise UsageError("--test-ratings needs --ratings")

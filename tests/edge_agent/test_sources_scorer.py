@@ -251,3 +251,18 @@ def test_alerts_carry_the_flow_of_their_record(tmp_path):
     (rows,) = list(csv_source(csv_file))
     _, alerts = scorer.score(scorer.matrix(rows), rows)
     assert [a["flow"] for a in alerts] == [{"row": 2}, {"row": 3}, {"row": 4}]
+
+
+def test_train_accepts_zeek_logs_and_csv(tmp_path):
+    from edge_agent.agent import training_source
+
+    log = tmp_path / "conn.log"
+    log.write_text(CONN_HEADER + "".join(r + "\n" for r in CONN_RECORDS))
+    batches = list(training_source(str(log)))
+    assert sum(len(b.X) for b in batches) == len(CONN_RECORDS) and batches[0].text["uid"][0] == "CHhAvVGS1DHFjwGM9"
+    js = tmp_path / "conn.json"
+    js.write_text("\n".join(CONN_JSON) + "\n")
+    assert sum(len(b.X) for b in training_source(str(js))) == len(CONN_JSON)
+    csv_file = tmp_path / "t.csv"
+    csv_file.write_text("a,b\n1,2\n3,4\n")
+    assert sum(len(b.X) for b in training_source(str(csv_file))) == 2
