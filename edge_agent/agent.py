@@ -102,6 +102,7 @@ class Agent:
         self.model_bytes = b""  # the envelope of the model in use
         self._learn_saved = time.monotonic()
         self.last_refused: dict[str, Any] = {}
+        self.connected = threading.Event()
         saved = self.store.load_bytes("model.bin")
         if saved:
             try:
@@ -117,7 +118,6 @@ class Agent:
         self.inbox: queue.Queue[tuple[str, bytes]] = queue.Queue()
         self._next_resend = 0.0
         self.stop = threading.Event()
-        self.connected = threading.Event()
         self.counters = {"records": 0, "missing": 0, "alerts": 0, "rejected": 0, "rounds": 0}
         status_off = Envelope("status", "", 0, cfg.agent_id, {}, {"online": False}).encode()
         self.client, _ = make_client(cfg.agent_id, cfg.broker, cfg.username, cfg.password, cfg.tls, cfg.ca_cert,
