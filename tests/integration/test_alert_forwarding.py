@@ -307,3 +307,31 @@ def test_bad_forwarding_settings_are_refused_naming_the_flag(argv, env, says, tm
                           "--db", f"sqlite:///{tmp_path}/c.db", *argv], env={**os.environ, **env},
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 2 and says in out.stderr, out.stderr
+
+
+def test_structured_data_escapes_and_carries_extra_fields():
+    """Fields an alert gains later (a flow, here) reach STRUCTURED-DATA, escaped; the JSON carries them all."""
+    from coordinator import syslog
+
+    a = {"id": "a1", "device_id": "dev-1", "job_id": "j", "model_version": 2, "score": 3.5, "threshold": 1.0,
+         "count": 1, "explanation": [], "flow": {"uid": "C1x", "service": 'a]b"c\\d', "id.orig_p": 51000}}
+    p = parse_rfc5424(syslog.message(a, datetime(2026, 1, 2, 3, 4, 5, 6), 16, 4, "host-1"))
+    assert p["ts"] == "2026-01-02T03:04:05.000006Z" and p["host"] == "host-1"
+    assert p["sd"]["fedsentry@32473"] == {"id": "a1", "device_id": "dev-1", "job_id": "j", "model_version": "2",
+                                          "score": "3.5", "threshold": "1.0", "count": "1", "uid": "C1x",
+                                          "service": 'a]b"c\\d', "id.orig_p": "51000"}
+    assert json.loads(p["msg"]) == a
+
+
+def test_a_hanging_webhook_never_holds_up_ingestion(broker, tmp_path):
+    hook = WebhookReceiver(delay=3.0)
+    c = Coordinator(broker.url, f"sqlite:///{tmp_path}/c.db", forward=[Webhook(hook.url)]).start()
+    try:
+        wait_until(c.connected.is_set, 10, "coordinator connected")
+        t0 = time.monotonic()
+        publish(broker.url, "dev-1", alerts(200))
+        wait_until(lambda: c.alerts_ingested == 200, 10, "alerts stored")
+        assert time.monotonic() - t0 < 2.5 and not hook.bodies  # stored while the webhook still hangs
+    finally:
+        c.close()
+        hook.close()
