@@ -160,7 +160,34 @@ class Alert(Base):
     acknowledged: Mapped[bool] = mapped_column(Boolean, default=False)
     acknowledged_at: Mapped[datetime | None] = mapped_column(DateTime, nullable=True)
     __table_args__ = (Index("ix_alerts_device_ts", "device_id", "ts"), Index("ix_alerts_ts", "ts"),
-                      Index("ix_alerts_job_ts", "job_id", "ts"))
+                      Index("ix_alerts_job_ts", "job_id", "ts"), Index("ix_alerts_received", "received"))
+
+
+class ForwardDestination(Base):
+    """A place alerts are forwarded to (a webhook, a syslog server; coordinator/forward.py), keyed by the
+    SHA-256 of its address. `cursor`: the newest `received` time delivered; `since`: when it was first
+    configured (older alerts are not sent to it)."""
+
+    __tablename__ = "forward_destinations"
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    label: Mapped[str] = mapped_column(String(300))  # the address without credentials
+    since: Mapped[datetime] = mapped_column(DateTime)
+    cursor: Mapped[datetime] = mapped_column(DateTime)
+    delivered: Mapped[int] = mapped_column(Integer, default=0)
+    last_error: Mapped[str | None] = mapped_column(String(300), nullable=True)
+    updated: Mapped[datetime] = mapped_column(DateTime, default=utcnow, onupdate=utcnow)
+
+
+class ForwardDelivery(Base):
+    """An alert delivered to a destination; kept for a window behind the destination's cursor, so that an
+    alert committed late (out of `received` order) is still sent, and none twice."""
+
+    __tablename__ = "forward_deliveries"
+    destination_id: Mapped[str] = mapped_column(ForeignKey("forward_destinations.id", ondelete="CASCADE"),
+                                                primary_key=True)
+    alert_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    received: Mapped[datetime] = mapped_column(DateTime)
+    __table_args__ = (Index("ix_forward_deliveries_received", "destination_id", "received"),)
 
 
 class Rejection(Base):

@@ -24,6 +24,7 @@ from sqlalchemy.exc import OperationalError
 
 from coordinator.alerts import alert_id, alert_row, store_alerts
 from coordinator.db import Alert, Device, Job, Rejection, Round, make_engine, migrate, session_factory, utcnow
+from coordinator.forward import Destination, Forwarder
 from coordinator.ingest_limit import IngestLimit
 from coordinator.job_runner import JobRunner
 from coordinator.jobs import create_job
@@ -69,7 +70,8 @@ class Coordinator:
     def __init__(self, broker: str, db: str | None = None, client_id: str = "fedsentry-coordinator",
                  username: str | None = None, password: str | None = None, tls: bool = False,
                  ca_cert: str | None = None, retention_days: float | None = None,
-                 alert_rate: float = 1000.0, alert_burst: float = 20000.0):
+                 alert_rate: float = 1000.0, alert_burst: float = 20000.0,
+                 forward: list[Destination] | None = None):
         self.client_id = client_id
         self.retention_days = retention_days
         self._pruned = -1e9
@@ -101,6 +103,8 @@ class Coordinator:
         self.ingest_limit = IngestLimit(alert_rate, alert_burst)
         self._alerts_since = 0.0
         self.thread: threading.Thread | None = None
+        #: stored alerts sent on to webhooks and syslog servers, each from its own thread
+        self.forwarder = Forwarder(self.sessions, list(forward)) if forward else None
 
     def _connect_db(self) -> None:
         delay = 1.0
@@ -130,6 +134,8 @@ class Coordinator:
         self.client.loop_start()
         self.thread = threading.Thread(target=self.run, name="coordinator", daemon=True)
         self.thread.start()
+        if self.forwarder:
+            self.forwarder.start()
         return self
 
     def close(self) -> None:
@@ -139,6 +145,8 @@ class Coordinator:
         if self._acks:
             self._flush_alerts()
         self._flush_rejections()
+        if self.forwarder:
+            self.forwarder.stop()
         self.client.disconnect()
         self.client.loop_stop()
         self.engine.dispose()

@@ -71,12 +71,14 @@ def run_serve(args: argparse.Namespace) -> int:
     broker, coord = None, None
     if not args.no_coordinator:
         from coordinator.service import Coordinator
-        from fedsentry.cli.server import service_broker
+        from fedsentry.cli.server import forward_destinations, service_broker
 
+        forward = forward_destinations(args)
         broker, url, username, password = service_broker(args)
         try:
             coord = Coordinator(url, settings.db_url, username=username, password=password, tls=args.tls,
-                                ca_cert=args.ca_cert, retention_days=settings.retention_days).start()
+                                ca_cert=args.ca_cert, retention_days=settings.retention_days,
+                                forward=forward).start()
         except ValueError as e:
             if broker:
                 broker.stop()

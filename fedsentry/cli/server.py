@@ -102,6 +102,84 @@ def add_service_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--enrol", action="append", default=[], metavar="ID",
                    help="with the embedded broker (no --broker): a device that may connect (repeatable); its "
                         "password is written to a file only you can read, named at start")
+    add_forward_args(p)
+
+
+def add_forward_args(p: argparse.ArgumentParser) -> None:
+    """Alert forwarding (coordinator/forward.py): flags, each with an environment default."""
+    g = p.add_argument_group("forwarding alerts to a SOC (README: Forwarding alerts)")
+    g.add_argument("--forward-webhook", action="append", metavar="URL",
+                   help="POST every stored alert as JSON to this http(s) URL (repeatable; default the "
+                        "space-separated URLs of $FEDSENTRY_FORWARD_WEBHOOK)")
+    g.add_argument("--forward-webhook-header-file", metavar="F",
+                   help="headers for the webhooks, one 'Name: value' a line, e.g. 'Authorization: Bearer ...' "
+                        "(default $FEDSENTRY_FORWARD_WEBHOOK_HEADER_FILE, else the lines of "
+                        "$FEDSENTRY_FORWARD_WEBHOOK_HEADERS; never on the command line)")
+    g.add_argument("--forward-syslog", action="append", metavar="udp://HOST:PORT|tcp://HOST:PORT",
+                   help="send every stored alert as an RFC 5424 message to this syslog server (repeatable; TCP "
+                        "octet-counted; port 514 by default; default the space-separated URLs of "
+                        "$FEDSENTRY_FORWARD_SYSLOG)")
+    g.add_argument("--forward-syslog-facility", metavar="NAME",
+                   help="syslog facility, a name (local0..local7, daemon, ...) or 0-23 (default "
+                        "$FEDSENTRY_FORWARD_SYSLOG_FACILITY or local0)")
+    g.add_argument("--forward-syslog-severity", metavar="NAME",
+                   help="syslog severity, a name (emerg .. debug) or 0-7 (default $FEDSENTRY_FORWARD_SYSLOG_SEVERITY "
+                        "or warning)")
+
+
+def _flag_or_env(args: argparse.Namespace, name: str, env: str) -> tuple[list[str], str]:
+    """The values of a repeatable flag, else of its environment variable (space-separated), with the name
+    to put in an error message."""
+    given = getattr(args, name)
+    flag = "--" + name.replace("_", "-")
+    if given:
+        return list(given), flag
+    return os.environ.get(env, "").split(), f"${env} ({flag})"
+
+
+def forward_destinations(args: argparse.Namespace) -> list[Any]:
+    """The destinations of add_forward_args; UsageError naming the flag (or variable) of a bad value."""
+    from coordinator import syslog
+    from coordinator.forward import Syslog, Webhook, parse_headers
+
+    webhooks, webhook_flag = _flag_or_env(args, "forward_webhook", "FEDSENTRY_FORWARD_WEBHOOK")
+    syslogs, syslog_flag = _flag_or_env(args, "forward_syslog", "FEDSENTRY_FORWARD_SYSLOG")
+    headers: list[tuple[str, str]] = []
+    path = args.forward_webhook_header_file or os.environ.get("FEDSENTRY_FORWARD_WEBHOOK_HEADER_FILE")
+    try:
+        if path:
+            try:
+                with open(path) as f:
+                    headers = parse_headers(f.read(), f"--forward-webhook-header-file {path}")
+            except OSError as e:
+                raise ValueError(f"--forward-webhook-header-file: cannot read {path}: {e.strerror}") from None
+        elif os.environ.get("FEDSENTRY_FORWARD_WEBHOOK_HEADERS"):
+            headers = parse_headers(os.environ["FEDSENTRY_FORWARD_WEBHOOK_HEADERS"],
+                                    "$FEDSENTRY_FORWARD_WEBHOOK_HEADERS")
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    if headers and not webhooks:
+        raise UsageError("webhook headers are given but no --forward-webhook URL")
+    levels = {}
+    for what, names, default in (("facility", syslog.FACILITIES, "local0"), ("severity", syslog.SEVERITIES, "warning")):
+        flag = f"--forward-syslog-{what}"
+        text = getattr(args, f"forward_syslog_{what}") or os.environ.get(f"FEDSENTRY_FORWARD_SYSLOG_{what.upper()}")
+        try:
+            levels[what] = syslog.level(text or default, names, what)
+        except ValueError as e:
+            raise UsageError(f"{flag}: {e}") from None
+    out: list[Any] = []
+    for url in webhooks:
+        try:
+            out.append(Webhook(url, headers))
+        except ValueError as e:
+            raise UsageError(f"{webhook_flag}: {e}") from None
+    for url in syslogs:
+        try:
+            out.append(Syslog(url, levels["facility"], levels["severity"]))
+        except ValueError as e:
+            raise UsageError(f"{syslog_flag}: {e}") from None
+    return out
 
 
 def service_broker(args: argparse.Namespace) -> tuple[EmbeddedBroker | None, str, str | None, str | None]:
@@ -130,9 +208,11 @@ def service_broker(args: argparse.Namespace) -> tuple[EmbeddedBroker | None, str
 def run_coordinator(args: argparse.Namespace) -> int:
     from coordinator.service import Coordinator
 
+    forward = forward_destinations(args)
     broker, url, username, password = service_broker(args)
     try:
-        coord = Coordinator(url, args.db, username=username, password=password, tls=args.tls, ca_cert=args.ca_cert)
+        coord = Coordinator(url, args.db, username=username, password=password, tls=args.tls, ca_cert=args.ca_cert,
+                            forward=forward)
     except ValueError as e:
         if broker:
             broker.stop()
