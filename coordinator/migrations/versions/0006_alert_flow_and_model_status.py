@@ -1,16 +1,16 @@
 """alerts carry their record's flow fields (Zeek uid, addresses, ports, proto, service; a CSV line number);
 devices report the status of their model (loaded, scoring, refused and why)
 
-Revision ID: 0005
-Revises: 0004
+Revision ID: 0006
+Revises: 0005
 Create Date: 2026-11-23 09:30:00
 """
 from alembic import op
 import sqlalchemy as sa
 
 
-revision = '0005'
-down_revision = '0004'
+revision = '0006'
+down_revision = '0005'
 branch_labels = None
 depends_on = None
 
