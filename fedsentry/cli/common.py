@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+from datetime import datetime, timezone
 
 import numpy as np
 
@@ -108,3 +109,19 @@ def broker_password(args: argparse.Namespace) -> str | None:
         return password_from_env(args.password, args.mqtt_password_file)
     except OSError as e:
         raise UsageError(f"cannot read the MQTT password file {e.filename}: {e.strerror}") from None
+
+
+def utc_time(text: str) -> datetime:
+    """An ISO 8601 time as the database stores times (naive UTC): an offset is honoured (10:00+01:00 is 09:00
+    UTC), a time without one is UTC; a bare date is its midnight."""
+    try:
+        t = datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an ISO 8601 time such as 2026-11-23T10:00:00+01:00 (no offset: "
+                                         f"UTC), got {text!r}") from None
+    if t.tzinfo is None:
+        return t
+    try:
+        return t.astimezone(timezone.utc).replace(tzinfo=None)
+    except OverflowError:
+        raise argparse.ArgumentTypeError(f"out of range once converted to UTC: {text!r}") from None
