@@ -62,8 +62,9 @@ def _float(text: str, what: str) -> float:
     return v
 
 
-def add_federation_args(p: argparse.ArgumentParser, rounds: int = 100) -> None:
-    p.add_argument("--clients", type=positive_int, default=100, help="number of clients (default 100)")
+def add_federation_args(p: argparse.ArgumentParser, rounds: int = 100, clients: bool = True) -> None:
+    if clients:
+        p.add_argument("--clients", type=positive_int, default=100, help="number of clients (default 100)")
     p.add_argument("--fraction", type=fraction, default=0.1, help="share of clients sampled per round (0, 1]")
     p.add_argument("--rounds", type=positive_int, default=rounds, help=f"communication rounds (default {rounds})")
     p.add_argument("--seed", type=int, default=0, help="seed for split, partition, sampling and init (default 0)")

@@ -101,20 +101,29 @@ def register(groups: dict[str, Any], verbs: Any) -> None:
 
     demo = verbs.add_parser("demo", help="broker, coordinator and agents on one machine, end to end")
     add_data_args(demo)
-    add_federation_args(demo, rounds=30)
+    add_federation_args(demo, rounds=30, clients=False)
     add_pca_args(demo)
     demo.set_defaults(fraction=0.3, rank=None, detector="gmm")
     demo.add_argument("--job", choices=("pca", "recsys"), default="pca",
                       help="pca: anomaly detection (the detector is --detector); recsys: recommendation (default pca)")
-    demo.add_argument("--agents", type=positive_int, default=10, help="agent processes (default 10)")
+    demo.add_argument("--agents", type=positive_int, help="agent processes, one per client (default 10)")
+    demo.add_argument("--clients", type=positive_int, help="the same as --agents (as simulate names them); "
+                      "given with a different --agents, an error")
     demo.add_argument("--algorithm", choices=sorted({*FEDERATED, *MIXTURE, *RECSYS}),
                       help="default fedem for --detector gmm (the default), fedmm for pca, fedmc-admm for --job "
                       "recsys")
     demo.add_argument("--regularizer", choices=("l2", "l1"), help="recsys fedmc-admm: l2 or l1 (default l2)")
     demo.add_argument("--broker", help="use this broker instead of the embedded one")
-    demo.add_argument("--db", help="database URL (default $FEDSENTRY_DB_URL or sqlite:///fedsentry.db)")
+    demo.add_argument("--db", help=DB_HELP)
     demo.add_argument("--json", metavar="PATH", help="write the outcome as JSON (- for stdout)")
-    demo.add_argument("--keep-serving", action="store_true", help="keep the broker and coordinator up afterwards")
+    demo.add_argument("--keep-serving", action="store_true",
+                      help="afterwards keep the broker, coordinator, dashboard and agents up (online for new jobs) "
+                      "until Ctrl-C; keeps the work folder")
+    demo.add_argument("--keep-work", action="store_true",
+                      help="keep the temporary work folder (agents' data, logs, state), removed at the end otherwise")
+    demo.add_argument("--host", default="127.0.0.1", help="address the dashboard listens on (default 127.0.0.1)")
+    demo.add_argument("--port", type=positive_int,
+                      help="port of the dashboard (default 8000, or a free port when 8000 is taken)")
     demo.set_defaults(func=run_demo)
 
 
@@ -366,6 +375,12 @@ def _items(text: str) -> list[str]:
 def run_demo(args: argparse.Namespace) -> int:
     from fedsentry.demo.pca import demo
 
+    if args.agents and args.clients and args.agents != args.clients:
+        raise UsageError(f"--clients {args.clients} and --agents {args.agents} disagree: the demo runs one agent per "
+                         "client; give one of them")
+    args.agents = args.agents or args.clients or 10
+    if args.port is not None and args.port > 65535:
+        raise UsageError(f"--port {args.port}: a port is at most 65535")
     pca = args.job == "pca"
     registry, kind = (MIXTURE, "gmm") if pca and args.detector == "gmm" else (FEDERATED, "pca") if pca else \
         (RECSYS, "recsys")
