@@ -229,8 +229,11 @@ def private_sqlite_file(path: str | os.PathLike) -> None:
     hashes) before SQLite does (with 0644 under the usual umask); SQLite gives its -wal and -shm files the
     database's mode. Existing files readable by others are narrowed to 0600, with a warning."""
     path = Path(path)
-    try:
-        os.close(os.open(path, os.O_CREAT | os.O_RDWR, 0o600))
+    try:  # never open an existing file: closing it would drop this process's SQLite locks on it (POSIX
+        # locks are per process), and another process would then delete the WAL our connections still use
+        os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600))
+    except FileExistsError:
+        pass
     except OSError:  # no such folder, no permission: SQLite says so when it connects
         return
     for f in (path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")):

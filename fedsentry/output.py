@@ -60,3 +60,10 @@ def single_blas_thread(active: bool = True):
         return contextlib.nullcontext()
     return threadpool_limits(1, user_api="blas") if active else contextlib.nullcontext()
 
+
+
+def table(headers: list[str], rows: list[list[Any]]) -> str:
+    """Columns padded to their widest cell, the header first (for terminals; --json for scripts)."""
+    cells = [headers, *[["" if v is None else str(v) for v in row] for row in rows]]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+    return "\n".join("  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip() for r in cells)

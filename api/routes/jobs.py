@@ -12,7 +12,7 @@ from api.deps import admin, caller, get_db
 from api.pagination import CURSOR, decode_cursor, encode_cursor
 from api.schemas import ID_PATTERN, JobCreate, JobDetail, JobOut, Page, RoundOut
 from coordinator import jobs as coordinator_jobs
-from coordinator.db import Job, Round
+from coordinator.db import Job
 
 router = APIRouter(prefix="/api/v1/jobs", tags=["jobs"])
 JOB_ID = Path(..., pattern=ID_PATTERN)
@@ -56,10 +56,11 @@ def list_jobs(limit: int = Query(50, ge=1, le=500), cursor: str | None = CURSOR,
 
 @router.get("/{job_id}", response_model=JobDetail, dependencies=[Depends(caller)])
 def get_job(job_id: str = JOB_ID, db: Session = Depends(get_db)) -> JobDetail:
-    job = db.get(Job, job_id)
-    if job is None:
-        raise HTTPException(404, f"no job {job_id!r}")
-    rounds = db.scalars(select(Round).where(Round.job_id == job_id).order_by(Round.round))
+    try:
+        job = coordinator_jobs.get_job(db, job_id)
+    except coordinator_jobs.JobNotFoundError as e:
+        raise HTTPException(404, str(e)) from None
+    rounds = coordinator_jobs.job_rounds(db, job_id)
     return JobDetail(**job_out(job).model_dump(), rounds=[
         RoundOut(round=r.round, phase=r.phase, sampled=len(r.sampled or ()), answered=len(r.answered or ()),
                  seconds=r.seconds, metrics=_dict(r.metrics)) for r in rounds])
@@ -67,11 +68,11 @@ def get_job(job_id: str = JOB_ID, db: Session = Depends(get_db)) -> JobDetail:
 
 @router.post("/{job_id}/cancel", response_model=JobOut, dependencies=[Depends(admin)])
 def cancel_job(job_id: str = JOB_ID, db: Session = Depends(get_db)) -> JobOut:
-    job = db.get(Job, job_id)
-    if job is None:
-        raise HTTPException(404, f"no job {job_id!r}")
-    if job.status not in ("pending", "running"):
-        raise HTTPException(409, f"job {job_id!r} is {job.status}; only pending or running jobs can be cancelled")
-    job.status, job.phase = "cancelled", "cancelled"
+    try:
+        job = coordinator_jobs.cancel_job(db, job_id)
+    except coordinator_jobs.JobNotFoundError as e:
+        raise HTTPException(404, str(e)) from None
+    except coordinator_jobs.JobStateError as e:
+        raise HTTPException(409, str(e)) from None
     db.commit()
     return job_out(job)

@@ -10,29 +10,32 @@ from typing import Any
 from fedsentry.cli.common import positive_int
 from fedsentry.errors import UsageError
 
+DB_HELP = "database URL (default $FEDSENTRY_DB_URL or sqlite:///fedsentry.db)"
+
 
 def register(groups: dict[str, Any], verbs: Any) -> None:
     from fedsentry.cli.server import add_service_args
 
     s = verbs.add_parser("serve", help="REST API, dashboard and coordinator")
     add_service_args(s)
-    s.add_argument("--host", default="127.0.0.1")
-    s.add_argument("--port", type=positive_int, default=8000)
+    s.add_argument("--host", default="127.0.0.1", help="address the dashboard and API listen on (default 127.0.0.1)")
+    s.add_argument("--port", type=positive_int, default=8000, help="port of the dashboard and API (default 8000)")
     s.add_argument("--no-coordinator", action="store_true", help="API only (another process coordinates)")
     s.add_argument("--insecure-cookie", action="store_true", help="session cookie without Secure (plain http)")
     s.set_defaults(func=run_serve)
 
     k = verbs.add_parser("apikey", help="manage API keys").add_subparsers(dest="action", required=True)
     c = k.add_parser("create", help="create a key; it is printed once, alone on the last line")
-    c.add_argument("--role", choices=("admin", "viewer"), required=True)
-    c.add_argument("--db")
+    c.add_argument("--role", choices=("admin", "viewer"), required=True,
+                   help="admin: create jobs, promote models, acknowledge; viewer: read only")
+    c.add_argument("--db", help=DB_HELP)
     c.set_defaults(func=run_apikey)
     ls = k.add_parser("list", help="list keys (ids and roles, never the keys)")
-    ls.add_argument("--db")
+    ls.add_argument("--db", help=DB_HELP)
     ls.set_defaults(func=run_apikey)
     rv = k.add_parser("revoke", help="revoke a key by id")
-    rv.add_argument("id")
-    rv.add_argument("--db")
+    rv.add_argument("id", help="the key's id (first column of `fedsentry apikey list`)")
+    rv.add_argument("--db", help=DB_HELP)
     rv.set_defaults(func=run_apikey)
 
 

@@ -30,24 +30,25 @@ def register_rounds(groups: dict[str, Any]) -> None:
 
 def register_fleet(groups: dict[str, Any]) -> None:
     p = groups["bench"].add_parser("fleet", help="round time with many agents on one broker; agent memory")
-    p.add_argument("--agents", type=positive_int, default=100)
-    p.add_argument("--rounds", type=positive_int, default=20)
-    p.add_argument("--fraction", type=float, default=0.1)
-    p.add_argument("--algorithm", default="fedmm")
+    p.add_argument("--agents", type=positive_int, default=100, help="agents sharing the broker (default 100)")
+    p.add_argument("--rounds", type=positive_int, default=20, help="training rounds timed (default 20)")
+    p.add_argument("--fraction", type=float, default=0.1, help="share of agents sampled per round (default 0.1)")
+    p.add_argument("--algorithm", default="fedmm", help="pca algorithm of the job (default fedmm)")
     p.add_argument("--broker", help="use this broker (default: a private Mosquitto, else the embedded one)")
     p.add_argument("--db", help="database URL (default: SQLite in a temporary folder)")
-    p.add_argument("--out", default="benchmarks/results")
-    p.add_argument("--json", metavar="PATH")
+    p.add_argument("--out", default="benchmarks/results",
+                   help="folder for fleet-AGENTS.md (default benchmarks/results)")
+    p.add_argument("--json", metavar="PATH", help="write the results as JSON (- for stdout)")
     p.set_defaults(func=fleet.run)
 
 
 
 def register_api(groups: dict[str, Any]) -> None:
     p = groups["bench"].add_parser("api", help="anomaly listing speed over many stored alerts")
-    p.add_argument("--alerts", type=positive_int, default=100_000)
-    p.add_argument("--devices", type=positive_int, default=200)
+    p.add_argument("--alerts", type=positive_int, default=100_000, help="alerts stored before timing (default 100000)")
+    p.add_argument("--devices", type=positive_int, default=200, help="devices the alerts are spread over (default 200)")
     p.add_argument("--db", help="database URL (default: SQLite in a temporary folder)")
-    p.add_argument("--out", default="benchmarks/results")
-    p.add_argument("--json", metavar="PATH")
+    p.add_argument("--out", default="benchmarks/results", help="folder for api-listing.md (default benchmarks/results)")
+    p.add_argument("--json", metavar="PATH", help="write the results as JSON (- for stdout)")
     p.set_defaults(func=api.run)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+from datetime import datetime, timezone
 
 import numpy as np
 
@@ -61,8 +62,9 @@ def _float(text: str, what: str) -> float:
     return v
 
 
-def add_federation_args(p: argparse.ArgumentParser, rounds: int = 100) -> None:
-    p.add_argument("--clients", type=positive_int, default=100, help="number of clients (default 100)")
+def add_federation_args(p: argparse.ArgumentParser, rounds: int = 100, clients: bool = True) -> None:
+    if clients:
+        p.add_argument("--clients", type=positive_int, default=100, help="number of clients (default 100)")
     p.add_argument("--fraction", type=fraction, default=0.1, help="share of clients sampled per round (0, 1]")
     p.add_argument("--rounds", type=positive_int, default=rounds, help=f"communication rounds (default {rounds})")
     p.add_argument("--seed", type=int, default=0, help="seed for split, partition, sampling and init (default 0)")
@@ -108,3 +110,19 @@ def broker_password(args: argparse.Namespace) -> str | None:
         return password_from_env(args.password, args.mqtt_password_file)
     except OSError as e:
         raise UsageError(f"cannot read the MQTT password file {e.filename}: {e.strerror}") from None
+
+
+def utc_time(text: str) -> datetime:
+    """An ISO 8601 time as the database stores times (naive UTC): an offset is honoured (10:00+01:00 is 09:00
+    UTC), a time without one is UTC; a bare date is its midnight."""
+    try:
+        t = datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an ISO 8601 time such as 2026-11-23T10:00:00+01:00 (no offset: "
+                                         f"UTC), got {text!r}") from None
+    if t.tzinfo is None:
+        return t
+    try:
+        return t.astimezone(timezone.utc).replace(tzinfo=None)
+    except OverflowError:
+        raise argparse.ArgumentTypeError(f"out of range once converted to UTC: {text!r}") from None

@@ -30,7 +30,8 @@ def register(groups: dict[str, Any], verbs: Any) -> None:
     add_data_args(sim)
     add_federation_args(sim)
     add_recsys_args(sim)
-    sim.add_argument("--algorithm", choices=ALGORITHMS, default="fedmc-admm")
+    sim.add_argument("--algorithm", choices=ALGORITHMS, default="fedmc-admm",
+                     help="federated algorithm, or centralized for the baseline (default fedmc-admm)")
     sim.add_argument("--recommend", metavar="USER_ID", help="after training, the top-N unrated items for this "
                      "known user, computed on the client that holds the user")
     sim.add_argument("--fold-in", metavar="ITEM=RATING,...", help="after training, the top-N items for a new user "

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 import signal
+import sys
 import threading
 from typing import TYPE_CHECKING, Any
 
@@ -14,6 +15,7 @@ from fedsentry.cli.common import (
     broker_password,
     positive_float,
     positive_int,
+    utc_time,
 )
 from fedsentry.cli.pca import add_data_args, add_pca_args
 from fedsentry.errors import UsageError
@@ -25,6 +27,10 @@ from models.recsys import FEDERATED as RECSYS
 
 if TYPE_CHECKING:
     from coordinator.broker import EmbeddedBroker
+    from coordinator.db import Job, Round
+
+DB_HELP = "database URL (default $FEDSENTRY_DB_URL or sqlite:///fedsentry.db)"
+JOB_STATUSES = ("pending", "running", "finished", "failed", "cancelled")
 
 
 def register(groups: dict[str, Any], verbs: Any) -> None:
@@ -34,7 +40,7 @@ def register(groups: dict[str, Any], verbs: Any) -> None:
 
     job = verbs.add_parser("job", help="manage training jobs").add_subparsers(dest="action", required=True)
     create = job.add_parser("create", help="create a job (the API's settings); a running coordinator picks it up")
-    create.add_argument("--db", help="database URL (default $FEDSENTRY_DB_URL or sqlite:///fedsentry.db)")
+    create.add_argument("--db", help=DB_HELP)
     create.add_argument("--id", help="job id (default: generated)")
     create.add_argument("--type", choices=sorted(FAMILIES), default="pca", help="job family (default pca)")
     create.add_argument("--features", help="pca, gmm: comma-separated feature names the agents provide")
@@ -73,22 +79,51 @@ def register(groups: dict[str, Any], verbs: Any) -> None:
                        help="share of devices' error quantiles left out on either side of the threshold (default 0.1)")
     create.set_defaults(func=run_job_create)
 
+    ls = job.add_parser("list", help="jobs, newest first")
+    ls.add_argument("--db", help=DB_HELP)
+    ls.add_argument("--status", choices=JOB_STATUSES, help="only jobs in this state")
+    ls.add_argument("--since", type=utc_time, help="only jobs created at or after this ISO 8601 time, e.g. "
+                    "2026-11-23T10:00:00+01:00 (no offset: UTC)")
+    ls.add_argument("--until", type=utc_time, help="only jobs created before this ISO 8601 time (no offset: UTC)")
+    ls.add_argument("--limit", type=positive_int, default=50, help="at most this many jobs (default 50)")
+    ls.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    ls.set_defaults(func=run_job_list)
+    show = job.add_parser("show", help="one job: settings, state and its rounds")
+    show.add_argument("id", help="the job's id (see `fedsentry job list`)")
+    show.add_argument("--db", help=DB_HELP)
+    show.add_argument("--json", action="store_true", help="print JSON instead of text")
+    show.set_defaults(func=run_job_show)
+    cancel = job.add_parser("cancel", help="cancel a pending or running job; its coordinator stops it")
+    cancel.add_argument("id", help="the job's id (see `fedsentry job list`)")
+    cancel.add_argument("--db", help=DB_HELP)
+    cancel.add_argument("--json", action="store_true", help="print the cancelled job as JSON")
+    cancel.set_defaults(func=run_job_cancel)
+
     demo = verbs.add_parser("demo", help="broker, coordinator and agents on one machine, end to end")
     add_data_args(demo)
-    add_federation_args(demo, rounds=30)
+    add_federation_args(demo, rounds=30, clients=False)
     add_pca_args(demo)
     demo.set_defaults(fraction=0.3, rank=None, detector="gmm")
     demo.add_argument("--job", choices=("pca", "recsys"), default="pca",
                       help="pca: anomaly detection (the detector is --detector); recsys: recommendation (default pca)")
-    demo.add_argument("--agents", type=positive_int, default=10, help="agent processes (default 10)")
+    demo.add_argument("--agents", type=positive_int, help="agent processes, one per client (default 10)")
+    demo.add_argument("--clients", type=positive_int, help="the same as --agents (as simulate names them); "
+                      "given with a different --agents, an error")
     demo.add_argument("--algorithm", choices=sorted({*FEDERATED, *MIXTURE, *RECSYS}),
                       help="default fedem for --detector gmm (the default), fedmm for pca, fedmc-admm for --job "
                       "recsys")
     demo.add_argument("--regularizer", choices=("l2", "l1"), help="recsys fedmc-admm: l2 or l1 (default l2)")
     demo.add_argument("--broker", help="use this broker instead of the embedded one")
-    demo.add_argument("--db", help="database URL (default $FEDSENTRY_DB_URL or sqlite:///fedsentry.db)")
+    demo.add_argument("--db", help=DB_HELP)
     demo.add_argument("--json", metavar="PATH", help="write the outcome as JSON (- for stdout)")
-    demo.add_argument("--keep-serving", action="store_true", help="keep the broker and coordinator up afterwards")
+    demo.add_argument("--keep-serving", action="store_true",
+                      help="afterwards keep the broker, coordinator, dashboard and agents up (online for new jobs) "
+                      "until Ctrl-C; keeps the work folder")
+    demo.add_argument("--keep-work", action="store_true",
+                      help="keep the temporary work folder (agents' data, logs, state), removed at the end otherwise")
+    demo.add_argument("--host", default="127.0.0.1", help="address the dashboard listens on (default 127.0.0.1)")
+    demo.add_argument("--port", type=positive_int,
+                      help="port of the dashboard (default 8000, or a free port when 8000 is taken)")
     demo.set_defaults(func=run_demo)
 
 
@@ -269,6 +304,114 @@ def run_job_create(args: argparse.Namespace) -> int:
     return 0
 
 
+def _job_sessions(db: str | None):
+    from coordinator.db import make_engine, migrate, session_factory
+
+    engine = make_engine(db)
+    migrate(engine)
+    return session_factory(engine)
+
+
+def _utc(t: Any) -> str | None:
+    return None if t is None else t.isoformat(timespec="seconds") + "+00:00"  # stored as naive UTC
+
+
+def _job_dict(job: Job, rounds: list[Round] | None = None) -> dict[str, Any]:
+    out = {"id": job.id, "type": job.type, "algorithm": job.algorithm, "status": job.status, "phase": job.phase,
+           "current_round": job.current_round, "error": job.error, "created": _utc(job.created),
+           "updated": _utc(job.updated), "params": job.params}
+    if rounds is not None:
+        out["rounds"] = [{"round": r.round, "phase": r.phase, "sampled": len(r.sampled or ()),
+                          "answered": len(r.answered or ()), "seconds": r.seconds, "metrics": r.metrics or {}}
+                         for r in rounds]
+    return out
+
+
+def _print_json(value: Any) -> None:
+    import json
+
+    print(json.dumps(value, indent=2, default=str))
+
+
+def _job_table(jobs: list[dict[str, Any]]) -> str:
+    from fedsentry.output import table
+
+    return table(["ID", "TYPE", "ALGORITHM", "STATUS", "PHASE", "ROUND", "CREATED (UTC)"],
+                 [[j["id"], j["type"], j["algorithm"], j["status"], j["phase"], j["current_round"],
+                   j["created"][:19].replace("T", " ")] for j in jobs])
+
+
+def run_job_list(args: argparse.Namespace) -> int:
+    from coordinator.jobs import list_jobs
+
+    if args.since and args.until and args.since >= args.until:
+        raise UsageError("--since must be before --until")
+    with _job_sessions(args.db)() as s:
+        jobs = [_job_dict(j) for j in list_jobs(s, args.status, args.since, args.until, args.limit)]
+    if args.json:
+        _print_json(jobs)
+    elif jobs:
+        print(_job_table(jobs))
+    else:
+        print("no jobs", file=sys.stderr)
+    return 0
+
+
+def run_job_show(args: argparse.Namespace) -> int:
+    from coordinator.jobs import JobNotFoundError, get_job, job_rounds
+
+    with _job_sessions(args.db)() as s:
+        try:
+            job = _job_dict(get_job(s, args.id), job_rounds(s, args.id))
+        except JobNotFoundError as e:
+            raise UsageError(f"{e} (see `fedsentry job list`)") from None
+    if args.json:
+        _print_json(job)
+        return 0
+    from fedsentry.output import table
+
+    print(_job_table([job]))
+    if job["error"]:
+        print(f"error: {job['error']}")
+    print("settings: " + ", ".join(f"{k}={_short(v)}" for k, v in sorted((job["params"] or {}).items())))
+    if job["rounds"]:
+        print(table(["ROUND", "PHASE", "SAMPLED", "ANSWERED", "SECONDS", "METRICS"],
+                    [[r["round"], r["phase"], r["sampled"], r["answered"], f"{r['seconds']:.2f}",
+                      " ".join(f"{k}={_short(v)}" for k, v in sorted(r["metrics"].items()))]
+                     for r in job["rounds"]]))
+    else:
+        print("no rounds yet")
+    return 0
+
+
+def _short(v: Any) -> str:
+    """A setting or metric for one line: floats to 4 significant digits, long lists by their length."""
+    if isinstance(v, float):
+        return f"{v:.4g}"
+    if isinstance(v, list):
+        return f"[{len(v)} values]" if len(v) > 8 else "[" + ",".join(map(_short, v)) + "]"
+    if isinstance(v, dict):
+        return "{" + ",".join(f"{k}={_short(x)}" for k, x in v.items()) + "}"
+    return str(v)
+
+
+def run_job_cancel(args: argparse.Namespace) -> int:
+    from coordinator.jobs import JobNotFoundError, JobStateError, cancel_job
+
+    with _job_sessions(args.db).begin() as s:
+        try:
+            job = _job_dict(cancel_job(s, args.id))
+        except JobNotFoundError as e:
+            raise UsageError(f"{e} (see `fedsentry job list`)") from None
+        except JobStateError as e:
+            raise UsageError(str(e)) from None
+    if args.json:
+        _print_json(job)
+    else:
+        print(f"cancelled {args.id}; a running job stops at its coordinator's next poll", file=sys.stderr)
+    return 0
+
+
 def guard_settings() -> list[str]:
     """The job settings of how far one device is trusted (models.screening.Guard's fields)."""
     import dataclasses
@@ -312,6 +455,12 @@ def _items(text: str) -> list[str]:
 def run_demo(args: argparse.Namespace) -> int:
     from fedsentry.demo.pca import demo
 
+    if args.agents and args.clients and args.agents != args.clients:
+        raise UsageError(f"--clients {args.clients} and --agents {args.agents} disagree: the demo runs one agent per "
+                         "client; give one of them")
+    args.agents = args.agents or args.clients or 10
+    if args.port is not None and args.port > 65535:
+        raise UsageError(f"--port {args.port}: a port is at most 65535")
     pca = args.job == "pca"
     registry, kind = (MIXTURE, "gmm") if pca and args.detector == "gmm" else (FEDERATED, "pca") if pca else \
         (RECSYS, "recsys")

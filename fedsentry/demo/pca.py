@@ -34,7 +34,8 @@ def demo(args: argparse.Namespace) -> dict[str, Any]:
     data, split, parts = prepare(args)
     test_parts = np.array_split(np.random.default_rng(args.seed).permutation(len(split.X_test)), args.agents)
     label = f"{args.agents} agents, {args.algorithm}, {args.rounds} rounds on {data.name}"
-    with Stack(args.broker, args.db, label, args.agents) as st:
+    with Stack(args.broker, args.db, label, args.agents, args.host, args.port,
+               keep_work=args.keep_work or args.keep_serving) as st:
         for i in range(args.agents):
             write_csv(st.tmp / f"train-{i}.csv", data.feature_names, (map(repr, r) for r in parts[i].tolist()))
             idx = test_parts[i]
@@ -68,11 +69,17 @@ def demo(args: argparse.Namespace) -> dict[str, Any]:
             "threshold": threshold, "seconds_per_round": float(np.mean(rounds)) if rounds else None,
             "median_round_seconds": float(np.median(rounds)) if rounds else None, "training_seconds": seconds,
             "rejected": dict(st.coordinator.rejected), "broker": redact_url(st.broker_url or ""),
-            "work_folder": str(st.tmp),
+            "work_folder": str(st.tmp) if st.keep_work else None,
             "dashboard": st.dashboard,
         }
         print(f"fedsentry demo: {job_type}, {result['rounds_completed']} rounds, {alerts} alerts stored, AUC "
               f"{result['auc_roc']:.4f}; {result['gap']}", file=sys.stderr)
+        if args.keep_serving:  # the replay agents have exited: the same devices again, online until Ctrl-C
+            for i in range(args.agents):
+                st.agent(i, "--train", str(st.tmp / f"train-{i}.csv"))
+            st.wait_online(job_type)
+            print(f"fedsentry demo: {args.agents} agents online for new {job_type} jobs (fedsentry job create "
+                  f"--type {job_type} ...)", file=sys.stderr)
         keep_serving(args)
         return result
 

@@ -33,7 +33,8 @@ def demo_recsys(args: argparse.Namespace) -> dict[str, Any]:
     prep = prepare(args, [args.rank])
     train, test = prep.train, prep.test
     label = f"{args.agents} agents, {algorithm}, {args.rounds} rounds of recommendation on {prep.ratings.name}"
-    with Stack(args.broker, args.db, label, args.agents) as st:
+    with Stack(args.broker, args.db, label, args.agents, args.host, args.port,
+               keep_work=args.keep_work or args.keep_serving) as st:
         for i, users in enumerate(prep.parts):
             for part, r in (("train", train), ("test", test)):
                 mine = np.isin(r.user, users)
@@ -57,7 +58,7 @@ def demo_recsys(args: argparse.Namespace) -> dict[str, Any]:
                   "test_ratings": len(test), "seconds_per_round": float(np.mean(rounds)) if rounds else None,
                   "median_round_seconds": float(np.median(rounds)) if rounds else None, "training_seconds": seconds,
                   "rejected": dict(st.coordinator.rejected), "broker": redact_url(st.broker_url or ""),
-                  "work_folder": str(st.tmp),
+                  "work_folder": str(st.tmp) if st.keep_work else None,
                   "dashboard": st.dashboard}
         print(f"fedsentry demo: {len(rounds)} rounds, test RMSE {test_rmse:.4f}", file=sys.stderr)
         keep_serving(args)

@@ -75,3 +75,123 @@ def test_recsys_demo_matches_simulate(tmp_path):
     sim = run("simulate", "recsys", "--clients", "4", *settings, "--json", "-", cwd=tmp_path)
     assert demo["rounds_completed"] == 6 and demo["agents"] == 4
     assert abs(demo["test_rmse"] - sim["test_rmse"]) < 1e-9
+
+
+def demo_env(tmp_path) -> dict[str, str]:
+    """TMPDIR in tmp_path: the demo's work folder lands where the test can look for it."""
+    import os
+
+    (tmp_path / "tmp").mkdir(exist_ok=True)
+    return {**os.environ, "TMPDIR": str(tmp_path / "tmp")}
+
+
+def work_folders(tmp_path) -> list:
+    return sorted((tmp_path / "tmp").glob("fedsentry-demo-*"))
+
+
+QUICK = ["--dataset", "synthetic", "--rounds", "2", "--fraction", "1", "--components", "2"]
+
+
+def test_demo_removes_its_work_folder_and_reuses_its_admin_key(tmp_path):
+    import re
+
+    from coordinator.broker import free_port
+
+    db, env, keys = f"sqlite:///{tmp_path}/d.db", demo_env(tmp_path), []
+    port = free_port()
+    for extra in (["--clients", "2", "--port", str(port)], ["--agents", "2", "--keep-work"]):
+        out = subprocess.run([sys.executable, "-m", "fedsentry.cli", "demo", *QUICK, *extra, "--db", db, "--json", "-"],
+                             capture_output=True, text=True, cwd=tmp_path, env=env, timeout=300)
+        assert out.returncode == 0, out.stderr[-2000:]
+        keys += re.findall(r"admin key (fsk_\w+)", out.stderr)
+        result = json.loads(out.stdout)
+        assert result["agents"] == 2
+        if "--port" in extra:  # the dashboard where asked, the work folder gone
+            assert result["dashboard"] == f"http://127.0.0.1:{port}/"
+            assert result["work_folder"] is None and work_folders(tmp_path) == []
+    assert work_folders(tmp_path) == [tmp_path / "tmp" / result["work_folder"].rsplit("/", 1)[-1]]
+    assert (work_folders(tmp_path)[0] / "agent-0.log").exists()
+    assert len(keys) == 2 and keys[0] == keys[1]
+    from sqlalchemy import create_engine, text
+
+    engine = create_engine(db)
+    with engine.connect() as c:
+        assert c.execute(text("SELECT count(*) FROM api_keys")).scalar() == 1
+    engine.dispose()
+
+
+def test_demo_admin_key_is_replaced_only_once_revoked(tmp_path):
+    from coordinator.db import ApiKey, make_engine, migrate, session_factory
+    from fedsentry.demo.stack import demo_admin_key
+
+    engine = make_engine(f"sqlite:///{tmp_path}/k.db")
+    migrate(engine)
+    sessions = session_factory(engine)
+    with sessions.begin() as s:
+        first = demo_admin_key(s)
+    with sessions.begin() as s:
+        assert demo_admin_key(s) == first
+        s.get(ApiKey, first.split("_")[1]).revoked = True
+    with sessions.begin() as s:
+        second = demo_admin_key(s)
+    with sessions.begin() as s:
+        assert second != first and demo_admin_key(s) == second and s.query(ApiKey).count() == 2
+    engine.dispose()
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--clients", "3", "--agents", "4"], "--clients 3 and --agents 4 disagree"),
+    (["--port", "70000"], "--port 70000: a port is at most 65535"),
+    (["--host", "203.0.113.1"], "--host/--port: cannot serve the dashboard on 203.0.113.1"),
+])
+def test_demo_refuses_conflicting_or_unusable_settings(tmp_path, args, message):
+    out = subprocess.run([sys.executable, "-m", "fedsentry.cli", "demo", *QUICK, *args, "--db",
+                          f"sqlite:///{tmp_path}/d.db"], capture_output=True, text=True, cwd=tmp_path,
+                         env=demo_env(tmp_path), timeout=300)
+    assert out.returncode == 2 and message in out.stderr
+    assert work_folders(tmp_path) == []
+
+
+def test_keep_serving_keeps_the_agents_online_for_a_new_job(tmp_path):
+    import signal
+    import time
+
+    import httpx
+    from sqlalchemy import create_engine, text
+
+    from coordinator.broker import free_port
+    from fedsentry.cli import main
+
+    db, port = f"sqlite:///{tmp_path}/d.db", free_port()
+    with open(tmp_path / "err.txt", "w") as err:
+        proc = subprocess.Popen([sys.executable, "-m", "fedsentry.cli", "demo", "--agents", "3", *QUICK,
+                                 "--keep-serving", "--host", "127.0.0.1", "--port", str(port), "--db", db],
+                                stdout=subprocess.DEVNULL, stderr=err, cwd=tmp_path, env=demo_env(tmp_path))
+    try:
+        end = time.monotonic() + 240
+        while "serving until interrupted" not in (tmp_path / "err.txt").read_text():
+            assert proc.poll() is None and time.monotonic() < end, (tmp_path / "err.txt").read_text()[-2000:]
+            time.sleep(0.5)
+        assert httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=5).status_code == 200
+        engine = create_engine(db)
+        with engine.connect() as c:
+            online = c.execute(text("SELECT id FROM devices WHERE online")).scalars().all()
+            features = json.loads(c.execute(text("SELECT params FROM jobs")).scalar_one())["features"]
+        engine.dispose()
+        assert sorted(online) == [f"demo-agent-{i:03d}" for i in range(3)]
+        assert main(["job", "create", "--db", db, "--id", "again", "--type", "gmm", "--features", ",".join(features),
+                     "--rounds", "2", "--fraction", "1", "--min-agents", "3", "--param", "components=2"]) == 0
+        while True:
+            engine = create_engine(db)
+            with engine.connect() as c:
+                status = c.execute(text("SELECT status FROM jobs WHERE id = 'again'")).scalar_one()
+            engine.dispose()
+            if status in ("finished", "failed"):
+                break
+            assert time.monotonic() < end + 120, status
+            time.sleep(0.5)
+        assert status == "finished"
+    finally:
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=60) == 0
+    assert len(work_folders(tmp_path)) == 1  # kept under --keep-serving
