@@ -132,8 +132,8 @@ def add_service_args(p: argparse.ArgumentParser) -> None:
                    help="mqtt://host:port (default $FEDSENTRY_BROKER_URL; the embedded broker when unset)")
     p.add_argument("--db", help="database URL (default $FEDSENTRY_DB_URL or sqlite:///fedsentry.db)")
     add_credential_args(p, "broker username (default $FEDSENTRY_MQTT_USERNAME)")
-    p.add_argument("--tls", action="store_true")
-    p.add_argument("--ca-cert")
+    p.add_argument("--tls", action="store_true", help="connect to the broker with TLS")
+    p.add_argument("--ca-cert", help="CA certificate for the broker's TLS (implies --tls)")
     p.add_argument("--enrol", action="append", default=[], metavar="ID",
                    help="with the embedded broker (no --broker): a device that may connect (repeatable); its "
                         "password is written to a file only you can read, named at start")
