@@ -228,7 +228,9 @@ class ZeekFollower:
 
     TSV logs are read with their own ``#separator``, ``#unset_field`` and ``#empty_field``. The position
     (inode, offset, TSV header) is exposed as ``position`` so the agent can persist it and resume where it
-    stopped; a new inode or a shorter file means rotation: start at 0."""
+    stopped. Rotation loses nothing: when the followed name holds a new file, the file being read (found by
+    its inode among its neighbours, also after a restart) is read to its end first, then the new one from 0;
+    a file shorter than the position (truncated in place) is read again from 0."""
 
     def __init__(self, path: str | os.PathLike, position: dict | None = None):
         self.path = Path(path)
@@ -248,23 +250,18 @@ class ZeekFollower:
 
     def poll(self, max_records: int = 5000) -> Batch | None:
         """Records appended since the last call (None when there are none yet)."""
-        try:
-            st = self.path.stat()
-        except FileNotFoundError:
-            return None
-        if st.st_ino != self.inode or st.st_size < self.offset:
-            self.seek({"inode": st.st_ino})
         records: list[tuple[dict[str, float], dict[str, str | None]]] = []
-        with open(self.path, "rb") as f:
-            f.seek(self.offset)
-            while len(records) < max_records:
-                line = f.readline()
-                if not line or not line.endswith(b"\n"):
-                    break  # a partial line: wait until Zeek finishes it
-                self.offset += len(line)
-                rec = self._parse(line.decode("utf-8", "replace").rstrip("\n"))
-                if rec is not None:
-                    records.append(rec)
+        while len(records) < max_records:
+            source, rotated = self._source()
+            if source is None:
+                break
+            complete = self._read(source, records, max_records)
+            if not (rotated and complete):
+                break
+            try:  # the rotated file is read to its end: on to the file that now has the name
+                self.seek({"inode": self.path.stat().st_ino})
+            except FileNotFoundError:
+                break
         if not records:
             return None
         cols = list(records[0][0])
@@ -274,6 +271,53 @@ class ZeekFollower:
             col[:] = [t[name] for _, t in records]
             text[name] = col
         return Batch(cols, np.array([[r[c] for c in cols] for r, _ in records], dtype=float), text=text)
+
+    def _source(self) -> tuple[Path | None, bool]:
+        """The file holding the position, and whether it is a rotated one (no longer under the name)."""
+        try:
+            st = self.path.stat()
+        except FileNotFoundError:
+            st = None
+        if self.inode is None or (st is not None and st.st_ino == self.inode):
+            if st is None:
+                return None, False
+            if self.inode is None or st.st_size < self.offset:  # first look, or truncated in place
+                self.seek({"inode": st.st_ino})
+            return self.path, False
+        rotated = self._by_inode(self.inode)
+        if rotated is not None:
+            return rotated, True
+        if st is None:
+            return None, False
+        self.seek({"inode": st.st_ino})  # the file we were reading is gone: the new one from its start
+        return self.path, False
+
+    def _by_inode(self, inode: int) -> Path | None:
+        """The file beside the followed one that has this inode (where rotation renamed it), if any."""
+        try:
+            with os.scandir(self.path.parent) as entries:
+                for e in entries:
+                    if e.is_file(follow_symlinks=False) and e.inode() == inode:
+                        return Path(e.path)
+        except OSError:
+            return None
+        return None
+
+    def _read(self, path: Path, records: list, max_records: int) -> bool:
+        """Complete lines of `path` from the position into records; True when it reached the file's end."""
+        with open(path, "rb") as f:
+            f.seek(self.offset)
+            while len(records) < max_records:
+                line = f.readline()
+                if not line:
+                    return True
+                if not line.endswith(b"\n"):
+                    return True  # a partial line: Zeek is still writing it (or never will, if rotated)
+                self.offset += len(line)
+                rec = self._parse(line.decode("utf-8", "replace").rstrip("\n"))
+                if rec is not None:
+                    records.append(rec)
+        return False
 
     def _parse(self, line: str) -> tuple[dict[str, float], dict[str, str | None]] | None:
         if not line:

@@ -266,3 +266,29 @@ def test_train_accepts_zeek_logs_and_csv(tmp_path):
     csv_file = tmp_path / "t.csv"
     csv_file.write_text("a,b\n1,2\n3,4\n")
     assert sum(len(b.X) for b in training_source(str(csv_file))) == 2
+
+
+def test_rotation_loses_nothing_even_within_one_poll_or_across_a_restart(tmp_path):
+    """Zeek renames conn.log and starts a new one: the rest of the renamed file is read first, then the new
+    file from its start; an agent that stopped before the rotation finds the renamed file by its inode."""
+    log = tmp_path / "conn.log"
+    log.write_text(ZEEK_HEADER + "".join(zeek_line(i) for i in range(100)))
+    f = ZeekFollower(log)
+    assert len(f.poll().X) == 100
+    saved = dict(f.position)  # an agent persisting its position, then stopping
+    with open(log, "a") as out:
+        out.write("".join(zeek_line(i) for i in range(100, 150)))
+    log.rename(tmp_path / "conn.2024-05-02-10-00-00.log")  # rotated before the next poll
+    log.write_text(ZEEK_HEADER + "".join(zeek_line(i) for i in range(150, 180)))
+    uids = []
+    while (b := f.poll(max_records=40)) is not None:
+        uids += list(b.text["uid"])
+    assert uids == [f"C{i}" for i in range(100, 180)]
+    restarted = ZeekFollower(log, saved)
+    uids = []
+    while (b := restarted.poll()) is not None:
+        uids += list(b.text["uid"])
+    assert uids == [f"C{i}" for i in range(100, 180)]
+    # truncated in place (copytruncate): read again from the start
+    log.write_text(ZEEK_HEADER + zeek_line(999))
+    assert list(f.poll().text["uid"]) == ["C999"]
