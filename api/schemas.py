@@ -134,6 +134,23 @@ class AnomalyOut(BaseModel):
     explanation: list[dict[str, Any]]
     flow: dict[str, Any] | None = Field(None, description="the record's connection: Zeek's uid, ts, id.orig_h, "
                                         "id.orig_p, id.resp_h, id.resp_p, proto, service; a CSV's line number (row)")
+    incident: dict[str, Any] | None = Field(None, description="an incident update: key (the explaining features), "
+                                            "window, first, last, samples; `count` is its new flagged records")
+
+
+class IncidentOut(BaseModel):
+    device_id: str
+    job_id: str
+    key: str = Field(description="the features that explain the incident's records, joined by +")
+    features: list[str]
+    window: datetime = Field(description="start of the device's rate-limit window the incident belongs to")
+    count: int = Field(description="flagged records in the incident")
+    updates: int = Field(description="incident updates the device sent (one a second while it grows)")
+    first: datetime
+    last: datetime
+    max_score: float
+    samples: list[dict[str, Any]] = Field(description="example flows (uid, addresses, ports, ...)")
+    acknowledged: bool
 
 
 class DeviceOut(BaseModel):

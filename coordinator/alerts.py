@@ -47,7 +47,7 @@ def alert_row(agent: str, job: str, version: int, m: Any, received: datetime) ->
                "ts": datetime.fromtimestamp(ts, timezone.utc).replace(tzinfo=None),
                "received": received, "score": float(m["score"]), "threshold": float(m["threshold"]),
                "count": int(m.get("count", 1)), "explanation": list(m.get("explanation", [])),
-               "flow": m.get("flow"), "acknowledged": False}
+               "flow": m.get("flow"), "incident": m.get("incident"), "acknowledged": False}
     except (KeyError, TypeError, ValueError, OverflowError, OSError, AttributeError) as e:
         raise ProtocolError("alert", f"malformed alert: {e}") from None
     # what would break the database or the readers: non-finite numbers, counts beyond an integer column,
@@ -64,10 +64,29 @@ def alert_row(agent: str, job: str, version: int, m: Any, received: datetime) ->
         raise ProtocolError("alert", f"explanation is not plain JSON with finite numbers: {e}") from None
     if len(text) > 16384:
         raise ProtocolError("alert", "explanation larger than 16 KiB")
-    problem = flow_problem(row["flow"])
+    problem = flow_problem(row["flow"]) or incident_problem(row["incident"])
     if problem:
         raise ProtocolError("alert", problem)
     return row
+
+
+def incident_problem(incident: Any) -> str | None:
+    """Why an incident update cannot be stored: a key, a window and first/last times, and at most 16 example
+    flows (each as an alert's flow)."""
+    if incident is None:
+        return None
+    if not isinstance(incident, dict) or set(incident) - {"key", "window", "first", "last", "samples"}:
+        return "incident must be an object with key, window, first, last and samples"
+    key, samples = incident.get("key"), incident.get("samples", [])
+    if not (isinstance(key, str) and 0 < len(key) <= 200 and key.isprintable()):
+        return "incident key must be printable text of at most 200 characters"
+    for t in ("window", "first", "last"):
+        v = incident.get(t)
+        if isinstance(v, bool) or not isinstance(v, int | float) or not EARLIEST <= v <= time.time() + 86400:
+            return f"incident {t} must be a time between 2000-01-01 and tomorrow"
+    if not isinstance(samples, list) or len(samples) > 16:
+        return "incident samples must be a list of at most 16 flows"
+    return next((p for p in map(flow_problem, samples) if p), None)
 
 
 def flow_problem(flow: Any) -> str | None:
@@ -91,7 +110,7 @@ def _insert(session: Session):
 
 
 COLUMNS = ("id", "device_id", "job_id", "model_version", "ts", "received", "score", "threshold", "count",
-           "explanation", "flow", "acknowledged")
+           "explanation", "flow", "incident", "acknowledged")
 
 
 def store_alerts(session: Session, rows: Sequence[dict[str, Any]]) -> Counter[str]:
@@ -125,6 +144,7 @@ def _copy_line(r: dict[str, Any]) -> str:
         str(r["model_version"]), r["ts"].isoformat(), r["received"].isoformat(), repr(r["score"]),
         repr(r["threshold"]), str(r["count"]), json.dumps(r["explanation"]).translate(_COPY_ESCAPES),
         "\\N" if r["flow"] is None else json.dumps(r["flow"]).translate(_COPY_ESCAPES),
+        "\\N" if r["incident"] is None else json.dumps(r["incident"]).translate(_COPY_ESCAPES),
         "t" if r["acknowledged"] else "f")) + "\n"
 
 

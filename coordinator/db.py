@@ -157,6 +157,8 @@ class Alert(Base):
     # the record's connection as the agent's source knows it (Zeek: uid, ts, id.orig_h/p, id.resp_h/p, proto,
     # service; a CSV: its line number), so that an analyst can find it
     flow: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+    # an incident update (rate limiting): {key, window, first, last, samples}; `count` is its new records
+    incident: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
     acknowledged: Mapped[bool] = mapped_column(Boolean, default=False)
     acknowledged_at: Mapped[datetime | None] = mapped_column(DateTime, nullable=True)
     __table_args__ = (Index("ix_alerts_device_ts", "device_id", "ts"), Index("ix_alerts_ts", "ts"),

@@ -1,8 +1,7 @@
 """Scoring traffic with the promoted model and turning flagged records into alerts.
 
-Alerts are rate-limited per device: at most ``burst`` individual alerts per ``window`` seconds; past
-that, flagged records are counted and leave as one summary alert (with the count and the worst record)
-when the window closes.
+Alerts are rate-limited per device: at most ``burst`` individual alerts per ``window`` seconds; past that,
+flagged records are grouped into incidents, every one counted, whose updates leave every second.
 """
 
 from __future__ import annotations
@@ -20,52 +19,88 @@ from models.threshold import device_threshold
 from wire.model import Detector, detector_from_envelope
 from wire.protocol import Envelope
 
+#: how often an incident's newly flagged records leave the device (seconds): on a timer, never waiting for
+#: more traffic
+INCIDENT_FLUSH = 1.0
+#: flows kept as examples per incident update
+INCIDENT_SAMPLES = 5
+
+
+def incident_key(alert: dict[str, Any]) -> str:
+    """What groups flagged records into one incident: the features that explain most of them (the top two
+    of the explanation, in order of name)."""
+    features = sorted(str(e.get("feature", "")) for e in (alert.get("explanation") or [])[:2])
+    return "+".join(features) or "unexplained"
+
 
 @dataclass
 class RateLimiter:
-    """Its counts are part of the agent's reading state (saved with the alerts a batch raised), and its
-    window runs on the wall clock, so a restart neither forgets suppressed records nor resets the window."""
+    """At most ``burst`` individual alerts per ``window`` seconds; past that, flagged records are grouped into
+    **incidents** (device, the features that explain them, the window) and every record is counted: an
+    incident update (count, first and last seen, the worst record with its explanation, a few example flows)
+    leaves every INCIDENT_FLUSH seconds while the incident grows. Its state is part of the agent's reading
+    state (saved with the alerts a batch raised) and runs on the wall clock, so a restart neither forgets
+    flagged records nor resets the window."""
 
     burst: int = 20
     window: float = 60.0
     started: float = field(default_factory=time.time)
     sent: int = 0
-    suppressed: int = 0
-    worst: dict[str, Any] | None = None
+    incidents: dict[str, dict[str, Any]] = field(default_factory=dict)
+    flushed: float = field(default_factory=time.time)
+
+    @property
+    def suppressed(self) -> int:
+        """Flagged records counted in incidents and not sent yet."""
+        return sum(int(i["count"]) for i in self.incidents.values())
 
     def admit(self, alert: dict[str, Any], now: float | None = None) -> list[dict[str, Any]]:
-        """Alerts to send now: this one, a summary of the closed window, both, or none."""
+        """Alerts to send now: this one, incident updates that are due, both, or none."""
         now = time.time() if now is None else now
         out = self.flush(now)
+        if now - self.started >= self.window or now < self.started:
+            self.started, self.sent = now, 0
         if self.sent < self.burst:
             self.sent += 1
             out.append(alert)
-        else:
-            self.suppressed += 1
-            if self.worst is None or alert["score"] > self.worst["score"]:
-                self.worst = alert
+            return out
+        key = incident_key(alert)
+        inc = self.incidents.get(key)
+        if inc is None:
+            inc = self.incidents[key] = {"count": 0, "first": alert["ts"], "last": alert["ts"], "worst": alert,
+                                         "samples": []}
+        inc["count"] += 1
+        inc["last"] = alert["ts"]
+        if alert["score"] > inc["worst"]["score"]:
+            inc["worst"] = alert
+        if alert.get("flow") and len(inc["samples"]) < INCIDENT_SAMPLES:
+            inc["samples"].append(alert["flow"])
         return out
 
-    def flush(self, now: float | None = None) -> list[dict[str, Any]]:
-        """The summary of a window that has closed (counting every suppressed record), if any."""
+    def flush(self, now: float | None = None, force: bool = False) -> list[dict[str, Any]]:
+        """The updates of the incidents that grew since the last flush, once INCIDENT_FLUSH seconds have
+        passed (or `force`): one alert each, counting its new records."""
         now = time.time() if now is None else now
-        if now - self.started < self.window and now >= self.started:
+        if not self.incidents or not (force or now - self.flushed >= INCIDENT_FLUSH or now < self.flushed):
             return []
         out = []
-        if self.suppressed:
-            summary = dict(self.worst or {})
-            summary.update(id=uuid.uuid4().hex, summary=True, count=self.suppressed)
-            out.append(summary)
-        self.started, self.sent, self.suppressed, self.worst = now, 0, 0, None
+        for key, inc in self.incidents.items():
+            update = dict(inc["worst"])
+            update.update(id=uuid.uuid4().hex, summary=True, count=inc["count"], ts=inc["last"],
+                          incident={"key": key, "window": self.started, "first": inc["first"], "last": inc["last"],
+                                    "samples": inc["samples"]})
+            out.append(update)
+        self.incidents, self.flushed = {}, now
         return out
 
     def state(self) -> dict[str, Any]:
-        return {"started": self.started, "sent": self.sent, "suppressed": self.suppressed, "worst": self.worst}
+        return {"started": self.started, "sent": self.sent, "incidents": self.incidents, "flushed": self.flushed}
 
     def restore(self, state: dict[str, Any] | None) -> None:
         if state:
             self.started, self.sent = float(state["started"]), int(state["sent"])
-            self.suppressed, self.worst = int(state["suppressed"]), state.get("worst")
+            self.incidents = dict(state.get("incidents") or {})
+            self.flushed = float(state.get("flushed", self.started))
 
 
 class Scorer:

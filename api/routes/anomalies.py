@@ -19,7 +19,7 @@ from api.jsonsafe import dumps, finite
 from api.pagination import CURSOR, decode_cursor, encode_cursor
 from api.schemas import ID_PATTERN, AnomalyOut, Page
 from api.validation import ALERT_ID_PATTERN, utc_naive
-from coordinator.alerts import flow_problem
+from coordinator.alerts import flow_problem, incident_problem
 from coordinator.db import Alert, utcnow
 
 router = APIRouter(prefix="/api/v1/anomalies", tags=["anomalies"])
@@ -38,7 +38,9 @@ def anomaly_out(a: Alert) -> AnomalyOut:
     return AnomalyOut(id=a.id, device_id=a.device_id, job_id=a.job_id, model_version=a.model_version, ts=a.ts,
                       received=a.received, score=_number(a.score), threshold=_number(a.threshold), count=a.count,
                       acknowledged=bool(a.acknowledged), acknowledged_at=a.acknowledged_at, explanation=explanation,
-                      flow=a.flow if isinstance(a.flow, dict) and flow_problem(a.flow) is None else None)
+                      flow=a.flow if isinstance(a.flow, dict) and flow_problem(a.flow) is None else None,
+                      incident=a.incident if isinstance(a.incident, dict) and not incident_problem(a.incident)
+                      else None)
 
 
 def sse_event(a: Alert) -> str:

@@ -60,7 +60,8 @@ def register(groups: dict[str, Any], verbs: Any) -> None:
                        help="train only on --train records, even with --zeek")
     p.add_argument("--calibrate", action="store_true", help="per-device threshold: this device's own quantile of "
                    "the scores of a held-out fifth of its training records, within a factor 2 of the federation's")
-    p.add_argument("--alert-burst", type=positive_int, default=20, help="alerts per window before summarising")
+    p.add_argument("--alert-burst", type=positive_int, default=20,
+                   help="individual alerts per window; past them flagged records are counted in incidents")
     p.add_argument("--alert-window", type=positive_float, default=60.0, help="rate-limit window in seconds")
     p.set_defaults(func=run_agent)
 

@@ -168,14 +168,35 @@ def test_missing_features_are_named():
         select(Batch(["a", "b"], np.zeros((1, 2))), ["a", "c", "d"])
 
 
-def test_rate_limiter_turns_a_burst_into_one_summary():
-    rl = RateLimiter(burst=3, window=10.0, started=0.0)
+def test_rate_limiting_groups_flagged_records_into_incidents_and_counts_every_one():
+    rl = RateLimiter(burst=3, window=10.0, started=0.0, flushed=0.0)
+
+    def alert(i, feature):
+        return {"id": str(i), "ts": 100.0 + i, "score": float(i), "flow": {"uid": f"C{i}"},
+                "explanation": [{"feature": feature}, {"feature": "dst_bytes"}]}
+
     sent = []
     for i in range(10):
-        sent += rl.admit({"id": str(i), "score": float(i)}, now=1.0)
+        sent += rl.admit(alert(i, "src_bytes" if i % 2 else "duration"), now=0.5)
     assert [a["id"] for a in sent] == ["0", "1", "2"]
-    summary = rl.flush(now=11.0)
-    assert len(summary) == 1 and summary[0]["count"] == 7 and summary[0]["score"] == 9.0 and summary[0]["summary"]
+    assert rl.suppressed == 7 and rl.flush(now=0.9) == []  # not due yet: updates leave once a second
+    updates = {u["incident"]["key"]: u for u in rl.flush(now=1.0)}  # due on the timer, no new traffic needed
+    assert set(updates) == {"dst_bytes+duration", "dst_bytes+src_bytes"}
+    odd = updates["dst_bytes+src_bytes"]
+    assert odd["count"] == 4 and odd["summary"] and odd["score"] == 9.0 and odd["ts"] == 109.0
+    assert odd["incident"]["first"] == 103.0
+    assert odd["incident"]["samples"] == [{"uid": "C3"}, {"uid": "C5"}, {"uid": "C7"}, {"uid": "C9"}]
+    assert sum(u["count"] for u in updates.values()) == 7 and rl.suppressed == 0
+    # the incident keeps growing: the next update counts only the new records; a new window, a new budget
+    more = rl.admit(alert(11, "src_bytes"), now=2.5) + rl.flush(now=2.5)
+    assert [m["count"] for m in more] == [1] and more[0]["incident"]["window"] == 0.0
+    assert [a["id"] for a in rl.admit(alert(12, "src_bytes"), now=11.0)] == ["12"]
+    # its state survives a restart
+    rl.admit(alert(13, "src_bytes"), now=11.0), rl.admit(alert(14, "src_bytes"), now=11.0)
+    pending = rl.admit(alert(15, "src_bytes"), now=11.0)
+    restored = RateLimiter(burst=3, window=10.0)
+    restored.restore(rl.state())
+    assert pending == [] and restored.suppressed == 1 and restored.flush(now=12.5)[0]["count"] == 1
 
 
 def test_agent_scores_unset_values_at_the_models_mean_not_at_zero(tmp_path):

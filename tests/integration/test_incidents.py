@@ -1,0 +1,56 @@
+"""Past its alert budget a device groups flagged records into incidents: every flagged record is counted, the
+counts reach the coordinator within 2 seconds of scoring (on a timer, not with more traffic), and the API
+adds an incident's updates up."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+
+from api.routes.incidents import list_incidents
+from coordinator.db import Alert
+from edge_agent.sources import Batch
+from models.detector import PCADetector
+from tests.integration.conftest import wait_until
+from tests.integration.test_model_refusal import NAMES, publish_model
+
+
+def test_every_flagged_record_is_counted_in_an_incident_within_two_seconds(broker, coordinator, fleet):
+    rng = np.random.default_rng(0)
+    normal = np.abs(rng.normal(100, 10, (2000, 3)))
+    det = PCADetector(rank=1).fit(normal, NAMES)
+    attacks = np.abs(rng.normal(100, 10, (600, 3))) * np.array([1, 30, 0.01])  # breaks the correlation
+    flagged = int((det.score_samples(attacks) > det.threshold_).sum())
+    assert flagged > 500
+    go = threading.Event()
+
+    def source():
+        while not go.is_set():
+            yield None
+        uids = np.array([f"C{i}" for i in range(len(attacks))], dtype=object)
+        yield Batch(NAMES, attacks, text={"uid": uids})
+        while True:  # no more traffic: incident updates must leave on their own
+            yield None
+
+    agent = fleet.add("inc-1", None, NAMES, source=source(), alert_burst=5)
+    wait_until(lambda: "inc-1" in coordinator.online_devices(), what="agent online")
+    publish_model(broker.url, det, 1)
+    wait_until(lambda: agent.scorer.model_version == 1, what="model")
+    go.set()
+    wait_until(lambda: agent.counters["records"] == len(attacks), what="scored")
+    scored = time.monotonic()
+
+    def counted() -> int:
+        with coordinator.sessions() as s:
+            return sum(a.count for a in s.query(Alert).filter_by(device_id="inc-1"))
+
+    wait_until(lambda: counted() == flagged, 10, "every flagged record counted")
+    assert time.monotonic() - scored <= 2.0, time.monotonic() - scored
+    with coordinator.sessions() as s:
+        rows = s.query(Alert).filter_by(device_id="inc-1").all()
+        incidents = list_incidents(device="inc-", since=None, limit=100, db=s)
+    assert sum(1 for a in rows if a.incident is None) == 5  # the budget: individual alerts
+    assert sum(i.count for i in incidents) == flagged - 5
+    assert all(i.samples and i.samples[0]["uid"].startswith("C") for i in incidents)
