@@ -181,6 +181,7 @@ class Agent:
                 log.warning("agent=%s rejected model: %s", self.cfg.agent_id, e)
                 return
             self.store.save_bytes("model.bin", self.model_bytes)
+            self._score_waiting()  # what was read before this model: scored now, not with the next record
             log.info("agent=%s model job=%s version=%s loaded", self.cfg.agent_id, env.job, env.meta.get("version"))
         elif env.kind == "round":
             participant = self.participants.get(env.meta.get("type", "pca"))
@@ -303,10 +304,7 @@ class Agent:
         if self.model_status.get("status") != "scoring":  # the first batch this model scored here
             self.store.save_bytes("model-good.bin", self.model_bytes)
             self.report_model("scoring")
-        if self.waiting:
-            held, self.waiting = self.waiting, []
-            for b in held:
-                self._score(b)
+        self._score_waiting()
         # unset values (e.g. Zeek's "-") are taken at the global mean by the model's preprocessing
         self.counters["missing"] += int(np.isnan(X).sum())
         scores, alerts = self.scorer.score(X, batch)
@@ -316,6 +314,13 @@ class Agent:
             self._scores.writelines(f"{s:.9g},{lab:g}\n" for s, lab in zip(scores, labels))
             self._scores.flush()
         self.commit(alerts)
+
+    def _score_waiting(self) -> None:
+        if self.waiting and self.scorer.detector is not None:
+            held, self.waiting = self.waiting, []
+            self.counters["waiting"] = 0
+            for b in held:
+                self._score(b)
 
     def _wait(self, batch: Batch) -> None:
         """Hold records read before a model can score them (at most WAITING_LIMIT; beyond, the oldest are
