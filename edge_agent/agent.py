@@ -361,8 +361,12 @@ class Agent:
                     if summary:  # a closed window's summary leaves on time, not with the next flagged record
                         self.commit(summary)
                 if idle:
-                    if exhausted and self.cfg.exit_after_replay and len(self.outbox) == 0:
-                        break
+                    if exhausted and self.cfg.exit_after_replay:
+                        pending = self.scorer.limiter.flush(force=True)  # the last incident updates
+                        if pending:
+                            self.commit(pending)
+                        elif len(self.outbox) == 0:
+                            break
                     continue
                 b = self._next_batch()
                 if b is False:

@@ -24,6 +24,8 @@ def demo(args: argparse.Namespace) -> dict[str, Any]:
         from fedsentry.demo.recsys import demo_recsys
 
         return demo_recsys(args)
+    from sqlalchemy import func
+
     from coordinator.db import Alert, ModelVersion, unpack
     from fedsentry.runs.params import flag_params
     from fedsentry.runs.pca import algorithm_params, prepare
@@ -57,13 +59,15 @@ def demo(args: argparse.Namespace) -> dict[str, Any]:
         rounds = st.round_seconds()
         with st.coordinator.sessions() as s:
             alerts = s.query(Alert).filter_by(job_id=st.job_id).count()
+            counted = int(s.query(func.coalesce(func.sum(Alert.count), 0)).filter(Alert.job_id == st.job_id).scalar())
             mv = s.query(ModelVersion).filter_by(job_id=st.job_id).one()
             arrays, threshold = unpack(mv.arrays), mv.info["threshold"]
         scores = np.vstack([np.loadtxt(st.tmp / f"scores-{i}.csv", delimiter=",", ndmin=2)
                             for i in range(args.agents)])
         result = {
             "job": st.job_id, "dataset": data.name, "algorithm": args.algorithm, "agents": args.agents,
-            "rounds_completed": len(rounds), "alerts_stored": alerts, "records_scored": len(scores),
+            "rounds_completed": len(rounds), "alerts_stored": alerts, "flagged_records_counted": counted,
+            "records_flagged": int((scores[:, 0] > threshold).sum()), "records_scored": len(scores),
             "auc_roc": auc_roc(scores[:, 1], scores[:, 0]),
             **simulation_gap(args, data, split, parts, arrays),
             "threshold": threshold, "seconds_per_round": float(np.mean(rounds)) if rounds else None,
@@ -72,7 +76,8 @@ def demo(args: argparse.Namespace) -> dict[str, Any]:
             "work_folder": str(st.tmp) if st.keep_work else None,
             "dashboard": st.dashboard,
         }
-        print(f"fedsentry demo: {job_type}, {result['rounds_completed']} rounds, {alerts} alerts stored, AUC "
+        print(f"fedsentry demo: {job_type}, {result['rounds_completed']} rounds, {result['records_flagged']} records "
+              f"flagged, {counted} counted in {alerts} alerts and incident updates, AUC "
               f"{result['auc_roc']:.4f}; {result['gap']}", file=sys.stderr)
         if args.keep_serving:  # the replay agents have exited: the same devices again, online until Ctrl-C
             for i in range(args.agents):

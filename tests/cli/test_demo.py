@@ -25,6 +25,7 @@ def test_default_demo_is_the_mixture_and_matches_simulate(tmp_path):
     demo = run("demo", "--agents", "4", *settings, "--db", f"sqlite:///{tmp_path}/d.db", "--json", "-", cwd=tmp_path)
     sim = run("simulate", "pca", "--detector", "gmm", "--clients", "4", *settings, "--json", "-", cwd=tmp_path)
     assert demo["algorithm"] == "fedem" and demo["rounds_completed"] == 5 and demo["alerts_stored"] > 0
+    assert demo["flagged_records_counted"] == demo["records_flagged"]  # every flagged record, in incidents
     assert demo["records_scored"] == sim["n_test"]
     assert abs(demo["auc_roc"] - sim["auc_roc"]) < 1e-6 and demo["mixture_mean_difference"] < 1e-6
     assert abs(demo["threshold"] - sim["threshold"]) < 1e-6 * sim["threshold"]
