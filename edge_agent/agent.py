@@ -86,6 +86,9 @@ class Agent:
         if training is not None and self.buffer.seen == 0:
             for b in training:
                 self.buffer.add(b)
+            if self.buffer.seen == 0:
+                raise SchemaError("the training file holds no records (expected a CSV with numeric columns, or a "
+                                  "Zeek log with a #fields header or JSON lines)")
             self.buffer.save()
         # the job families this agent has data for, each with its participant (models.families)
         local: dict[str, tuple[Any, ...]] = {"pca": (self.buffer,), "gmm": (self.buffer,)}

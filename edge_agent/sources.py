@@ -124,7 +124,10 @@ def csv_source(path: str | os.PathLike, rate: float | None = None, batch: int = 
     """Replay a CSV's numeric columns at `rate` records per second (as fast as possible when None)."""
     with open(path, newline="") as f:
         reader = csv.reader(f)
-        header = [h.strip() for h in next(reader)]
+        first = next(reader, None)
+        if first is None:
+            return  # an empty file: no records
+        header = [h.strip() for h in first]
         keep = [j for j, h in enumerate(header) if h and h != label_column]
         lab = header.index(label_column) if label_column in header else None
         rows, labels, lines, t0, sent = [], [], [], time.monotonic(), 0

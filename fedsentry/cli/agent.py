@@ -78,7 +78,7 @@ def private_folder(path: str) -> None:
 
 def run_agent(args: argparse.Namespace) -> int:
     from edge_agent.agent import Agent, AgentConfig, training_source
-    from edge_agent.sources import ZeekFollower, csv_source, json_lines
+    from edge_agent.sources import SchemaError, ZeekFollower, csv_source, json_lines
     from edge_agent.store import AgentStore
     from wire.mqtt import parse_broker_url, redact_url
     from wire.protocol import check_id
@@ -122,7 +122,10 @@ def run_agent(args: argparse.Namespace) -> int:
         cols = (args.user_col, args.item_col, args.rating_col, args.rating_min, args.rating_max)
         ratings = (load_ratings_csv(args.ratings, *cols),
                    load_ratings_csv(args.test_ratings, *cols) if args.test_ratings else None)
-    agent = Agent(cfg, source, training_source(args.train), ratings)
+    try:
+        agent = Agent(cfg, source, training_source(args.train), ratings)
+    except SchemaError as e:
+        raise UsageError(f"--train {args.train}: {e}") from None
     signal.signal(signal.SIGTERM, lambda *a: agent.stop.set())
     logging.getLogger("fedsentry").info("agent=%s starting (broker %s, state %s)", args.id,
                                               redact_url(args.broker), state_dir)

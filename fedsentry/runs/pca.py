@@ -77,6 +77,9 @@ def mixture_simulation(args: argparse.Namespace, algorithm: str, data, split, pa
         raise UsageError(f"--algorithm {algorithm} is not a gmm algorithm (choose from {', '.join(MIXTURE)})")
     if args.trim:
         raise UsageError("--trim applies to the pca detector only")
+    if not 0.05 <= args.holdout <= 0.5:
+        raise UsageError(f"--holdout: must be in [0.05, 0.5] (the share of each device's records its threshold is "
+                         f"read from), got {args.holdout}")
     rounds, fraction = overrides.get("rounds", args.rounds), overrides.get("fraction", args.fraction)
     quantile = args.quantile or MixtureJobSpec.quantile
     cls = MIXTURE_FEDERATED.get(algorithm, FedEM)
@@ -90,6 +93,11 @@ def mixture_simulation(args: argparse.Namespace, algorithm: str, data, split, pa
     select = getattr(args, "select", False)
     if select and ("reg" in chosen or algorithm != "fedem"):
         raise UsageError("--select chooses the ridge of fedem itself: leave out --reg (and --algorithm centralized)")
+    try:  # a parameter the algorithm refuses is named by its flag
+        cls(len(data.feature_names), **chosen)
+    except ValueError as e:
+        name = next((k for k in chosen if str(e).startswith(k)), None)
+        raise UsageError(f"--{name.replace('_', '-')}: {e}" if name else str(e)) from None
     try:
         if select:
             result = select_mixture(parts, split.X_test, split.y_test, data.feature_names, params=chosen,

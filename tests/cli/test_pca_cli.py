@@ -128,3 +128,14 @@ def test_mixture_model_selection_without_labels(tmp_path):
     assert r["reg"] == best["reg"] and r["auc_roc"] == best["auc_roc"]
     bad = fedsentry("simulate", "pca", "--detector", "gmm", "--select", "--reg", "0.1", "--dataset", "synthetic")
     assert bad.returncode == 2 and "--select chooses the ridge" in bad.stderr
+
+
+@pytest.mark.parametrize(("flags", "message"), [
+    (["--hard-rounds", "-1"], "--hard-rounds: hard_rounds must be between 0 and 100000"),
+    (["--components", "2000"], "--components: components must be between 1 and 1024"),
+    (["--holdout", "0"], "--holdout: must be in [0.05, 0.5]"),
+])
+def test_bad_mixture_settings_name_their_flag(flags, message):
+    out = fedsentry("simulate", "pca", "--detector", "gmm", "--dataset", "synthetic", "--clients", "5", "--rounds", "2",
+                    *flags)
+    assert out.returncode == 2 and message in out.stderr

@@ -313,3 +313,14 @@ def test_rotation_loses_nothing_even_within_one_poll_or_across_a_restart(tmp_pat
     # truncated in place (copytruncate): read again from the start
     log.write_text(ZEEK_HEADER + zeek_line(999))
     assert list(f.poll().text["uid"]) == ["C999"]
+
+
+def test_a_training_file_without_records_is_refused_by_the_agent(tmp_path, capsys):
+    from fedsentry.cli import main
+
+    for name, text in (("empty.csv", ""), ("text.csv", "a,b\nx,y\n")):
+        f = tmp_path / name
+        f.write_text(text)
+        assert main(["agent", "--id", "t1", "--broker", "mqtt://127.0.0.1:1", "--train", str(f),
+                     "--state-dir", str(tmp_path / f"state-{name}")]) == 2
+        assert "the training file holds no records" in capsys.readouterr().err
