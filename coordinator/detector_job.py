@@ -67,8 +67,13 @@ class DetectorJob(JobRunner):
         raise NotImplementedError
 
     def round_metrics(self, before: dict[str, np.ndarray]) -> dict[str, Any]:
-        """What a closed training round reports, given the broadcast before it."""
-        return {}
+        """What a closed training round reports, given the broadcast before it (the algorithm's refusal counters
+        as they moved in this round, and whatever the family adds)."""
+        return {f"{name}_uploads": int(float(self.server.get(key, 0)) - self._counters_before.get(key, 0.0))
+                for key, name in self.counters.items()}
+
+    #: server counters of uploads the algorithm refused or shrank -> the round metric's name (without _uploads)
+    counters: ClassVar[dict[str, str]] = {"rejected": "implausible", "shrunk": "shrunk"}
 
     def histogram_count(self, sender: str) -> float:
         """How many records a device's threshold histogram must hold."""
@@ -194,6 +199,7 @@ class DetectorJob(JobRunner):
                                                                                      * (1 - 1e-9)))}
 
     def close_train(self, answered: list[str]) -> dict[str, Any]:
+        self._counters_before = {k: float(self.server.get(k, 0)) for k in self.counters}
         alg = self.algorithm()
         ids, weights = self.weights(answered)
         uploads = {k: np.stack([self.pending[a].arrays[k] for a in answered]) for k in

@@ -57,14 +57,9 @@ class MixtureJob(DetectorJob):
         alg = self.algorithm()
         return {"R": (alg.components,), "S1": (alg.components, alg.n_features), "S2": (alg.components, alg.packed)}
 
-    def close_train(self, answered: list[str]) -> dict[str, Any]:
-        self._rejected_before = float(self.server.get("rejected", 0))
-        return super().close_train(answered)
-
     def round_metrics(self, before: dict[str, np.ndarray]) -> dict[str, Any]:
         weights = self.broadcast["pi"]
-        return {"implausible_uploads": int(float(self.server.get("rejected", 0)) - self._rejected_before),
-                "stage": ["seeding", "em", "k-means"][int(self.broadcast["stage"])],
+        return {**super().round_metrics(before), "stage": ["seeding", "em", "k-means"][int(self.broadcast["stage"])],
                 "components_used": int(np.count_nonzero(weights > 1e-4)),
                 "mean_shift": float(np.abs(self.broadcast["means"] - before["means"]).max())}
 

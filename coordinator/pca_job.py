@@ -57,13 +57,7 @@ class PCAJob(DetectorJob):
         # how far the consensus moved: a convergence signal that needs nobody's data
         alg = self.algorithm()
         return {"subspace_change": subspace_distance(alg.consensus(self.broadcast), alg.consensus(before)),
-                "implausible_uploads": int(float(self.server.get("rejected", 0)) - self._rejected_before),
-                "shrunk_uploads": int(float(self.server.get("shrunk", 0)) - self._shrunk_before)}
-
-    def close_train(self, answered: list[str]) -> dict[str, Any]:
-        self._rejected_before = float(self.server.get("rejected", 0))
-        self._shrunk_before = float(self.server.get("shrunk", 0))
-        return super().close_train(answered)
+                **super().round_metrics(before)}
 
     def detector(self, pre: Preprocessor, threshold: float) -> PCADetector:
         Z = self.algorithm().consensus(self.broadcast)

@@ -4,7 +4,7 @@ its new records; an incident here adds them up."""
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from fastapi import APIRouter, Depends, Query
@@ -41,7 +41,7 @@ def list_incidents(device: str | None = Query(None, pattern=ID_PATTERN, descript
         g = grouped.get(k)
         if g is None:
             g = grouped[k] = {"device_id": a.device_id, "key": inc["key"], "features": inc["key"].split("+"),
-                              "window": datetime.utcfromtimestamp(float(inc["window"])), "count": 0, "updates": 0,
+                              "window": _utc(float(inc["window"])), "count": 0, "updates": 0,
                               "first": float(inc["first"]), "last": float(inc["last"]), "max_score": a.score,
                               "job_id": a.job_id, "samples": [], "acknowledged": True}
         g["count"] += int(a.count)
@@ -52,5 +52,10 @@ def list_incidents(device: str | None = Query(None, pattern=ID_PATTERN, descript
         g["acknowledged"] = g["acknowledged"] and bool(a.acknowledged)
     out = sorted(grouped.values(), key=lambda g: g["last"], reverse=True)[:limit]
     for g in out:
-        g["first"], g["last"] = datetime.utcfromtimestamp(g["first"]), datetime.utcfromtimestamp(g["last"])
+        g["first"], g["last"] = _utc(g["first"]), _utc(g["last"])
     return [IncidentOut(**g) for g in out]
+
+
+def _utc(ts: float) -> datetime:
+    """A Unix time as the naive UTC datetime the database and the other routes use."""
+    return datetime.fromtimestamp(ts, timezone.utc).replace(tzinfo=None)

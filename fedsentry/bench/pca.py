@@ -23,13 +23,14 @@ import numpy as np
 from fedsentry.data import datasets
 from models.detector import PCADetector
 from models.metrics import detection_report
+from models.mixture.spec import MixtureJobSpec
 from models.partition import partition
 from models.preprocessing import signed_log1p
 from models.simulator import federated_threshold, prepare_clients
 
 log = logging.getLogger("fedsentry.bench")
 
-_GMM_QUANTILE = 0.985
+_GMM_QUANTILE = MixtureJobSpec.quantile
 
 #: (label, algorithm, overrides of the command's settings, extra algorithm parameters)
 VARIANTS: list[tuple[str, str, dict[str, Any], dict[str, Any]]] = [

@@ -42,7 +42,7 @@ import zlib
 import numpy as np
 
 from models.federated import FederatedAlgorithm, State, client_rows
-from models.mixture.gmm import Mixture, e_step, hard_stats, kmeans, m_step
+from models.mixture.gmm import Mixture, e_step, hard_stats, kmeans, m_step, nearest
 
 #: what one upload may weigh (issue 11: at most 256 KiB per device and round)
 UPLOAD_BUDGET = 256 * 1024
@@ -128,8 +128,7 @@ class FedEM(FederatedAlgorithm):
                 ll = 0.0
             elif int(broadcast["stage"]) == 2:  # a k-means round: every record to its nearest mean
                 assert m is not None
-                D = (X**2).sum(axis=1)[:, None] - 2 * X @ m.means.T + (m.means**2).sum(axis=1)[None, :]
-                R, S1, S2 = hard_stats(X, D.argmin(axis=1), self.components)
+                R, S1, S2 = hard_stats(X, nearest(X, m.means), self.components)
                 ll = 0.0
             else:
                 assert m is not None
