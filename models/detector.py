@@ -29,7 +29,22 @@ MODEL_VERSION = 1
 _CHUNK = 8192
 
 
-class PCADetector:
+class ThresholdedDetector:
+    """What every detector derives from its score and its threshold (PyOD's conventions)."""
+
+    threshold_: float
+
+    def score_samples(self, X: np.ndarray) -> np.ndarray | float:
+        raise NotImplementedError
+
+    def decision_function(self, X: np.ndarray) -> np.ndarray | float:
+        return self.score_samples(X) - self.threshold_
+
+    def predict(self, X: np.ndarray) -> np.ndarray:
+        return np.asarray(self.decision_function(X) > 0).astype(int)
+
+
+class PCADetector(ThresholdedDetector):
     def __init__(self, rank: int = 3, quantile: float = 0.99, log_transform: bool = True, n_explain: int = 3):
         self.rank = rank
         self.quantile = quantile
@@ -98,12 +113,6 @@ class PCADetector:
             s -= np.einsum("ij,ij->i", P, P)
             np.maximum(s, 0.0, out=s)
         return out
-
-    def decision_function(self, X: np.ndarray) -> np.ndarray | float:
-        return self.score_samples(X) - self.threshold_
-
-    def predict(self, X: np.ndarray) -> np.ndarray:
-        return np.asarray(self.decision_function(X) > 0).astype(int)
 
     def explain(self, X: np.ndarray, top: int | None = None) -> list[list[dict[str, Any]]]:
         """Per record, the features with the largest share of the squared residual (``expected``: the

@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from models.detector import ThresholdedDetector
 from models.mixture.gmm import LogDensity, Mixture, e_step, hard_stats, kmeans, logsumexp_rows, m_step, nearest
 from models.preprocessing import Moments, Preprocessor, global_standardisation, signed_log1p
 from models.threshold import federated_quantile
@@ -27,7 +28,7 @@ MODEL_VERSION = 1
 _CHUNK = 1024
 
 
-class MixtureDetector:
+class MixtureDetector(ThresholdedDetector):
     def __init__(self, components: int = 32, reg: float = 1e-3, quantile: float = 0.99, log_transform: bool = True,
                  n_explain: int = 3, max_iter: int = 100, seed: int = 0):
         self.components, self.reg, self.quantile = components, reg, quantile
@@ -82,12 +83,6 @@ class MixtureDetector:
                 - self.floor_
         np.maximum(out, 0.0, out=out)
         return out
-
-    def decision_function(self, X: np.ndarray) -> np.ndarray | float:
-        return self.score_samples(X) - self.threshold_
-
-    def predict(self, X: np.ndarray) -> np.ndarray:
-        return np.asarray(self.decision_function(X) > 0).astype(int)
 
     def explain(self, X: np.ndarray, top: int | None = None) -> list[list[dict[str, Any]]]:
         """Per record, the features that carry most of its distance under its most responsible component,
