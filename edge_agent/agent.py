@@ -311,12 +311,12 @@ class Agent:
         # unset values (e.g. Zeek's "-") are taken at the global mean by the model's preprocessing
         self.counters["missing"] += int(np.isnan(X).sum())
         scores, alerts = self.scorer.score(X, batch)
-        self.counters["records"] += len(X)
         if self._scores:
             labels = batch.labels if batch.labels is not None else np.full(len(scores), np.nan)
             self._scores.writelines(f"{s:.9g},{lab:g}\n" for s, lab in zip(scores, labels))
             self._scores.flush()
         self.commit(alerts)
+        self.counters["records"] += len(X)  # counted once its alerts are committed
 
     def _score_waiting(self) -> None:
         if self.waiting and self.scorer.detector is not None:

@@ -63,8 +63,8 @@ def test_agents_on_zeek_logs_train_from_their_own_traffic_and_name_the_flows_the
     # every record read is scored once: the 1,500 read before the model existed were held, then scored
     wait_until(lambda: all(a.counters["records"] == 1500 + 700 for a in agents), 30, "every record scored")
     with coordinator.sessions() as s:
-        sent = sum(a.counters["alerts"] for a in agents)
-        wait_until(lambda: s.query(Alert).filter_by(job_id="zk").count() == sent, 20, "every alert stored")
+        wait_until(lambda: s.query(Alert).filter_by(job_id="zk").count() == sum(a.counters["alerts"] for a in agents),
+                   20, "every alert stored")
         alerts = s.query(Alert).filter_by(job_id="zk").all()
     assert all(a.flow and a.flow["uid"].startswith("C") and a.flow["id.resp_p"] == "53" for a in alerts)
     scan = [a for a in alerts if int(a.flow["uid"].split("x")[1]) >= 20_000]
