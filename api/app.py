@@ -12,7 +12,7 @@ from fastapi.staticfiles import StaticFiles
 
 from api.jsonsafe import SafeJSONResponse
 from api.middleware import AuthFirst, BodyLimit, SecurityHeaders
-from api.routes import anomalies, dashboard, devices, docs, health, incidents, jobs, models
+from api.routes import anomalies, charts, dashboard, devices, docs, health, incidents, jobs, models
 from api.settings import Settings
 
 
@@ -48,7 +48,7 @@ def create_app(settings: Settings | None = None, sessions=None) -> FastAPI:
     app.add_middleware(AuthFirst)
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
     app.add_middleware(SecurityHeaders, https=settings.cookie_secure)
-    for r in (jobs, anomalies, incidents, devices, models, health, dashboard, docs):
+    for r in (jobs, anomalies, incidents, devices, models, health, dashboard, charts, docs):
         app.include_router(r.router)
     app.mount("/static", StaticFiles(directory=str(Path(__file__).parent / "static")), name="static")
     try:

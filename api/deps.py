@@ -27,6 +27,12 @@ def get_db(request: Request) -> Iterator[Session]:
 class Caller:
     key_id: str
     role: str
+    name: str | None = None
+
+    @property
+    def who(self) -> str:
+        """How acknowledgements name the caller: the key's name, else its id."""
+        return self.name or self.key_id
 
 
 def _origin(url: str) -> tuple[str, str, int] | None:
@@ -75,7 +81,7 @@ def authenticate(request: Request, db: Session) -> Caller:
     else:
         raise HTTPException(401, "missing API key: send 'Authorization: Bearer <API key>' or sign in at /login",
                             headers={"WWW-Authenticate": "Bearer"})
-    return Caller(row.id, row.role)
+    return Caller(row.id, row.role, row.name)
 
 
 def caller(request: Request) -> Caller:

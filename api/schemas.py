@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 from pydantic_core import PydanticCustomError
 
-from api.validation import ItemId, Name, Scalar
+from api.validation import ALERT_ID_PATTERN, ItemId, Name, Note, Scalar
 from models.families import job_spec
 from models.jobspec import JobSpec
 from models.params import SettingError
@@ -131,26 +131,74 @@ class AnomalyOut(BaseModel):
     count: int
     acknowledged: bool
     acknowledged_at: datetime | None
+    acknowledged_by: str | None = Field(None, description="the name (else the id) of the API key that acknowledged")
+    ack_note: str | None = Field(None, description="the note given with the acknowledgement")
     explanation: list[dict[str, Any]]
     flow: dict[str, Any] | None = Field(None, description="the record's connection: Zeek's uid, ts, id.orig_h, "
                                         "id.orig_p, id.resp_h, id.resp_p, proto, service; a CSV's line number (row)")
     incident: dict[str, Any] | None = Field(None, description="an incident update: key (the explaining features), "
                                             "window, first, last, samples; `count` is its new flagged records")
+    incident_id: str | None = Field(None, description="the incident the update belongs to (/api/v1/incidents/{id})")
 
 
 class IncidentOut(BaseModel):
+    id: str = Field(description="the incident's id: its updates are /api/v1/anomalies?incident={id}")
     device_id: str
     job_id: str
     key: str = Field(description="the features that explain the incident's records, joined by +")
     features: list[str]
-    window: datetime = Field(description="start of the device's rate-limit window the incident belongs to")
+    window: datetime | None = Field(description="start of the device's rate-limit window the incident belongs to")
     count: int = Field(description="flagged records in the incident")
     updates: int = Field(description="incident updates the device sent (one a second while it grows)")
-    first: datetime
-    last: datetime
-    max_score: float
+    first: datetime = Field(description="the first flagged record seen")
+    last: datetime = Field(description="the last flagged record seen")
+    last_update: datetime = Field(description="time of the newest update")
+    max_score: float | None
     samples: list[dict[str, Any]] = Field(description="example flows (uid, addresses, ports, ...)")
-    acknowledged: bool
+    acknowledged: bool = Field(description="every update acknowledged (a later update opens the incident again)")
+    acknowledged_at: datetime | None = None
+    acknowledged_by: str | None = None
+    ack_note: str | None = None
+
+
+class AckBody(BaseModel):
+    """An acknowledgement: the note says why (false positive, ticket number, ...)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    note: Note | None = None
+
+
+class BulkIds(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    ids: list[Annotated[str, StringConstraints(pattern=ALERT_ID_PATTERN)]] = Field(
+        ..., min_length=1, max_length=1000, description="the alerts' ids")
+
+
+class BulkAck(BulkIds):
+    note: Note | None = None
+
+
+class AckResult(BaseModel):
+    changed: int = Field(description="alerts whose acknowledgement changed (the others were so already or unknown)")
+
+
+class CountPoint(BaseModel):
+    start: datetime
+    records: int
+
+
+class CountsOut(BaseModel):
+    since: datetime
+    until: datetime
+    alerts: int = Field(description="stored alerts (individual alerts and incident updates)")
+    records: int = Field(description="flagged records they stand for (an incident update counts all of its own)")
+    unacknowledged_records: int
+    incidents: int
+    devices: int
+    bucket_seconds: int
+    series: list[CountPoint] = Field(description="flagged records per time bucket, oldest first")
 
 
 class DeviceOut(BaseModel):

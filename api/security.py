@@ -24,13 +24,19 @@ def _hash(secret: str) -> str:
     return hashlib.sha256(secret.encode()).hexdigest()
 
 
-def create_key(session, role: str) -> str:
-    """A new key `fsk_<id>_<secret>`; only its hash is stored, so it is shown once."""
+NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9 _.@+-]{0,63}")
+
+
+def create_key(session, role: str, name: str | None = None) -> str:
+    """A new key `fsk_<id>_<secret>`; only its hash is stored, so it is shown once. `name` says who holds it
+    (acknowledgements record it)."""
     if role not in ROLES:
         raise ValueError(f"role must be one of {', '.join(ROLES)}")
+    if name is not None and not NAME_RE.fullmatch(name):
+        raise ValueError("name must be 1-64 letters, digits, spaces or _.@+- (starting with a letter or digit)")
     key_id = secrets.token_hex(6)
     secret = secrets.token_urlsafe(32)
-    session.add(ApiKey(id=key_id, hash=_hash(secret), role=role))
+    session.add(ApiKey(id=key_id, hash=_hash(secret), role=role, name=name))
     return f"{PREFIX}_{key_id}_{secret}"
 
 

@@ -62,7 +62,14 @@ def _item_id(v: Any) -> Any:
     raise PydanticCustomError("item_id", "must be an integer or text")
 
 
+def _note(v: str) -> str:
+    if any((c < " " and c not in "\n\t") or c == "\x7f" for c in v):
+        raise PydanticCustomError("text", "must be printable text (line breaks allowed, no other control characters)")
+    return v
+
+
 Name = Annotated[str, StringConstraints(min_length=1, max_length=200), AfterValidator(_text)]
+Note = Annotated[str, StringConstraints(max_length=500), AfterValidator(_note)]
 Scalar = Annotated[Any, AfterValidator(_scalar), WithJsonSchema(
     {"anyOf": [{"type": "number"}, {"type": "boolean"}, {"type": "string", "maxLength": 200}, {"type": "null"}]})]
 ItemId = Annotated[Any, AfterValidator(_item_id), WithJsonSchema(

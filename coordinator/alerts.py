@@ -6,6 +6,7 @@ on SQLite and PostgreSQL alike."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import re
@@ -67,7 +68,17 @@ def alert_row(agent: str, job: str, version: int, m: Any, received: datetime) ->
     problem = flow_problem(row["flow"]) or incident_problem(row["incident"])
     if problem:
         raise ProtocolError("alert", problem)
+    row["incident_id"] = incident_id(agent, row["incident"])
     return row
+
+
+def incident_id(device: str, incident: Any) -> str | None:
+    """The id of the incident an update belongs to: the device, the features that explain it and its
+    rate-limit window, hashed (20 hex digits). None for an alert that is not an incident update."""
+    if not isinstance(incident, dict) or incident_problem(incident):
+        return None
+    text = json.dumps([device, incident["key"], float(incident["window"])])
+    return hashlib.sha256(text.encode()).hexdigest()[:20]
 
 
 def incident_problem(incident: Any) -> str | None:
@@ -110,27 +121,32 @@ def _insert(session: Session):
 
 
 COLUMNS = ("id", "device_id", "job_id", "model_version", "ts", "received", "score", "threshold", "count",
-           "explanation", "flow", "incident", "acknowledged")
+           "explanation", "flow", "incident", "incident_id", "acknowledged")
 
 
 def store_alerts(session: Session, rows: Sequence[dict[str, Any]]) -> Counter[str]:
-    """Insert the alerts that are not stored yet; return how many were new per device."""
+    """Insert the alerts that are not stored yet; return how many were new per device. Each device's
+    `alerts` counter grows by the flagged records they hold (an incident update counts all of its own)."""
     insert = _insert(session)
     fresh: Counter[str] = Counter()
     if not rows:
         return fresh
     if session.get_bind().dialect.name == "postgresql":
-        fresh.update(_copy_postgresql(session, rows))
+        new = _copy_postgresql(session, rows)
     else:  # one cached statement, executed as multi-row VALUES batches ("insertmanyvalues")
-        stmt = insert(Alert).on_conflict_do_nothing(index_elements=["id"]).returning(Alert.device_id)
-        fresh.update(session.scalars(stmt, list(rows)))
+        stmt = insert(Alert).on_conflict_do_nothing(index_elements=["id"]).returning(Alert.device_id, Alert.count)
+        new = [(d, n) for d, n in session.execute(stmt, list(rows))]
+    records: Counter[str] = Counter()
+    for device, n in new:
+        fresh[device] += 1
+        records[device] += n
     if fresh:  # one upsert per device, as one cached statement
         now = utcnow()
         stmt = insert(Device)
         stmt = stmt.on_conflict_do_update(index_elements=["id"], set_={
             "alerts": Device.alerts + stmt.excluded.alerts, "last_seen": stmt.excluded.last_seen})
         session.execute(stmt, [{"id": d, "online": True, "alerts": n, "rounds": 0, "first_seen": now,
-                                "last_seen": now} for d, n in fresh.items()])
+                                "last_seen": now} for d, n in records.items()])
     return fresh
 
 
@@ -145,10 +161,11 @@ def _copy_line(r: dict[str, Any]) -> str:
         repr(r["threshold"]), str(r["count"]), json.dumps(r["explanation"]).translate(_COPY_ESCAPES),
         "\\N" if r["flow"] is None else json.dumps(r["flow"]).translate(_COPY_ESCAPES),
         "\\N" if r["incident"] is None else json.dumps(r["incident"]).translate(_COPY_ESCAPES),
+        "\\N" if r.get("incident_id") is None else r["incident_id"],
         "t" if r["acknowledged"] else "f")) + "\n"
 
 
-def _copy_postgresql(session: Session, rows: Sequence[dict[str, Any]]) -> list[str]:
+def _copy_postgresql(session: Session, rows: Sequence[dict[str, Any]]) -> list[tuple[str, int]]:
     """COPY the batch into a temporary table, then move the new ones over: an order of magnitude faster
     than parameterised INSERTs, and a redelivered alert id is still skipped by the primary key."""
     raw = session.connection().connection.driver_connection
@@ -160,5 +177,5 @@ def _copy_postgresql(session: Session, rows: Sequence[dict[str, Any]]) -> list[s
         with cur.copy(f"COPY incoming_alerts ({cols}) FROM STDIN") as copy:
             copy.write("".join(_copy_line(r) for r in rows))
         cur.execute(f"INSERT INTO alerts ({cols}) SELECT {cols} FROM incoming_alerts "
-                    "ON CONFLICT (id) DO NOTHING RETURNING device_id")
-        return [d for (d,) in cur.fetchall()]
+                    "ON CONFLICT (id) DO NOTHING RETURNING device_id, count")
+        return [(d, n) for d, n in cur.fetchall()]

@@ -161,7 +161,12 @@ class Alert(Base):
     incident: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
     acknowledged: Mapped[bool] = mapped_column(Boolean, default=False)
     acknowledged_at: Mapped[datetime | None] = mapped_column(DateTime, nullable=True)
+    acknowledged_by: Mapped[str | None] = mapped_column(String(64), nullable=True)  # the API key's name or id
+    ack_note: Mapped[str | None] = mapped_column(String(500), nullable=True)
+    # the incident an incident update belongs to (coordinator.alerts.incident_id), so that the database groups them
+    incident_id: Mapped[str | None] = mapped_column(String(24), nullable=True)
     __table_args__ = (Index("ix_alerts_device_ts", "device_id", "ts"), Index("ix_alerts_ts", "ts"),
+                      Index("ix_alerts_incident", "incident_id", "ts"),
                       Index("ix_alerts_job_ts", "job_id", "ts"), Index("ix_alerts_received", "received"))
 
 
@@ -211,6 +216,7 @@ class ApiKey(Base):
     id: Mapped[str] = mapped_column(String(32), primary_key=True)
     hash: Mapped[str] = mapped_column(String(128))
     role: Mapped[str] = mapped_column(String(16))
+    name: Mapped[str | None] = mapped_column(String(64), nullable=True)  # who holds it: recorded on acknowledgements
     created: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
     revoked: Mapped[bool] = mapped_column(Boolean, default=False)
 

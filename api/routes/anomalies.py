@@ -1,12 +1,12 @@
-"""Anomalies (the alerts agents raised): filtered listing, one with its explanation, acknowledgement,
-and a live stream (server-sent events)."""
+"""Anomalies (the alerts agents raised): filtered listing, counts of flagged records over time, one with its
+explanation, acknowledgement (one or many, with who and a note; undone the same way), and a live stream
+(server-sent events)."""
 
 from __future__ import annotations
 
 import asyncio
 import math
 import re
-from datetime import datetime
 from typing import Any
 
 from fastapi import APIRouter, Depends, HTTPException, Path, Query, Request
@@ -14,13 +14,15 @@ from fastapi.responses import StreamingResponse
 from sqlalchemy import select, tuple_
 from sqlalchemy.orm import Session
 
-from api.deps import admin, authenticate, caller, get_db
+from api.deps import Caller, admin, authenticate, caller, get_db
+from api.filters import alert_filter
 from api.jsonsafe import dumps, finite
 from api.pagination import CURSOR, decode_cursor, encode_cursor
-from api.schemas import ID_PATTERN, AnomalyOut, Page
-from api.validation import ALERT_ID_PATTERN, utc_naive
+from api.schemas import ID_PATTERN, AckBody, AckResult, AnomalyOut, BulkAck, BulkIds, CountsOut, Page
+from api.validation import ALERT_ID_PATTERN
 from coordinator.alerts import flow_problem, incident_problem
 from coordinator.db import Alert, utcnow
+from coordinator.triage import AlertFilter, acknowledge, flagged_counts, unacknowledge
 
 router = APIRouter(prefix="/api/v1/anomalies", tags=["anomalies"])
 ALERT_ID = Path(..., pattern=ALERT_ID_PATTERN)
@@ -37,7 +39,9 @@ def anomaly_out(a: Alert) -> AnomalyOut:
     explanation = [finite(e) for e in a.explanation if isinstance(e, dict)] if isinstance(a.explanation, list) else []
     return AnomalyOut(id=a.id, device_id=a.device_id, job_id=a.job_id, model_version=a.model_version, ts=a.ts,
                       received=a.received, score=_number(a.score), threshold=_number(a.threshold), count=a.count,
-                      acknowledged=bool(a.acknowledged), acknowledged_at=a.acknowledged_at, explanation=explanation,
+                      acknowledged=bool(a.acknowledged), acknowledged_at=a.acknowledged_at,
+                      acknowledged_by=a.acknowledged_by, ack_note=a.ack_note, explanation=explanation,
+                      incident_id=a.incident_id,
                       flow=a.flow if isinstance(a.flow, dict) and flow_problem(a.flow) is None else None,
                       incident=a.incident if isinstance(a.incident, dict) and not incident_problem(a.incident)
                       else None)
@@ -57,35 +61,12 @@ def still_allowed(request: Request, db: Session) -> bool:
         return False
 
 
-def _filtered(q, device, job, since, until, min_score, acknowledged):
-    if device:
-        q = q.where(Alert.device_id == device)
-    if job:
-        q = q.where(Alert.job_id == job)
-    if since:
-        q = q.where(Alert.ts >= since)
-    if until:
-        q = q.where(Alert.ts < until)
-    if min_score is not None:
-        q = q.where(Alert.score >= min_score)
-    if acknowledged is not None:
-        q = q.where(Alert.acknowledged.is_(acknowledged))
-    return q
-
-
 @router.get("", response_model=Page, dependencies=[Depends(caller)])
-def list_anomalies(
-    device: str | None = Query(None, pattern=ID_PATTERN), job: str | None = Query(None, pattern=ID_PATTERN),
-    since: datetime | None = None, until: datetime | None = None,
-    min_score: float | None = Query(None, ge=0, le=1e300), acknowledged: bool | None = None,
-    limit: int = Query(50, ge=1, le=500), cursor: str | None = CURSOR, db: Session = Depends(get_db),
-) -> Page:
-    """Newest first. Pass `next_cursor` back as `cursor` for the next page. Times without a UTC offset
-    are UTC."""
-    since, until = utc_naive(since, "query.since"), utc_naive(until, "query.until")
-    if since and until and since >= until:
-        raise HTTPException(400, [{"field": "query.since", "problem": "since must be before until"}])
-    q = _filtered(select(Alert), device, job, since, until, min_score, acknowledged)
+def list_anomalies(f: AlertFilter = Depends(alert_filter), limit: int = Query(50, ge=1, le=500),
+                   cursor: str | None = CURSOR, db: Session = Depends(get_db)) -> Page:
+    """Newest first, filtered by the database over every stored anomaly. Pass `next_cursor` back as `cursor`
+    for the next page. Times without a UTC offset are UTC."""
+    q = f.apply(select(Alert))
     if cursor:
         ts, alert_id = decode_cursor(cursor, ("ts", "id"))
         q = q.where(tuple_(Alert.ts, Alert.id) < tuple_(ts, alert_id))
@@ -94,9 +75,19 @@ def list_anomalies(
     return Page(items=[anomaly_out(a) for a in rows[:limit]], next_cursor=nxt)
 
 
+@router.get("/counts", response_model=CountsOut, dependencies=[Depends(caller)])
+def counts(f: AlertFilter = Depends(alert_filter), buckets: int = Query(48, ge=1, le=500),
+           db: Session = Depends(get_db)) -> CountsOut:
+    """Flagged records (not rows: an incident update stands for all of its records), alerts, incidents and
+    devices matching the filter, and flagged records over time in `buckets` spans of [since, until)
+    (default: the last 24 hours)."""
+    return CountsOut(**flagged_counts(db, f, buckets))
+
+
 @router.get("/stream", dependencies=[Depends(caller)], response_class=StreamingResponse,
             responses={200: {"content": {"text/event-stream": {}}, "description": "one `anomaly` event per alert"}})
 async def stream(request: Request, device: str | None = Query(None, pattern=ID_PATTERN),
+                 device_prefix: str | None = Query(None, pattern=ID_PATTERN),
                  min_score: float | None = Query(None, ge=0, le=1e300)) -> StreamingResponse:
     """Server-sent events: every anomaly stored from now on, as JSON, as it arrives. The stream ends when
     its caller's session ends or key is revoked (checked every few seconds)."""
@@ -115,7 +106,7 @@ async def stream(request: Request, device: str | None = Query(None, pattern=ID_P
                 polls += 1
                 if polls % 10 == 0 and not still_allowed(request, s):
                     return
-                q = _filtered(select(Alert), device, None, None, None, min_score, None)
+                q = AlertFilter(device=device, device_prefix=device_prefix, min_score=min_score).apply(select(Alert))
                 rows = list(s.scalars(q.where(Alert.received >= last).order_by(Alert.received).limit(200)))
             for a in rows:
                 if a.id in seen:
@@ -134,19 +125,49 @@ async def stream(request: Request, device: str | None = Query(None, pattern=ID_P
 
 @router.get("/{alert_id}", response_model=AnomalyOut, dependencies=[Depends(caller)])
 def get_anomaly(alert_id: str = ALERT_ID, db: Session = Depends(get_db)) -> AnomalyOut:
-    a = db.get(Alert, alert_id)
-    if a is None:
-        raise HTTPException(404, f"no anomaly {alert_id!r}")
+    return anomaly_out(_get(db, alert_id))
+
+
+@router.post("/ack", response_model=AckResult)
+def acknowledge_many(body: BulkAck, who: Caller = Depends(admin), db: Session = Depends(get_db)) -> AckResult:
+    """Acknowledge several anomalies at once (admin), recording who and the note."""
+    changed = acknowledge(db, who.who, body.note, ids=body.ids)
+    db.commit()
+    return AckResult(changed=changed)
+
+
+@router.post("/unack", response_model=AckResult, dependencies=[Depends(admin)])
+def unacknowledge_many(body: BulkIds, db: Session = Depends(get_db)) -> AckResult:
+    """Take several acknowledgements back (admin)."""
+    changed = unacknowledge(db, ids=body.ids)
+    db.commit()
+    return AckResult(changed=changed)
+
+
+@router.post("/{alert_id}/ack", response_model=AnomalyOut)
+def acknowledge_one(body: AckBody | None = None, alert_id: str = ALERT_ID, who: Caller = Depends(admin),
+                    db: Session = Depends(get_db)) -> AnomalyOut:
+    """Acknowledge (admin), with an optional note; the acknowledgement records the key's name (or id). An
+    anomaly acknowledged already keeps its first acknowledgement."""
+    a = _get(db, alert_id)
+    acknowledge(db, who.who, body.note if body else None, ids=[a.id])
+    db.commit()
+    db.refresh(a)
     return anomaly_out(a)
 
 
-@router.post("/{alert_id}/ack", response_model=AnomalyOut, dependencies=[Depends(admin)])
-def acknowledge(alert_id: str = ALERT_ID, db: Session = Depends(get_db)) -> AnomalyOut:
+@router.post("/{alert_id}/unack", response_model=AnomalyOut, dependencies=[Depends(admin)])
+def unacknowledge_one(alert_id: str = ALERT_ID, db: Session = Depends(get_db)) -> AnomalyOut:
+    """Take an acknowledgement back (admin): the anomaly is open again."""
+    a = _get(db, alert_id)
+    unacknowledge(db, ids=[a.id])
+    db.commit()
+    db.refresh(a)
+    return anomaly_out(a)
+
+
+def _get(db: Session, alert_id: str) -> Alert:
     a = db.get(Alert, alert_id)
     if a is None:
         raise HTTPException(404, f"no anomaly {alert_id!r}")
-    if not a.acknowledged:
-        a.acknowledged, a.acknowledged_at = True, utcnow()
-        db.commit()
-    return anomaly_out(a)
-
+    return a

@@ -1,27 +1,20 @@
-"""The dashboard: sign in once with a key, then a session cookie (ended on the server by signing out);
-pages, static files and SVG charts."""
+"""The dashboard: sign in once with a key, then a session cookie (ended on the server by signing out), and
+its page (its charts are api/routes/charts.py)."""
 
 from __future__ import annotations
 
 from pathlib import Path as _Path
 
-from fastapi import APIRouter, Depends, Form, HTTPException, Path, Request
+from fastapi import APIRouter, Depends, Form, HTTPException, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.templating import Jinja2Templates
-from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from api.charts import bar_chart, line_chart
-from api.deps import COOKIE, caller, get_db, same_origin
-from api.schemas import ID_PATTERN
+from api.deps import COOKIE, get_db, same_origin
 from api.security import end_session, read_session, start_session, verify_key
-from coordinator.db import Alert, Job, Round
 
 router = APIRouter(include_in_schema=False)
 templates = Jinja2Templates(directory=str(_Path(__file__).resolve().parent.parent / "templates"))
-# a chart opened on its own is an SVG document: its inline <style> may apply, nothing may run
-SVG_HEADERS = {"Cache-Control": "no-store",
-               "Content-Security-Policy": "default-src 'none'; style-src 'unsafe-inline'; frame-ancestors 'none'"}
 
 
 def _cross_site(request: Request) -> None:
@@ -69,28 +62,4 @@ def dashboard(request: Request, db: Session = Depends(get_db)) -> Response:
     row = read_session(db, value) if value else None
     if row is None:
         return RedirectResponse("/login", status_code=303)
-    return templates.TemplateResponse(request, "dashboard.html", {"role": row.role})
-
-
-def _change(metrics: object) -> float | None:
-    v = metrics.get("subspace_change") if isinstance(metrics, dict) else None
-    return float(v) if isinstance(v, int | float) and not isinstance(v, bool) else None
-
-
-@router.get("/charts/jobs/{job_id}/convergence.svg", dependencies=[Depends(caller)])
-def convergence_chart(job_id: str = Path(..., pattern=ID_PATTERN), db: Session = Depends(get_db)) -> Response:
-    if db.get(Job, job_id) is None:
-        raise HTTPException(404, f"no job {job_id!r}")
-    rows = db.execute(select(Round.round, Round.metrics).where(Round.job_id == job_id, Round.phase == "train")
-                      .order_by(Round.round)).all()
-    svg = line_chart(f"Convergence of {job_id}", [r for r, _ in rows],
-                     [_change(m) for _, m in rows], "subspace distance between consecutive Z")
-    return Response(svg, media_type="image/svg+xml", headers=SVG_HEADERS)
-
-
-@router.get("/charts/alerts-per-device.svg", dependencies=[Depends(caller)])
-def alerts_chart(db: Session = Depends(get_db)) -> Response:
-    rows = db.execute(select(Alert.device_id, func.count()).group_by(Alert.device_id)
-                      .order_by(Alert.device_id).limit(60)).all()
-    svg = bar_chart("Anomalies per device", [d for d, _ in rows], [n for _, n in rows])
-    return Response(svg, media_type="image/svg+xml", headers=SVG_HEADERS)
+    return templates.TemplateResponse(request, "dashboard.html", {"role": row.role, "who": row.name or row.id})

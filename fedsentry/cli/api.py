@@ -28,6 +28,7 @@ def register(groups: dict[str, Any], verbs: Any) -> None:
     c = k.add_parser("create", help="create a key; it is printed once, alone on the last line")
     c.add_argument("--role", choices=("admin", "viewer"), required=True,
                    help="admin: create jobs, promote models, acknowledge; viewer: read only")
+    c.add_argument("--name", help="who holds the key (e.g. alice@soc): recorded on what it acknowledges")
     c.add_argument("--db", help=DB_HELP)
     c.set_defaults(func=run_apikey)
     ls = k.add_parser("list", help="list keys (ids and roles, never the keys)")
@@ -47,12 +48,16 @@ def run_apikey(args: argparse.Namespace) -> int:
     migrate(engine)
     with session_factory(engine).begin() as s:
         if args.action == "create":
-            key = create_key(s, args.role)
+            try:
+                key = create_key(s, args.role, args.name)
+            except ValueError as e:
+                raise UsageError(f"--name: {e}") from None
             print(f"created a {args.role} key (shown once):", file=sys.stderr)
             print(key)
         elif args.action == "list":
             for k in list_keys(s):
-                print(f"{k.id}\t{k.role}\t{k.created:%Y-%m-%d %H:%M}\t{'revoked' if k.revoked else 'active'}")
+                print(f"{k.id}\t{k.role}\t{k.created:%Y-%m-%d %H:%M}\t{'revoked' if k.revoked else 'active'}"
+                      f"\t{k.name or ''}")
         else:
             row = s.get(ApiKey, args.id)
             if row is None:

@@ -9,8 +9,8 @@ import time
 
 import numpy as np
 
-from api.routes.incidents import list_incidents
 from coordinator.db import Alert
+from coordinator.triage import AlertFilter, incidents
 from edge_agent.sources import Batch
 from models.detector import PCADetector
 from tests.integration.conftest import wait_until
@@ -50,7 +50,7 @@ def test_every_flagged_record_is_counted_in_an_incident_within_two_seconds(broke
     assert time.monotonic() - scored <= 2.0, time.monotonic() - scored
     with coordinator.sessions() as s:
         rows = s.query(Alert).filter_by(device_id="inc-1").all()
-        incidents = list_incidents(device="inc-", since=None, limit=100, db=s)
+        grouped, _ = incidents(s, AlertFilter(device_prefix="inc-"), 100)
     assert sum(1 for a in rows if a.incident is None) == 5  # the budget: individual alerts
-    assert sum(i.count for i in incidents) == flagged - 5
-    assert all(i.samples and i.samples[0]["uid"].startswith("C") for i in incidents)
+    assert sum(i["count"] for i in grouped) == flagged - 5
+    assert all(i["samples"] and i["samples"][0]["uid"].startswith("C") for i in grouped)

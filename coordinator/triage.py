@@ -1,0 +1,186 @@
+"""What an analyst does with stored alerts: filter them, count the flagged records they hold, group incident
+updates into incidents, acknowledge (with who and why) and take an acknowledgement back.
+
+Everything is a query the database answers (filters, grouping, counts, time buckets), so it holds over all
+stored alerts, not a page of them, on SQLite and PostgreSQL alike. The API and the command line call these."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import BigInteger, Select, case, cast, distinct, func, select, tuple_, update
+from sqlalchemy.orm import Session
+
+from coordinator.alerts import incident_problem
+from coordinator.db import Alert, utcnow
+
+#: acknowledgements changed by one call at most (a bulk acknowledgement names its alerts)
+MAX_BULK = 1000
+#: example flows served per incident
+INCIDENT_SAMPLES = 10
+
+
+@dataclass(frozen=True)
+class AlertFilter:
+    """Which alerts: `device` one device, `device_prefix` every device whose id starts so; times are naive
+    UTC, `until` excluded."""
+
+    device: str | None = None
+    device_prefix: str | None = None
+    job: str | None = None
+    since: datetime | None = None
+    until: datetime | None = None
+    min_score: float | None = None
+    acknowledged: bool | None = None
+    incident: str | None = None
+
+    def apply(self, q: Select) -> Select:
+        if self.device:
+            q = q.where(Alert.device_id == self.device)
+        if self.device_prefix:
+            q = q.where(Alert.device_id.startswith(self.device_prefix, autoescape=True))
+        if self.job:
+            q = q.where(Alert.job_id == self.job)
+        if self.since:
+            q = q.where(Alert.ts >= self.since)
+        if self.until:
+            q = q.where(Alert.ts < self.until)
+        if self.min_score is not None:
+            q = q.where(Alert.score >= self.min_score)
+        if self.acknowledged is not None:
+            q = q.where(Alert.acknowledged.is_(self.acknowledged))
+        if self.incident:
+            q = q.where(Alert.incident_id == self.incident)
+        return q
+
+
+# -- acknowledgement ------------------------------------------------------------------------------------------
+def acknowledge(session: Session, by: str, note: str | None = None, ids: list[str] | None = None,
+                incident: str | None = None) -> int:
+    """Acknowledge the named alerts, or every update of an incident, recording who and why; alerts already
+    acknowledged keep their first acknowledgement. Returns how many changed."""
+    q = update(Alert).where(Alert.acknowledged.is_(False), _which(ids, incident))
+    return _changed(session.execute(q.values(acknowledged=True, acknowledged_at=utcnow(), acknowledged_by=by,
+                                             ack_note=note or None)))
+
+
+def unacknowledge(session: Session, ids: list[str] | None = None, incident: str | None = None) -> int:
+    """Take acknowledgements back (the alerts are open again). Returns how many changed."""
+    q = update(Alert).where(Alert.acknowledged.is_(True), _which(ids, incident))
+    return _changed(session.execute(q.values(acknowledged=False, acknowledged_at=None, acknowledged_by=None,
+                                             ack_note=None)))
+
+
+def _which(ids: list[str] | None, incident: str | None) -> Any:
+    if (ids is None) == (incident is None):
+        raise ValueError("name either alert ids or an incident")
+    if ids is not None and len(ids) > MAX_BULK:
+        raise ValueError(f"at most {MAX_BULK} alerts at once")
+    return Alert.id.in_(ids) if ids is not None else Alert.incident_id == incident
+
+
+def _changed(result: Any) -> int:
+    return int(result.rowcount or 0)
+
+
+# -- counts -----------------------------------------------------------------------------------------------------
+def _epoch(session: Session) -> Any:
+    """Alert.ts as whole Unix seconds, in the database's own dialect."""
+    if session.get_bind().dialect.name == "postgresql":
+        return cast(func.floor(func.extract("epoch", Alert.ts)), BigInteger)
+    return cast(func.strftime("%s", Alert.ts), BigInteger)
+
+
+def flagged_counts(session: Session, f: AlertFilter, buckets: int = 48) -> dict[str, Any]:
+    """Flagged records (an incident update counts all of its own), alerts, incidents, devices and the
+    unacknowledged records among them, and flagged records over time in `buckets` equal spans of
+    [since, until) (defaults: the 24 hours up to now)."""
+    until = f.until or utcnow()
+    since = f.since or until - timedelta(days=1)
+    window = replace(f, since=since, until=until)
+    open_records = func.sum(case((Alert.acknowledged.is_(False), Alert.count), else_=0))
+    totals = session.execute(window.apply(select(
+        func.count(), func.coalesce(func.sum(Alert.count), 0), func.coalesce(open_records, 0),
+        func.count(distinct(Alert.incident_id)), func.count(distinct(Alert.device_id))))).one()
+    span = max(1, math.ceil((until - since).total_seconds() / buckets))
+    start = math.floor(_unix(since))
+    slot = (_epoch(session) - start) // span
+    per = dict(session.execute(window.apply(select(slot, func.sum(Alert.count))).group_by(slot)).all())
+    n = math.ceil((_unix(until) - start) / span)
+    series = [{"start": _naive(start + i * span), "records": int(per.get(i, 0))} for i in range(n)]
+    return {"since": since, "until": until, "alerts": totals[0], "records": int(totals[1]),
+            "unacknowledged_records": int(totals[2]), "incidents": totals[3], "devices": totals[4],
+            "bucket_seconds": span, "series": series}
+
+
+def records_per_device(session: Session, f: AlertFilter, limit: int = 60) -> list[tuple[str, int]]:
+    """Flagged records per device, the devices with most first."""
+    total = func.sum(Alert.count)
+    q = f.apply(select(Alert.device_id, total).group_by(Alert.device_id))
+    return [(d, int(n)) for d, n in session.execute(q.order_by(total.desc(), Alert.device_id).limit(limit))]
+
+
+def _unix(t: datetime) -> float:
+    return (t - datetime(1970, 1, 1)).total_seconds()
+
+
+def _naive(seconds: float) -> datetime:
+    return datetime(1970, 1, 1) + timedelta(seconds=seconds)
+
+
+# -- incidents ----------------------------------------------------------------------------------------------------
+def incidents(session: Session, f: AlertFilter, limit: int, after: tuple[datetime, str] | None = None
+              ) -> tuple[list[dict[str, Any]], tuple[datetime, str] | None]:
+    """A page of incidents, the latest update first, and where the next page starts (None at the end).
+
+    An incident adds up its updates: `count` flagged records, `updates`, first and last record seen, the worst
+    score, example flows; it is acknowledged when every update is (an update arriving after an acknowledgement
+    opens it again)."""
+    last = func.max(Alert.ts)
+    all_acked = func.min(case((Alert.acknowledged.is_(True), 1), else_=0))
+    q = (replace(f, acknowledged=None).apply(
+        select(Alert.incident_id, Alert.device_id, func.max(Alert.job_id), func.sum(Alert.count), func.count(),
+               last, func.max(Alert.score), all_acked))
+         .where(Alert.incident_id.is_not(None)).group_by(Alert.incident_id, Alert.device_id))
+    if f.acknowledged is not None:
+        q = q.having(all_acked == (1 if f.acknowledged else 0))
+    if after is not None:
+        q = q.having(tuple_(last, Alert.incident_id) < tuple_(*after))
+    rows = session.execute(q.order_by(last.desc(), Alert.incident_id.desc()).limit(limit + 1)).all()
+    page = [{"id": r[0], "device_id": r[1], "job_id": r[2], "count": int(r[3]), "updates": r[4], "last_update": r[5],
+             "max_score": r[6], "acknowledged": bool(r[7])} for r in rows[:limit]]
+    _details(session, page)
+    nxt = (rows[limit - 1][5], rows[limit - 1][0]) if len(rows) > limit else None
+    return page, nxt
+
+
+def incident(session: Session, incident_id: str) -> dict[str, Any] | None:
+    page, _ = incidents(session, AlertFilter(incident=incident_id), 1)
+    return page[0] if page else None
+
+
+def _details(session: Session, page: list[dict[str, Any]]) -> None:
+    """Key, window, first and last record, examples and the latest acknowledgement, from the updates."""
+    by_id = {g["id"]: g for g in page}
+    for g in page:
+        g.update(key="", features=[], window=None, first=None, last=None, samples=[], acknowledged_by=None,
+                 ack_note=None, acknowledged_at=None)
+    if not by_id:
+        return
+    q = (select(Alert.incident_id, Alert.incident, Alert.acknowledged_at, Alert.acknowledged_by, Alert.ack_note)
+         .where(Alert.incident_id.in_(list(by_id))).order_by(Alert.ts))
+    for iid, inc, at, by, note in session.execute(q):
+        g = by_id[iid]
+        if not isinstance(inc, dict) or incident_problem(inc):
+            continue
+        first, latest = _naive(float(inc["first"])), _naive(float(inc["last"]))
+        g.update(key=inc["key"], features=inc["key"].split("+"), window=_naive(float(inc["window"])),
+                 first=min(g["first"] or first, first), last=max(g["last"] or latest, latest))
+        g["samples"] = (g["samples"] + list(inc.get("samples") or []))[:INCIDENT_SAMPLES]
+        if at is not None and (g["acknowledged_at"] is None or at >= g["acknowledged_at"]):
+            g.update(acknowledged_at=at, acknowledged_by=by, ack_note=note)
+    for g in page:  # updates stored before incidents were checked: their update times stand in
+        g["first"], g["last"] = g["first"] or g["last_update"], g["last"] or g["last_update"]
