@@ -14,13 +14,16 @@ from typing import Any
 from sqlalchemy import BigInteger, Select, case, cast, distinct, func, select, tuple_, update
 from sqlalchemy.orm import Session
 
-from coordinator.alerts import incident_problem
+from coordinator.alerts import EARLIEST, incident_problem
 from coordinator.db import Alert, utcnow
 
 #: acknowledgements changed by one call at most (a bulk acknowledgement names its alerts)
 MAX_BULK = 1000
 #: example flows served per incident
 INCIDENT_SAMPLES = 10
+#: time buckets come in these lengths (seconds): the shortest at least as long as asked, so they start on the minute,
+#: the hour, the day
+SPANS = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200, 86400, 172800, 604800)
 
 
 @dataclass(frozen=True)
@@ -96,8 +99,9 @@ def _epoch(session: Session) -> Any:
 
 def flagged_counts(session: Session, f: AlertFilter, buckets: int = 48) -> dict[str, Any]:
     """Flagged records (an incident update counts all of its own), alerts, incidents, devices and the
-    unacknowledged records among them, and flagged records over time in `buckets` equal spans of
-    [since, until) (defaults: the 24 hours up to now)."""
+    unacknowledged records among them, and flagged records over time in about `buckets` buckets covering
+    [since, until) (defaults: the 24 hours up to now), each of a round length (SPANS) starting on a multiple of
+    it."""
     until = f.until or utcnow()
     since = f.since or until - timedelta(days=1)
     window = replace(f, since=since, until=until)
@@ -105,8 +109,9 @@ def flagged_counts(session: Session, f: AlertFilter, buckets: int = 48) -> dict[
     totals = session.execute(window.apply(select(
         func.count(), func.coalesce(func.sum(Alert.count), 0), func.coalesce(open_records, 0),
         func.count(distinct(Alert.incident_id)), func.count(distinct(Alert.device_id))))).one()
-    span = max(1, math.ceil((until - since).total_seconds() / buckets))
-    start = math.floor(_unix(since))
+    first = max(since, _naive(EARLIEST))  # no alert is older: the series need not reach back further
+    span = _span((until - first).total_seconds() / buckets)
+    start = math.floor(_unix(first) / span) * span
     slot = (_epoch(session) - start) // span
     per = dict(session.execute(window.apply(select(slot, func.sum(Alert.count))).group_by(slot)).all())
     n = math.ceil((_unix(until) - start) / span)
@@ -114,6 +119,10 @@ def flagged_counts(session: Session, f: AlertFilter, buckets: int = 48) -> dict[
     return {"since": since, "until": until, "alerts": totals[0], "records": int(totals[1]),
             "unacknowledged_records": int(totals[2]), "incidents": totals[3], "devices": totals[4],
             "bucket_seconds": span, "series": series}
+
+
+def _span(seconds: float) -> int:
+    return next((s for s in SPANS if s >= seconds), math.ceil(seconds / SPANS[-1]) * SPANS[-1])
 
 
 def records_per_device(session: Session, f: AlertFilter, limit: int = 60) -> list[tuple[str, int]]:

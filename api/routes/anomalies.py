@@ -79,8 +79,8 @@ def list_anomalies(f: AlertFilter = Depends(alert_filter), limit: int = Query(50
 def counts(f: AlertFilter = Depends(alert_filter), buckets: int = Query(48, ge=1, le=500),
            db: Session = Depends(get_db)) -> CountsOut:
     """Flagged records (not rows: an incident update stands for all of its records), alerts, incidents and
-    devices matching the filter, and flagged records over time in `buckets` spans of [since, until)
-    (default: the last 24 hours)."""
+    devices matching the filter, and flagged records over time in about `buckets` buckets of a round length
+    (a minute, 30 minutes, an hour, ...) covering [since, until) (default: the last 24 hours)."""
     return CountsOut(**flagged_counts(db, f, buckets))
 
 

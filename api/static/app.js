@@ -1,62 +1,172 @@
-// FedSentry dashboard: anomalies arrive over server-sent events; devices and jobs refresh every 5 s.
+// FedSentry dashboard. Filters, paging and counts are answered by the server over every stored alert; new
+// anomalies arrive over server-sent events; devices and jobs refresh every 5 s.
 "use strict";
 const $ = (s) => document.querySelector(s);
+const $$ = (s) => Array.from(document.querySelectorAll(s));
 const esc = (s) => String(s).replace(/[&<>"']/g, (c) => ({"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;"}[c]));
-const fmtTime = (t) => new Date(t + "Z").toLocaleString();
+const fmtTime = (t) => (t ? new Date(t + "Z").toLocaleString() : "–");
 // a stored score that is not a finite number is served as null
 const num = (x) => (typeof x === "number" ? x.toPrecision(4) : "–");
-const ROLE = document.body.dataset.role;
-let selectedJob = null;
+const ADMIN = document.body.dataset.role === "admin";
+const state = { incident: null, anomalyCursor: null, incidentCursor: null, job: null, since: null };
 
-function filters() {
-  return { device: $("#f-device").value.trim(), score: parseFloat($("#f-score").value), unack: $("#f-unack").checked };
+// ---- filters: one query for every view -------------------------------------------------------------------
+function filterParams() {
+  const p = new URLSearchParams();
+  const device = $("#f-device").value.trim();
+  if (device) p.set("device_prefix", device);
+  const score = parseFloat($("#f-score").value);
+  if (!isNaN(score)) p.set("min_score", String(score));
+  const period = $("#f-period").value;
+  const iso = (v) => (v ? new Date(v).toISOString() : "");
+  const since = period === "custom" ? iso($("#f-since").value) : new Date(Date.now() - 1000 * Number(period)).toISOString();
+  const until = period === "custom" ? iso($("#f-until").value) : "";
+  if (since) p.set("since", since);
+  if (until) p.set("until", until);
+  state.since = since ? new Date(since) : null;
+  state.until = until ? new Date(until) : null;
+  if ($("#f-unack").checked) p.set("acknowledged", "false");
+  return p;
 }
 
-function visible(a) {
-  const f = filters();
-  return (!f.device || a.device_id === f.device) && (isNaN(f.score) || (a.score !== null && a.score >= f.score)) && (!f.unack || !a.acknowledged);
-}
-
-function row(a, fresh) {
-  const tr = document.createElement("tr");
-  tr.id = "a-" + a.id;
-  tr.dataset.anomaly = JSON.stringify(a);
-  if (fresh) tr.className = "new";
-  if (a.acknowledged) tr.classList.add("ack");
-  // each feature's share of the anomaly, with the observed value against the value the model expected
-  const why = (a.explanation || []).map((e) => `${esc(e.feature)} ${(100 * e.share).toFixed(0)}%` +
-    ` (${num(e.value)} vs ${num(e.expected)})`).join(", ");
-  const f = a.flow || {};
-  const ends = f["id.orig_h"] ? `${f["id.orig_h"]}:${f["id.orig_p"] || ""} → ${f["id.resp_h"] || ""}:${f["id.resp_p"] || ""}` : "";
-  const flow = [f.uid, ends, [f.proto, f.service].filter(Boolean).join("/"), f.row ? `row ${f.row}` : ""]
-    .filter(Boolean).map(esc).join(" ");
-  const ack = a.acknowledged ? "acknowledged"
-    : (ROLE === "admin" ? `<button data-ack="${esc(a.id)}">acknowledge</button>` : "");
-  tr.innerHTML = `<td>${esc(fmtTime(a.ts))}</td><td>${esc(a.device_id)}</td><td>${num(a.score)}` +
-    `${a.count > 1 ? " ×" + a.count : ""}</td><td>${num(a.threshold)}</td>` +
-    `<td>${flow ? `<span class="flow">${flow}</span><br>` : ""}${why}</td><td>${ack}</td>`;
-  tr.hidden = !visible(a);
-  return tr;
+// whether a live anomaly belongs in the list as filtered
+function matches(a) {
+  const device = $("#f-device").value.trim();
+  const score = parseFloat($("#f-score").value);
+  const ts = new Date(a.ts + "Z");
+  return (!device || a.device_id.startsWith(device)) && (isNaN(score) || (a.score !== null && a.score >= score)) &&
+    (!$("#f-unack").checked || !a.acknowledged) && (!state.since || ts >= state.since) && !state.until &&
+    (!state.incident || a.incident_id === state.incident);
 }
 
 async function api(path, opts) {
   const r = await fetch(path, Object.assign({ credentials: "same-origin" }, opts || {}));
   if (r.status === 401) { location.href = "/login"; throw new Error("signed out"); }
-  if (!r.ok) throw new Error(`${path}: ${r.status}`);
+  if (!r.ok) {
+    let why = `${r.status}`;
+    try {
+      const d = (await r.json()).detail;
+      why = Array.isArray(d) ? d.map((e) => `${e.field}: ${e.problem}`).join("; ") : String(d);
+    } catch (e) { /* not JSON */ }
+    throw new Error(why);
+  }
   return r.json();
 }
 
-async function loadAnomalies() {
-  const page = await api("/api/v1/anomalies?limit=100");
+const post = (path, body) => api(path, { method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify(body || {}) });
+const note = () => { const n = $("#ack-note"); return n && n.value.trim() ? { note: n.value.trim() } : {}; };
+
+function showError(e) { $("#f-error").textContent = e ? String(e.message || e) : ""; }
+
+// ---- anomalies -----------------------------------------------------------------------------------------------
+function flowText(f) {
+  if (!f) return "";
+  const ends = f["id.orig_h"] ? `${f["id.orig_h"]}:${f["id.orig_p"] ?? ""} → ${f["id.resp_h"] ?? ""}:${f["id.resp_p"] ?? ""}` : "";
+  return [f.uid, ends, [f.proto, f.service].filter(Boolean).join("/"), f.row ? `row ${f.row}` : ""].filter(Boolean).join(" ");
+}
+
+function ackCell(x, kind) {
+  const id = esc(x.id);
+  const who = x.acknowledged ? `acknowledged by ${esc(x.acknowledged_by || "?")}` +
+    (x.ack_note ? `<br><span class="note">“${esc(x.ack_note)}”</span>` : "") : "open";
+  if (!ADMIN) return who;
+  const act = x.acknowledged ? `<button data-undo="${id}" data-kind="${kind}">undo</button>`
+    : `<button data-ack="${id}" data-kind="${kind}">acknowledge</button>`;
+  return `${who} ${act}`;
+}
+
+function anomalyRow(a, fresh) {
+  const tr = document.createElement("tr");
+  tr.id = "a-" + a.id;
+  if (fresh) tr.className = "new";
+  if (a.acknowledged) tr.classList.add("ack");
+  const why = (a.explanation || []).map((e) => `<li>${esc(e.feature)} ${(100 * e.share).toFixed(0)}%: ` +
+    `${num(e.value)} <span class="muted">vs ${num(e.expected)}</span></li>`).join("");
+  const inc = a.incident_id ? `<br><a href="#" class="tag" data-incident="${esc(a.incident_id)}">incident ×${a.count}</a>` : "";
+  const sel = ADMIN ? `<input type="checkbox" class="sel" data-id="${esc(a.id)}" aria-label="select">` : "";
+  tr.innerHTML = `<td data-label="">${sel}</td><td data-label="time">${esc(fmtTime(a.ts))}</td>` +
+    `<td data-label="device">${esc(a.device_id)}</td>` +
+    `<td data-label="score">${num(a.score)} <span class="muted">/ ${num(a.threshold)}</span>${inc}</td>` +
+    `<td data-label="connection" class="flow">${esc(flowText(a.flow)) || "–"}</td>` +
+    `<td data-label="why"><ul class="why">${why}</ul></td><td data-label="status">${ackCell(a, "anomaly")}</td>`;
+  return tr;
+}
+
+async function loadAnomalies(more) {
+  const p = filterParams();
+  p.set("limit", "50");
+  if (state.incident) { p.delete("acknowledged"); p.set("incident", state.incident); }
+  if (more && state.anomalyCursor) p.set("cursor", state.anomalyCursor);
+  const page = await api("/api/v1/anomalies?" + p);
   const body = $("#anomalies tbody");
-  body.innerHTML = "";
-  page.items.forEach((a) => body.appendChild(row(a, false)));
+  if (!more) body.innerHTML = "";
+  page.items.forEach((a) => body.appendChild(anomalyRow(a, false)));
+  state.anomalyCursor = page.next_cursor;
+  $("#anomalies-more").hidden = !page.next_cursor;
+  $("#anomalies-none").hidden = body.children.length > 0;
+  $("#a-scope").innerHTML = state.incident ? `updates of incident ${esc(state.incident)} · <a href="#" id="all-anomalies">show all</a>` : "";
+  selectionChanged();
 }
 
-function applyFilters() {
-  document.querySelectorAll("#anomalies tbody tr").forEach((tr) => { tr.hidden = !visible(JSON.parse(tr.dataset.anomaly)); });
+// ---- incidents ------------------------------------------------------------------------------------------------
+function incidentRow(i) {
+  const tr = document.createElement("tr");
+  tr.id = "i-" + i.id;
+  if (i.acknowledged) tr.className = "ack";
+  const samples = (i.samples || []).slice(0, 2).map((f) => `<li>${esc(flowText(f))}</li>`).join("");
+  tr.innerHTML = `<td data-label="last update">${esc(fmtTime(i.last_update))}</td><td data-label="device">${esc(i.device_id)}</td>` +
+    `<td data-label="features">${esc(i.features.join(", "))}</td>` +
+    `<td data-label="records"><b>${i.count.toLocaleString()}</b> <span class="muted">in ${i.updates} updates</span><br>` +
+    `<a href="#" data-incident="${esc(i.id)}">show updates</a></td>` +
+    `<td data-label="seen">${esc(fmtTime(i.first))} – ${esc(fmtTime(i.last))}</td><td data-label="max score">${num(i.max_score)}</td>` +
+    `<td data-label="examples"><ul class="why flow">${samples}</ul></td><td data-label="status">${ackCell(i, "incident")}</td>`;
+  return tr;
 }
 
+async function loadIncidents(more) {
+  const p = filterParams();
+  p.set("limit", "10");
+  if (more && state.incidentCursor) p.set("cursor", state.incidentCursor);
+  const page = await api("/api/v1/incidents?" + p);
+  const body = $("#incidents tbody");
+  if (!more) body.innerHTML = "";
+  page.items.forEach((i) => body.appendChild(incidentRow(i)));
+  state.incidentCursor = page.next_cursor;
+  $("#incidents-more").hidden = !page.next_cursor;
+  $("#incidents-none").hidden = body.children.length > 0;
+}
+
+// ---- totals and charts ---------------------------------------------------------------------------------------
+async function loadTotals() {
+  const p = filterParams();
+  const c = await api("/api/v1/anomalies/counts?" + p);
+  const n = (x) => x.toLocaleString();
+  $("#t-records").textContent = n(c.records);
+  $("#t-open").textContent = n(c.unacknowledged_records);
+  $("#t-incidents").textContent = n(c.incidents);
+  $("#t-alerts").textContent = n(c.alerts);
+  $("#t-devices").textContent = n(c.devices);
+  const t = Date.now();
+  $("#over-time").src = `/charts/alerts-over-time.svg?${p}&t=${t}`;
+  $("#per-device").src = `/charts/alerts-per-device.svg?${p}&t=${t}`;
+}
+
+async function refresh() {
+  showError(null);
+  try {
+    await Promise.all([loadTotals(), loadIncidents(false), loadAnomalies(false)]);
+  } catch (e) { showError(e); }
+}
+
+let pending = null;
+function refreshSoon(ms) { clearTimeout(pending); pending = setTimeout(refresh, ms); }
+let totalsPending = null;
+function totalsSoon() {
+  if (totalsPending) return;
+  totalsPending = setTimeout(() => { totalsPending = null; loadTotals().catch(showError); loadIncidents(false).catch(showError); }, 2000);
+}
+
+// ---- live ------------------------------------------------------------------------------------------------------
 function stream() {
   const es = new EventSource("/api/v1/anomalies/stream");
   es.onopen = () => { $("#live").textContent = "● live"; $("#live").classList.add("on"); };
@@ -64,47 +174,96 @@ function stream() {
   es.addEventListener("anomaly", (ev) => {
     const a = JSON.parse(ev.data);
     if (document.getElementById("a-" + a.id)) return;
-    $("#anomalies tbody").prepend(row(a, true));
-    $("#per-device").src = "/charts/alerts-per-device.svg?t=" + Date.now();
+    if (matches(a)) { $("#anomalies tbody").prepend(anomalyRow(a, true)); $("#anomalies-none").hidden = true; }
+    totalsSoon();
   });
 }
 
+// ---- devices and jobs ------------------------------------------------------------------------------------------
 // a device's model: the one it scores with, and the last it refused (hover for why)
 function modelCell(m) {
   if (!m) return "–";
   const now = m.status === "none" ? "no model" : `${esc(m.status)} ${esc(m.job)} v${m.version}`;
   const r = m.refused;
-  return now + (r ? `<br><span class="refused" title="${esc(r.reason || "")}">refused ${esc(r.job)} v${r.version}</span>` : "");
+  return now + (r ? `<br><span class="refused" title="${esc(r.reason || "")}">refused ${esc(r.job)} v${r.version}: ${esc(r.reason || "")}</span>` : "");
 }
 
 async function loadSide() {
   const devices = await api("/api/v1/devices?limit=200");
   $("#devices tbody").innerHTML = devices.items.map((d) =>
-    `<tr><td><span class="dot ${d.online ? "on" : ""}" title="${d.online ? "online" : "offline"}"></span></td>` +
-    `<td>${esc(d.id)}</td><td>${esc(fmtTime(d.last_seen))}</td><td>${d.rounds}</td><td>${d.alerts}</td>` +
-    `<td>${modelCell(d.model_status)}</td></tr>`).join("");
+    `<tr><td data-label=""><span class="dot ${d.online ? "on" : ""}" title="${d.online ? "online" : "offline"}"></span></td>` +
+    `<td data-label="device">${esc(d.id)}</td><td data-label="last seen">${esc(fmtTime(d.last_seen))}</td>` +
+    `<td data-label="rounds">${d.rounds}</td><td data-label="flagged">${d.alerts.toLocaleString()}</td>` +
+    `<td data-label="model">${modelCell(d.model_status)}</td></tr>`).join("");
   const jobs = await api("/api/v1/jobs?limit=20");
   $("#jobs tbody").innerHTML = jobs.items.map((j) =>
-    `<tr data-job="${esc(j.id)}"><td><a href="#" data-job="${esc(j.id)}">${esc(j.id)}</a></td><td>${esc(j.algorithm)}</td>` +
-    `<td>${esc(j.status)}</td><td>${j.current_round}</td></tr>`).join("");
-  if (!selectedJob && jobs.items.length) selectedJob = jobs.items[0].id;
-  if (selectedJob) $("#convergence").src = `/charts/jobs/${encodeURIComponent(selectedJob)}/convergence.svg?t=${Date.now()}`;
+    `<tr><td data-label="job"><a href="#" data-job="${esc(j.id)}">${esc(j.id)}</a></td><td data-label="type">${esc(j.type)}</td>` +
+    `<td data-label="algorithm">${esc(j.algorithm)}</td><td data-label="status">${esc(j.status)}</td>` +
+    `<td data-label="round">${j.current_round}</td></tr>`).join("");
+  if (!state.job && jobs.items.length) state.job = jobs.items[0].id;
+  if (state.job) {
+    $("#conv-job").textContent = state.job;
+    $("#conv-figure").hidden = false;
+    $("#convergence").src = `/charts/jobs/${encodeURIComponent(state.job)}/convergence.svg?t=${Date.now()}`;
+  }
 }
 
-document.addEventListener("click", async (ev) => {
-  const id = ev.target.dataset.ack;
-  if (id) {
-    const a = await api(`/api/v1/anomalies/${encodeURIComponent(id)}/ack`, { method: "POST" });
-    document.getElementById("a-" + a.id).replaceWith(row(a, false));
-  }
-  if (ev.target.dataset.job && ev.target.tagName === "A") {
-    ev.preventDefault();
-    selectedJob = ev.target.dataset.job;
-    loadSide();
-  }
-});
-["#f-device", "#f-score", "#f-unack"].forEach((s) => $(s).addEventListener("input", applyFilters));
+// ---- acknowledgements --------------------------------------------------------------------------------------
+function selected() { return $$("#anomalies input.sel:checked").map((c) => c.dataset.id); }
 
-loadAnomalies().then(stream);
-loadSide();
-setInterval(loadSide, 5000);
+function selectionChanged() {
+  if (!ADMIN) return;
+  const n = selected().length;
+  $("#ack-selected").disabled = $("#unack-selected").disabled = n === 0;
+  $("#ack-selected").textContent = n ? `acknowledge ${n} selected` : "acknowledge selected";
+  $("#unack-selected").textContent = n ? `undo ${n} selected` : "undo selected";
+}
+
+async function bulk(path, body) {
+  const r = await post(path, body);
+  $("#bulk-result").textContent = `${r.changed} changed`;
+  $("#select-all").checked = false;
+  await refresh();
+}
+
+async function onClick(ev) {
+  const t = ev.target;
+  const d = t.dataset;
+  if (d.ack || d.undo) {
+    const id = encodeURIComponent(d.ack || d.undo);
+    const base = d.kind === "incident" ? "/api/v1/incidents/" : "/api/v1/anomalies/";
+    const x = await post(`${base}${id}/${d.ack ? "ack" : "unack"}`, d.ack ? note() : {});
+    if (d.kind === "incident") { $("#i-" + CSS.escape(x.id)).replaceWith(incidentRow(x)); loadAnomalies(false).catch(showError); }
+    else $("#a-" + CSS.escape(x.id)).replaceWith(anomalyRow(x, false));
+    loadTotals().catch(showError);
+  } else if (d.incident) {
+    ev.preventDefault();
+    state.incident = d.incident;
+    await loadAnomalies(false);
+    $("#anomalies").scrollIntoView();
+  } else if (t.id === "all-anomalies") {
+    ev.preventDefault();
+    state.incident = null;
+    await loadAnomalies(false);
+  } else if (d.job && t.tagName === "A") {
+    ev.preventDefault();
+    state.job = d.job;
+    await loadSide();
+  } else if (t.id === "anomalies-more") await loadAnomalies(true);
+  else if (t.id === "incidents-more") await loadIncidents(true);
+  else if (t.id === "ack-selected") await bulk("/api/v1/anomalies/ack", Object.assign({ ids: selected() }, note()));
+  else if (t.id === "unack-selected") await bulk("/api/v1/anomalies/unack", { ids: selected() });
+}
+
+document.addEventListener("click", (ev) => { onClick(ev).catch(showError); });
+document.addEventListener("change", (ev) => {
+  if (ev.target.id === "select-all") $$("#anomalies input.sel").forEach((c) => { c.checked = ev.target.checked; });
+  if (ev.target.id === "f-period") $$(".custom").forEach((l) => { l.hidden = ev.target.value !== "custom"; });
+  if (ev.target.matches("#select-all, input.sel")) selectionChanged();
+});
+["#f-device", "#f-score", "#f-since", "#f-until"].forEach((s) => $(s).addEventListener("input", () => refreshSoon(300)));
+["#f-period", "#f-unack"].forEach((s) => $(s).addEventListener("change", () => refreshSoon(0)));
+
+refresh().then(stream);
+loadSide().catch(showError);
+setInterval(() => loadSide().catch(showError), 5000);

@@ -1,0 +1,53 @@
+"""Migrations on a database that holds data: 0007 gives the incident updates already stored their incident id,
+on SQLite and PostgreSQL, and can be taken back."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from alembic import command
+from alembic.config import Config
+from sqlalchemy import text
+
+from coordinator.alerts import incident_id
+from coordinator.db import make_engine
+
+INCIDENT = {"key": "dst_bytes+duration", "window": 1.7e9, "first": 1.7e9 + 1, "last": 1.7e9 + 9,
+            "samples": [{"uid": "C1"}]}
+
+
+def _to(engine, revision: str, down: bool = False) -> None:
+    cfg = Config()
+    cfg.set_main_option("script_location", str(Path(__file__).resolve().parents[2] / "coordinator" / "migrations"))
+    with engine.begin() as conn:
+        cfg.attributes["connection"] = conn
+        (command.downgrade if down else command.upgrade)(cfg, revision)
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def engine(request, tmp_path):
+    url = f"sqlite:///{tmp_path}/m.db" if request.param == "sqlite" else request.getfixturevalue("postgres_url")
+    e = make_engine(url)
+    yield e
+    e.dispose()
+
+
+def test_0007_fills_in_the_incident_of_stored_updates(engine):
+    _to(engine, "0006")
+    insert = text("INSERT INTO alerts (id, device_id, job_id, model_version, ts, received, score, threshold, count, "
+                  "explanation, incident, acknowledged) VALUES (:id, 'cam-1', 'j', 1, :ts, :ts, 9.0, 3.0, :n, '[]', "
+                  ":incident, false)")
+    with engine.begin() as c:
+        c.execute(insert, {"id": "upd", "ts": "2026-01-01 00:00:00", "n": 40, "incident": json.dumps(INCIDENT)})
+        c.execute(insert, {"id": "plain", "ts": "2026-01-01 00:00:01", "n": 1, "incident": "null"})
+        c.execute(insert, {"id": "none", "ts": "2026-01-01 00:00:02", "n": 1, "incident": None})
+    _to(engine, "head")
+    with engine.connect() as c:
+        got = dict(c.execute(text("SELECT id, incident_id FROM alerts")).all())
+    assert got == {"upd": incident_id("cam-1", INCIDENT), "plain": None, "none": None}
+    assert got["upd"] and len(got["upd"]) == 20
+    _to(engine, "0006", down=True)
+    with engine.connect() as c:
+        assert c.execute(text("SELECT count(*) FROM alerts")).scalar() == 3
