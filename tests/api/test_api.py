@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from coordinator.db import Job, Round
 from tests.api.conftest import bearer, populate
 
 ROUTES = [("GET", "/api/v1/jobs"), ("POST", "/api/v1/jobs"), ("GET", "/api/v1/jobs/job-1"),
@@ -167,6 +168,17 @@ def test_devices_models_promotion_and_metrics(app, client, keys):
     assert svg.headers["content-type"].startswith("image/svg+xml") and "<path" in svg.text
 
 
+def test_every_job_family_has_a_convergence_chart(app, client, keys):
+    """A finished recommendation job reports how much its item factors moved: drawn, not 'no rounds yet'."""
+    with app.state.sessions.begin() as s:
+        s.add(Job(id="rec-1", type="recsys", algorithm="fedmc-admm", params={}, status="finished", phase="finished"))
+        for r in range(1, 5):
+            s.add(Round(job_id="rec-1", round=r, phase="train", sampled=["a"], answered=["a"],
+                        metrics={"item_change": 0.5 ** r}, seconds=0.1))
+    svg = client.get("/charts/jobs/rec-1/convergence.svg", headers=bearer(keys["viewer"])).text
+    assert "<path" in svg and "item factors" in svg and "no rounds yet" not in svg
+
+
 def test_dashboard_session_cookie(app, client, keys):
     r = client.post("/login", data={"key": "fsk_wrong_key"}, follow_redirects=False)
     assert r.status_code == 401 and "unknown or revoked" in r.text
@@ -190,14 +202,17 @@ def test_apikey_cli_prints_the_key_alone_on_the_last_line(tmp_path):
     import sys
 
     db = f"sqlite:///{tmp_path}/k.db"
-    out = subprocess.run([sys.executable, "-m", "fedsentry.cli", "apikey", "create", "--role", "admin", "--db", db],
-                         capture_output=True, text=True, timeout=60)
+    out = subprocess.run([sys.executable, "-m", "fedsentry.cli", "apikey", "create", "--role", "admin", "--name",
+                          "alice@soc", "--db", db], capture_output=True, text=True, timeout=60)
     key = out.stdout.strip().splitlines()[-1]
     assert out.returncode == 0 and key.startswith("fsk_") and len(key) > 40
     listed = subprocess.run([sys.executable, "-m", "fedsentry.cli", "apikey", "list", "--db", db],
                             capture_output=True, text=True, timeout=60).stdout
     key_id = key.split("_")[1]
-    assert key_id in listed and key not in listed and "active" in listed
+    assert key_id in listed and key not in listed and "active" in listed and "alice@soc" in listed
+    bad = subprocess.run([sys.executable, "-m", "fedsentry.cli", "apikey", "create", "--role", "admin", "--name",
+                          "<script>", "--db", db], capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and "--name" in bad.stderr and "fsk_" not in bad.stdout
     subprocess.run([sys.executable, "-m", "fedsentry.cli", "apikey", "revoke", key_id, "--db", db], check=True,
                    capture_output=True, timeout=60)
     assert "revoked" in subprocess.run([sys.executable, "-m", "fedsentry.cli", "apikey", "list", "--db", db],

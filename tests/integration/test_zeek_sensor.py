@@ -13,8 +13,12 @@ import time
 from pathlib import Path
 
 import numpy as np
+from fastapi.testclient import TestClient
 from sqlalchemy import func
 
+from api.app import create_app
+from api.security import create_key
+from api.settings import Settings
 from coordinator.db import Alert, Device
 from models.detector import PCADetector
 from models.encoding import ZEEK_CONN
@@ -58,6 +62,9 @@ def test_agents_on_a_zeek_sensor_train_detect_and_lose_nothing(broker, coordinat
             [sys.executable, "-m", "fedsentry.cli", "agent", "--broker", broker.url, "--id", f"zs-{d}", "--zeek",
              str(log), "--state-dir", str(tmp_path / f"state-{d}"), "--scores-out", str(outs[-1])],
             stdout=subprocess.DEVNULL, stderr=open(tmp_path / f"agent-{d}.log", "w")))  # noqa: SIM115
+    api = TestClient(create_app(Settings(cookie_secure=False), sessions=coordinator.sessions))
+    with coordinator.sessions.begin() as s:
+        key = {"Authorization": f"Bearer {create_key(s, 'viewer')}"}
     try:
         wait_until(lambda: len(coordinator.online_devices("gmm")) == N, 60, "agents online")
         time.sleep(2.0)  # they read their logs (into their training reservoirs) as they start
@@ -85,14 +92,18 @@ def test_agents_on_a_zeek_sensor_train_detect_and_lose_nothing(broker, coordinat
             thresholds = {a.device_id: a.threshold for a in s.query(Alert).filter(Alert.job_id == "zs")}
         flagged = {f"zs-{d}": sum(v > thresholds[f"zs-{d}"] for v in scored(o)) for d, o in enumerate(outs)}
 
-        def counted() -> dict[str, int]:
-            with coordinator.sessions() as s:
-                rows = s.query(Alert.device_id, func.sum(Alert.count)).filter(Alert.job_id == "zs") \
-                    .group_by(Alert.device_id).all()
-            return {d: int(n) for d, n in rows}
+        def counted() -> dict[str, int]:  # as the API serves them: flagged records per device
+            return {f"zs-{d}": api.get("/api/v1/anomalies/counts", params={"job": "zs", "device": f"zs-{d}",
+                                                                           "since": "2000-01-01T00:00:00Z"},
+                                       headers=key).json()["records"] for d in range(N)}
 
         wait_until(lambda: counted() == flagged, 10, "every flagged record counted")
         assert time.monotonic() - done <= 2.0
+        incidents = api.get("/api/v1/incidents", params={"job": "zs", "since": "2000-01-01T00:00:00Z", "limit": 500},
+                            headers=key).json()["items"]
+        with coordinator.sessions() as s:
+            in_updates = s.query(func.sum(Alert.count)).filter(Alert.job_id == "zs", Alert.incident_id.isnot(None))
+            assert sum(i["count"] for i in incidents) == in_updates.scalar() > 0
         assert [len(scored(o)) for o in outs] == [2200] * N  # nothing lost, nothing scored twice
         with coordinator.sessions() as s:
             alerts = s.query(Alert).filter(Alert.job_id == "zs").all()
