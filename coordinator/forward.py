@@ -37,7 +37,7 @@ BACKOFF = (1.0, 60.0)  # seconds before a retry: first, longest
 WINDOW = timedelta(minutes=10)  # how far behind its cursor a destination looks for late alerts
 TIMEOUT = 10.0  # seconds for a connection or a request
 #: alert columns left out: the analyst's later actions, not the detection
-PRIVATE_COLUMNS = ("acknowledged", "acknowledged_at")
+PRIVATE_COLUMNS = ("acknowledged", "acknowledged_at", "acknowledged_by", "ack_note")
 _HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
 
 
