@@ -6,6 +6,7 @@ stored alerts, not a page of them, on SQLite and PostgreSQL alike. The API and t
 
 from __future__ import annotations
 
+import logging
 import math
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
@@ -17,6 +18,7 @@ from sqlalchemy.orm import Session
 from coordinator.alerts import EARLIEST, incident_problem
 from coordinator.db import Alert, utcnow
 
+log = logging.getLogger("fedsentry.triage")
 #: acknowledgements changed by one call at most (a bulk acknowledgement names its alerts)
 MAX_BULK = 1000
 #: example flows served per incident
@@ -66,15 +68,20 @@ def acknowledge(session: Session, by: str, note: str | None = None, ids: list[st
     """Acknowledge the named alerts, or every update of an incident, recording who and why; alerts already
     acknowledged keep their first acknowledgement. Returns how many changed."""
     q = update(Alert).where(Alert.acknowledged.is_(False), _which(ids, incident))
-    return _changed(session.execute(q.values(acknowledged=True, acknowledged_at=utcnow(), acknowledged_by=by,
-                                             ack_note=note or None)))
+    n = _changed(session.execute(q.values(acknowledged=True, acknowledged_at=utcnow(), acknowledged_by=by,
+                                          ack_note=note or None)))
+    log.info("acknowledged by=%s alerts=%d incident=%s ids=%d note=%r", by, n, incident, len(ids or ()), note)
+    return n
 
 
-def unacknowledge(session: Session, ids: list[str] | None = None, incident: str | None = None) -> int:
-    """Take acknowledgements back (the alerts are open again). Returns how many changed."""
+def unacknowledge(session: Session, by: str, ids: list[str] | None = None, incident: str | None = None) -> int:
+    """Take acknowledgements back (the alerts are open again; the log keeps who did). Returns how many
+    changed."""
     q = update(Alert).where(Alert.acknowledged.is_(True), _which(ids, incident))
-    return _changed(session.execute(q.values(acknowledged=False, acknowledged_at=None, acknowledged_by=None,
-                                             ack_note=None)))
+    n = _changed(session.execute(q.values(acknowledged=False, acknowledged_at=None, acknowledged_by=None,
+                                          ack_note=None)))
+    log.info("unacknowledged by=%s alerts=%d incident=%s ids=%d", by, n, incident, len(ids or ()))
+    return n
 
 
 def _which(ids: list[str] | None, incident: str | None) -> Any:

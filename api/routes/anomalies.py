@@ -136,10 +136,10 @@ def acknowledge_many(body: BulkAck, who: Caller = Depends(admin), db: Session = 
     return AckResult(changed=changed)
 
 
-@router.post("/unack", response_model=AckResult, dependencies=[Depends(admin)])
-def unacknowledge_many(body: BulkIds, db: Session = Depends(get_db)) -> AckResult:
+@router.post("/unack", response_model=AckResult)
+def unacknowledge_many(body: BulkIds, who: Caller = Depends(admin), db: Session = Depends(get_db)) -> AckResult:
     """Take several acknowledgements back (admin)."""
-    changed = unacknowledge(db, ids=body.ids)
+    changed = unacknowledge(db, who.who, ids=body.ids)
     db.commit()
     return AckResult(changed=changed)
 
@@ -156,11 +156,12 @@ def acknowledge_one(body: AckBody | None = None, alert_id: str = ALERT_ID, who: 
     return anomaly_out(a)
 
 
-@router.post("/{alert_id}/unack", response_model=AnomalyOut, dependencies=[Depends(admin)])
-def unacknowledge_one(alert_id: str = ALERT_ID, db: Session = Depends(get_db)) -> AnomalyOut:
+@router.post("/{alert_id}/unack", response_model=AnomalyOut)
+def unacknowledge_one(alert_id: str = ALERT_ID, who: Caller = Depends(admin), db: Session = Depends(get_db)
+                      ) -> AnomalyOut:
     """Take an acknowledgement back (admin): the anomaly is open again."""
     a = _get(db, alert_id)
-    unacknowledge(db, ids=[a.id])
+    unacknowledge(db, who.who, ids=[a.id])
     db.commit()
     db.refresh(a)
     return anomaly_out(a)

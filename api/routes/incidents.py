@@ -46,11 +46,12 @@ def acknowledge(body: AckBody | None = None, incident_id: str = INCIDENT_ID, who
     return IncidentOut(**_get(db, incident_id))
 
 
-@router.post("/{incident_id}/unack", response_model=IncidentOut, dependencies=[Depends(admin)])
-def unacknowledge(incident_id: str = INCIDENT_ID, db: Session = Depends(get_db)) -> IncidentOut:
+@router.post("/{incident_id}/unack", response_model=IncidentOut)
+def unacknowledge(incident_id: str = INCIDENT_ID, who: Caller = Depends(admin), db: Session = Depends(get_db)
+                  ) -> IncidentOut:
     """Take the incident's acknowledgements back (admin)."""
     _get(db, incident_id)
-    triage.unacknowledge(db, incident=incident_id)
+    triage.unacknowledge(db, who.who, incident=incident_id)
     db.commit()
     return IncidentOut(**_get(db, incident_id))
 
