@@ -133,6 +133,10 @@ class EmbeddedBroker:
         log.info("embedded MQTT broker on %s", self.url)
         return self
 
+    def close(self) -> None:
+        """Stop for good (the same as `stop`, which removes its folder already)."""
+        self.stop()
+
     def stop(self) -> None:
         if self._broker is not None:
             asyncio.run_coroutine_threadsafe(self._broker.shutdown(), self._loop).result(timeout=30)
@@ -224,3 +228,8 @@ class Mosquitto:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+
+    def close(self) -> None:
+        """Stop for good: the persistence folder goes too (`stop` keeps it for a restart)."""
+        self.stop()
+        shutil.rmtree(self.dir, ignore_errors=True)

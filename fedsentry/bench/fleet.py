@@ -119,7 +119,7 @@ def fleet_rounds(args: argparse.Namespace) -> dict[str, Any]:
         if coord is not None:
             coord.close()
         if broker:
-            broker.stop()
+            broker.close()
 
 
 PER_PROCESS = 100
@@ -274,7 +274,7 @@ def agent_memory(records: int = 200_000) -> dict[str, Any]:
         client.loop_stop()
     finally:
         coordinator.close()
-        broker.stop()
+        broker.close()
     return {"agent_peak_rss_mb": peak, "agent_records": records, "agent_seconds": seconds,
             "agent_records_per_second": records / seconds}
 

@@ -55,7 +55,7 @@ def test_demo_against_a_separately_started_mosquitto(tmp_path):
         demo = run("demo", "--agents", "3", *SETTINGS, "--broker", broker.url, "--db",
                    f"sqlite:///{tmp_path}/d.db", "--json", "-", cwd=tmp_path)
     finally:
-        broker.stop()
+        broker.close()
     assert demo["rounds_completed"] == 6 and demo["broker"] == broker.url
 
 

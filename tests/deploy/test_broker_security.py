@@ -71,7 +71,7 @@ def secure():
     secrets = {d: (devices / f"{d}.mqtt-password").read_text().strip() for d in ("dev-a", "dev-b", "dev-c")}
     yield {"broker": broker, "plain": plain, "tls": tls, "certs": certs, "passwd": passwd, "devices": devices,
            "secret": secrets}
-    broker.stop()
+    broker.close()
     shutil.rmtree(root, ignore_errors=True)
 
 
@@ -212,4 +212,4 @@ def test_the_private_test_mosquitto_has_the_same_packet_limit():
         assert gone.wait(30), "the private Mosquitto kept a client sending an oversized packet"
         c.loop_stop()
     finally:
-        broker.stop()
+        broker.close()

@@ -43,7 +43,7 @@ class OpenEmbeddedBroker(EmbeddedBroker):
 def broker():
     b = (Mosquitto() if HAVE_MOSQUITTO else OpenEmbeddedBroker()).start()
     yield b
-    b.stop()
+    b.close()
 
 
 @pytest.fixture(scope="session")

@@ -165,7 +165,7 @@ def test_coordinator_sigkilled_three_times_behind_a_small_broker_queue_with_a_30
         proc.terminate()
         proc.wait(timeout=20)
         fleet.close()
-        broker.stop()
+        broker.close()
     rows, distinct, counted = stored(engine, "cam-1")
     print(f"coordinator SIGKILLed 3 times, Mosquitto queue of 10 messages: {watcher.counters['alerts']} alerts raised, "
           f"{rows} stored ({distinct} distinct)")

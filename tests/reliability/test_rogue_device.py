@@ -108,7 +108,7 @@ def federation(request):
     yield coordinator, data, split
     fleet.close()
     coordinator.close()
-    broker.stop()
+    broker.close()
 
 
 def run_job(coordinator, job_id: str, data, deadline: float = 10) -> dict:
