@@ -65,7 +65,9 @@ def test_a_model_the_source_cannot_supply_is_refused_and_the_agent_keeps_scoring
         with coordinator.sessions() as s:
             return s.get(Device, "dev-r").model_status
 
-    wait_until(lambda: (status() or {}).get("refused", {}).get("version") == 2, what="refusal reported")
+    # three status messages in a row (refused; back on model 1, loaded; scoring with it): wait for the last
+    wait_until(lambda: (status() or {}).get("refused", {}).get("version") == 2 and status()["status"] == "scoring",
+               what="refusal reported, model 1 scoring")
     st = status()
     assert (st["job"], st["version"], st["status"]) == ("m", 1, "scoring")
     assert "lacks the model's features: zz" in st["refused"]["reason"]
