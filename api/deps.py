@@ -10,12 +10,18 @@ from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from fastapi import Depends, HTTPException, Request
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.orm import Session
 
 from api.security import read_session, verify_key
 
 COOKIE = "fedsentry_session"
 UNSAFE = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+# the bearer scheme, declared in the OpenAPI schema of every route that depends on `caller` (Swagger UI's
+# Authorize button); it checks nothing itself: `authenticate` does, with its own messages, cookies included
+BEARER = HTTPBearer(auto_error=False, scheme_name="APIKey",
+                    description="An API key (`fedsentry apikey create --role admin|viewer`), sent as "
+                                "`Authorization: Bearer <API key>`. Admin keys may change things; viewer keys read.")
 
 
 def get_db(request: Request) -> Iterator[Session]:
@@ -84,7 +90,9 @@ def authenticate(request: Request, db: Session) -> Caller:
     return Caller(row.id, row.role, row.name)
 
 
-def caller(request: Request) -> Caller:
+def caller(request: Request, _: HTTPAuthorizationCredentials | None = Depends(BEARER)) -> Caller:
+    """Who calls: settled by the `AuthFirst` middleware, or here (the bearer parameter only declares the
+    scheme in the OpenAPI schema)."""
     who = request.scope.get("state", {}).get("caller")
     if isinstance(who, Caller):
         return who
