@@ -41,7 +41,7 @@ class Caller:
         return self.name or self.key_id
 
 
-def _origin(url: str) -> tuple[str, str, int] | None:
+def origin_parts(url: str) -> tuple[str, str, int] | None:
     """(scheme, host, port) of an origin or URL; None when it is not an http(s) one."""
     try:
         u = urlsplit(url.strip())
@@ -53,14 +53,19 @@ def _origin(url: str) -> tuple[str, str, int] | None:
     return u.scheme, u.hostname.lower(), port or (443 if u.scheme == "https" else 80)
 
 
+def own_origin(request: Request) -> str:
+    """The dashboard's origin as browsers see it: the public_origin setting, else the request's own scheme (as
+    the server saw it) and Host header."""
+    return request.app.state.settings.public_origin or f"{request.url.scheme}://{request.headers.get('host', '')}"
+
+
 def same_origin(request: Request) -> bool:
     """Whether a browser request comes from the dashboard's own origin (Origin, else Referer, header)."""
     sent = request.headers.get("origin") or request.headers.get("referer")
     if not sent:
         return False
-    own = request.app.state.settings.public_origin or f"{request.url.scheme}://{request.headers.get('host', '')}"
-    theirs = _origin(sent)
-    return theirs is not None and theirs == _origin(own)
+    theirs = origin_parts(sent)
+    return theirs is not None and theirs == origin_parts(own_origin(request))
 
 
 def authenticate(request: Request, db: Session) -> Caller:
