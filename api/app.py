@@ -51,6 +51,7 @@ def create_app(settings: Settings | None = None, sessions=None) -> FastAPI:
     for r in (jobs, anomalies, incidents, devices, models, health, dashboard, charts, docs):
         app.include_router(r.router)
     app.mount("/static", StaticFiles(directory=str(Path(__file__).parent / "static")), name="static")
+    app.mount(docs.ASSETS, docs.assets(), name="docs-assets")
     try:
         from api.routes import recommendations
 

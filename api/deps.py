@@ -10,12 +10,18 @@ from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from fastapi import Depends, HTTPException, Request
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.orm import Session
 
 from api.security import read_session, verify_key
 
 COOKIE = "fedsentry_session"
 UNSAFE = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+# the bearer scheme, declared in the OpenAPI schema of every route that depends on `caller` (Swagger UI's
+# Authorize button); it checks nothing itself: `authenticate` does, with its own messages, cookies included
+BEARER = HTTPBearer(auto_error=False, scheme_name="APIKey",
+                    description="An API key (`fedsentry apikey create --role admin|viewer`), sent as "
+                                "`Authorization: Bearer <API key>`. Admin keys may change things; viewer keys read.")
 
 
 def get_db(request: Request) -> Iterator[Session]:
@@ -35,7 +41,7 @@ class Caller:
         return self.name or self.key_id
 
 
-def _origin(url: str) -> tuple[str, str, int] | None:
+def origin_parts(url: str) -> tuple[str, str, int] | None:
     """(scheme, host, port) of an origin or URL; None when it is not an http(s) one."""
     try:
         u = urlsplit(url.strip())
@@ -47,14 +53,19 @@ def _origin(url: str) -> tuple[str, str, int] | None:
     return u.scheme, u.hostname.lower(), port or (443 if u.scheme == "https" else 80)
 
 
+def own_origin(request: Request) -> str:
+    """The dashboard's origin as browsers see it: the public_origin setting, else the request's own scheme (as
+    the server saw it) and Host header."""
+    return request.app.state.settings.public_origin or f"{request.url.scheme}://{request.headers.get('host', '')}"
+
+
 def same_origin(request: Request) -> bool:
     """Whether a browser request comes from the dashboard's own origin (Origin, else Referer, header)."""
     sent = request.headers.get("origin") or request.headers.get("referer")
     if not sent:
         return False
-    own = request.app.state.settings.public_origin or f"{request.url.scheme}://{request.headers.get('host', '')}"
-    theirs = _origin(sent)
-    return theirs is not None and theirs == _origin(own)
+    theirs = origin_parts(sent)
+    return theirs is not None and theirs == origin_parts(own_origin(request))
 
 
 def authenticate(request: Request, db: Session) -> Caller:
@@ -84,7 +95,9 @@ def authenticate(request: Request, db: Session) -> Caller:
     return Caller(row.id, row.role, row.name)
 
 
-def caller(request: Request) -> Caller:
+def caller(request: Request, _: HTTPAuthorizationCredentials | None = Depends(BEARER)) -> Caller:
+    """Who calls: settled by the `AuthFirst` middleware, or here (the bearer parameter only declares the
+    scheme in the OpenAPI schema)."""
     who = request.scope.get("state", {}).get("caller")
     if isinstance(who, Caller):
         return who

@@ -21,11 +21,13 @@ DASHBOARD_CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-s
 HEADERS = {"Content-Security-Policy": DASHBOARD_CSP, "X-Content-Type-Options": "nosniff",
            "X-Frame-Options": "DENY", "Referrer-Policy": "same-origin"}
 PROTECTED = ("/api/", "/metrics", "/charts/")  # every route under these needs a key or a session
+STATIC = ("/static/", "/docs-assets/")  # files that may be cached (every other answer is no-store)
 
 
 class SecurityHeaders:
     """CSP, nosniff, no framing, same-origin referrers on every response (a route may set its own CSP);
-    no-store on everything but static files; Strict-Transport-Security when served over HTTPS."""
+    no-store on everything but static files (the dashboard's and the API docs'); Strict-Transport-Security
+    when served over HTTPS."""
 
     def __init__(self, app: ASGIApp, https: bool) -> None:
         self.app, self.https = app, https
@@ -33,7 +35,7 @@ class SecurityHeaders:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
-        static = scope["path"].startswith("/static/")
+        static = scope["path"].startswith(STATIC)
 
         async def send_with_headers(message: Message) -> None:
             if message["type"] == "http.response.start":

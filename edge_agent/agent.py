@@ -410,7 +410,7 @@ def training_source(path: str | None, label_column: str | None = None) -> Iterat
 
 
 def zeek_file(path: str) -> Iterator[Batch]:
-    """Every record of a Zeek log, read once."""
-    follower = ZeekFollower(path)
+    """Every record of a Zeek log, read once; ZeekLineError for a record with the wrong number of columns."""
+    follower = ZeekFollower(path, strict=True)
     while (batch := follower.poll()) is not None:
         yield batch

@@ -14,17 +14,20 @@ from __future__ import annotations
 
 import csv
 import json
+import logging
 import os
 import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 
 from models.encoding import FeatureEncoder, RecordSchema, local_counts
+
+log = logging.getLogger("fedsentry.agent")
 
 ZEEK_FIELDS = {
     "duration": "duration", "orig_bytes": "src_bytes", "resp_bytes": "dst_bytes", "missed_bytes": "missed_bytes",
@@ -67,6 +70,15 @@ class Batch:
 
 class SchemaError(ValueError):
     """Input that cannot supply the model's features."""
+
+
+class ZeekLineError(SchemaError):
+    """A Zeek TSV record whose number of columns is not that of its log's #fields line."""
+
+    def __init__(self, path: Path, line: int, found: int, expected: int):
+        super().__init__(f"{path}, line {line}: {found} columns where the #fields line names {expected}: a torn or "
+                         f"damaged record, or lines of another log; remove or repair that line")
+        self.path, self.line, self.found, self.expected = path, line, found, expected
 
 
 def take_rows(batch: Batch, rows: np.ndarray) -> Batch:
@@ -233,23 +245,29 @@ class ZeekFollower:
     (inode, offset, TSV header) is exposed as ``position`` so the agent can persist it and resume where it
     stopped. Rotation loses nothing: when the followed name holds a new file, the file being read (found by
     its inode among its neighbours, also after a restart) is read to its end first, then the new one from 0;
-    a file shorter than the position (truncated in place) is read again from 0."""
+    a file shorter than the position (truncated in place) is read again from 0.
 
-    def __init__(self, path: str | os.PathLike, position: dict | None = None):
-        self.path = Path(path)
+    A TSV record whose number of columns is not that of the #fields line raises ZeekLineError when `strict`
+    (a training file); a followed log skips it, counted in ``malformed``, with a warning (a sensor that crashed
+    mid-line and started again leaves a torn record; a partial last line is only read once it is complete)."""
+
+    def __init__(self, path: str | os.PathLike, position: dict | None = None, strict: bool = False):
+        self.path, self.strict, self.malformed = Path(path), strict, 0
         self.seek(position)
 
     def seek(self, position: dict | None) -> None:
         pos = position or {}
         self.inode, self.offset, self.fields = pos.get("inode"), int(pos.get("offset", 0)), pos.get("fields")
+        # lines read so far, for messages; counted from the file when a saved position lacks it
+        self.line: int | None = pos.get("line", 0 if self.offset == 0 else None)
         self.separator: str = pos.get("separator", "\t")
         self.unset: str = pos.get("unset", ZEEK_UNSET)
         self.empty: str = pos.get("empty", ZEEK_EMPTY)
 
     @property
     def position(self) -> dict:
-        return {"inode": self.inode, "offset": self.offset, "fields": self.fields, "separator": self.separator,
-                "unset": self.unset, "empty": self.empty}
+        return {"inode": self.inode, "offset": self.offset, "line": self.line, "fields": self.fields,
+                "separator": self.separator, "unset": self.unset, "empty": self.empty}
 
     def poll(self, max_records: int = 5000) -> Batch | None:
         """Records appended since the last call (None when there are none yet)."""
@@ -309,6 +327,8 @@ class ZeekFollower:
     def _read(self, path: Path, records: list, max_records: int) -> bool:
         """Complete lines of `path` from the position into records; True when it reached the file's end."""
         with open(path, "rb") as f:
+            if self.line is None:
+                self.line = _lines_before(f, self.offset)
             f.seek(self.offset)
             while len(records) < max_records:
                 line = f.readline()
@@ -317,33 +337,67 @@ class ZeekFollower:
                 if not line.endswith(b"\n"):
                     return True  # a partial line: Zeek is still writing it (or never will, if rotated)
                 self.offset += len(line)
-                rec = self._parse(line.decode("utf-8", "replace").rstrip("\n"))
+                self.line += 1
+                rec = self._parse(line.decode("utf-8", "replace").rstrip("\n"), path)
                 if rec is not None:
                     records.append(rec)
         return False
 
-    def _parse(self, line: str) -> tuple[dict[str, float], dict[str, str | None]] | None:
+    def _wrong_columns(self, path: Path, found: int, expected: int) -> None:
+        """Refuse the record (strict), or count and report it."""
+        error = ZeekLineError(path, self.line or 0, found, expected)
+        if self.strict:
+            raise error
+        self.malformed += 1
+        if self.malformed <= 10 or self.malformed % 1000 == 0:
+            log.warning("zeek record skipped (%d so far): %s", self.malformed, error)
+
+    def _parse(self, line: str, path: Path) -> tuple[dict[str, float], dict[str, str | None]] | None:
+        """A record of the log (None for a header, or a record skipped); headers update the TSV settings."""
         if not line:
             return None
         if line.startswith("#"):
-            if line.startswith("#separator"):
-                self.separator = _separator(line)
-            elif line.startswith("#fields"):
-                self.fields = line.split(self.separator)[1:]
-            elif line.startswith("#unset_field"):
-                self.unset = line.split(self.separator, 1)[-1]
-            elif line.startswith("#empty_field"):
-                self.empty = line.split(self.separator, 1)[-1]
+            self._header(line)
             return None
-        try:
-            if line.startswith("{"):
+        if line.startswith("{"):
+            try:
                 obj = json.loads(line)  # JSON logs leave unset fields out
-                if not isinstance(obj, dict):
-                    return None
-                return zeek_record(obj, self.unset, self.empty), zeek_text(obj, self.unset, self.empty)
-            if self.fields is None:
+            except json.JSONDecodeError:
                 return None
-            rec = dict(zip(self.fields, line.split(self.separator)))
-            return zeek_record(rec, self.unset, self.empty), zeek_text(rec, self.unset, self.empty)
-        except (ValueError, json.JSONDecodeError):
+            return _record(obj, self.unset, self.empty) if isinstance(obj, dict) else None
+        if self.fields is None:
             return None
+        cells = line.split(self.separator)
+        if len(cells) != len(self.fields):
+            self._wrong_columns(path, len(cells), len(self.fields))
+            return None
+        return _record(dict(zip(self.fields, cells)), self.unset, self.empty)
+
+    def _header(self, line: str) -> None:
+        if line.startswith("#separator"):
+            self.separator = _separator(line)
+        elif line.startswith("#fields"):
+            self.fields = line.split(self.separator)[1:]
+        elif line.startswith("#unset_field"):
+            self.unset = line.split(self.separator, 1)[-1]
+        elif line.startswith("#empty_field"):
+            self.empty = line.split(self.separator, 1)[-1]
+
+
+def _lines_before(f: BinaryIO, offset: int) -> int:
+    """The number of lines in the first `offset` bytes of a file, read in chunks (a log can be large)."""
+    f.seek(0)
+    lines, left = 0, offset
+    while left > 0 and (chunk := f.read(min(left, 1 << 20))):
+        lines += chunk.count(b"\n")
+        left -= len(chunk)
+    return lines
+
+
+def _record(fields: dict[str, object], unset: str, empty: str
+            ) -> tuple[dict[str, float], dict[str, str | None]] | None:
+    """A record's numbers and text fields; None when a number is not one (the record is skipped)."""
+    try:
+        return zeek_record(fields, unset, empty), zeek_text(fields, unset, empty)
+    except ValueError:
+        return None

@@ -1,5 +1,10 @@
-"""Errors that reach the user as one line and exit status 2."""
+"""Errors that reach the user as one line: bad input (exit status 2), and being told to stop (143)."""
 
 
 class UsageError(Exception):
     """Bad input from the user (flags, files, values): reported as one line, exit status 2."""
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (`kill PID`) where a command cleans up as on Ctrl-C: raised in the main thread, so the same
+    `with` blocks and `finally` clauses run; exit status 143 (128 + SIGTERM), as a shell reports it."""

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from importlib.metadata import version
 from typing import NoReturn
 
-from fedsentry.errors import UsageError
+from fedsentry.errors import Terminated, UsageError
 
 #: modules that provide register(subparsers_by_verb); imported lazily so the agent stays light
 COMMAND_MODULES = ("fedsentry.cli.pca", "fedsentry.cli.recsys", "fedsentry.cli.agent", "fedsentry.cli.server",
@@ -55,6 +55,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UsageError as e:
         print(f"fedsentry: error: {e}", file=sys.stderr)
         return 2
+    except Terminated:
+        print("fedsentry: terminated (SIGTERM)", file=sys.stderr)
+        return 143
     except KeyboardInterrupt:
         print("fedsentry: interrupted", file=sys.stderr)
         return 130

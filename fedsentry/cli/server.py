@@ -7,6 +7,8 @@ import os
 import signal
 import sys
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from fedsentry.cli.common import (
@@ -18,7 +20,7 @@ from fedsentry.cli.common import (
     utc_time,
 )
 from fedsentry.cli.pca import add_data_args, add_pca_args
-from fedsentry.errors import UsageError
+from fedsentry.errors import Terminated, UsageError
 from fedsentry.output import write_json
 from models.families import FAMILIES
 from models.mixture import FEDERATED as MIXTURE
@@ -118,9 +120,10 @@ def register(groups: dict[str, Any], verbs: Any) -> None:
     demo.add_argument("--json", metavar="PATH", help="write the outcome as JSON (- for stdout)")
     demo.add_argument("--keep-serving", action="store_true",
                       help="afterwards keep the broker, coordinator, dashboard and agents up (online for new jobs) "
-                      "until Ctrl-C; keeps the work folder")
+                      "until Ctrl-C or SIGTERM; keeps the work folder")
     demo.add_argument("--keep-work", action="store_true",
-                      help="keep the temporary work folder (agents' data, logs, state), removed at the end otherwise")
+                      help="keep the temporary work folder (agents' data, logs, state), removed at the end otherwise "
+                      "(also on Ctrl-C or SIGTERM)")
     demo.add_argument("--host", default="127.0.0.1", help="address the dashboard listens on (default 127.0.0.1)")
     demo.add_argument("--port", type=positive_int,
                       help="port of the dashboard (default 8000, or a free port when 8000 is taken)")
@@ -469,6 +472,23 @@ def run_demo(args: argparse.Namespace) -> int:
         raise UsageError(f"--algorithm {args.algorithm} is not a {kind} algorithm; choose from "
                          f"{', '.join(sorted(registry))}")
     args.rank = args.rank or (3 if pca else 10)
-    result = demo(args)
+    with sigterm_interrupts():
+        result = demo(args)
     write_json(result, args.json)
     return 0
+
+
+@contextmanager
+def sigterm_interrupts() -> Iterator[None]:
+    """Inside, `kill PID` stops the command as Ctrl-C does, through the same clean-up (the demo stops its agents
+    and removes its work folder): SIGTERM raises Terminated in the main thread. A second one ends it at once."""
+
+    def stop(signum: int, frame: Any) -> None:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        raise Terminated
+
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)

@@ -36,7 +36,7 @@ DEMO_KEY = "demo_admin_key"
 def keep_serving(args: argparse.Namespace) -> None:
     if not args.keep_serving:
         return
-    print("fedsentry demo: serving until interrupted (Ctrl-C)", file=sys.stderr, flush=True)
+    print("fedsentry demo: serving until interrupted (Ctrl-C, or SIGTERM: kill PID)", file=sys.stderr, flush=True)
     try:
         while True:
             time.sleep(3600)

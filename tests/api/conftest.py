@@ -42,15 +42,15 @@ def client(app):
 
 
 @contextmanager
-def serve(app) -> Iterator[str]:
-    """The app behind a real uvicorn server on a free port: its base URL."""
+def serve(app, **config) -> Iterator[str]:
+    """The app behind a real uvicorn server on a free port (more uvicorn settings in `config`): its base URL."""
     import uvicorn
 
     from coordinator.broker import free_port
     from tests.integration.conftest import wait_until
 
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=free_port(), log_level="warning",
-                                           timeout_graceful_shutdown=1))
+                                           timeout_graceful_shutdown=1, **config))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     wait_until(lambda: server.started, 20, "API server")

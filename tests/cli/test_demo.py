@@ -1,6 +1,8 @@
 """`fedsentry demo` end to end: embedded broker, or a separately started Mosquitto."""
 
 import json
+import os
+import signal
 import subprocess
 import sys
 
@@ -79,11 +81,13 @@ def test_recsys_demo_matches_simulate(tmp_path):
 
 
 def demo_env(tmp_path) -> dict[str, str]:
-    """TMPDIR in tmp_path: the demo's work folder lands where the test can look for it."""
+    """TMPDIR in tmp_path: the demo's work folder lands where the test can look for it. PYTHONPATH: the code
+    of this checkout runs, not that of wherever fedsentry is installed from (the demo runs in tmp_path)."""
     import os
+    from pathlib import Path
 
     (tmp_path / "tmp").mkdir(exist_ok=True)
-    return {**os.environ, "TMPDIR": str(tmp_path / "tmp")}
+    return {**os.environ, "TMPDIR": str(tmp_path / "tmp"), "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
 
 
 def work_folders(tmp_path) -> list:
@@ -196,3 +200,56 @@ def test_keep_serving_keeps_the_agents_online_for_a_new_job(tmp_path):
         proc.send_signal(signal.SIGINT)
         assert proc.wait(timeout=60) == 0
     assert len(work_folders(tmp_path)) == 1  # kept under --keep-serving
+
+
+def _processes_naming(folder) -> list[int]:
+    """Processes whose command line names `folder` (the demo's agents: --state-dir FOLDER/agent-i)."""
+    pids = []
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            try:
+                with open(f"/proc/{entry.name}/cmdline", "rb") as f:
+                    if str(folder).encode() in f.read():
+                        pids.append(int(entry.name))
+            except OSError:
+                continue  # gone meanwhile
+    return pids
+
+
+def _running(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"  # a zombie has stopped
+    except OSError:
+        return False
+
+
+@pytest.mark.parametrize("keep", [False, True], ids=["removes", "keep-work"])
+def test_sigterm_stops_the_agents_and_removes_the_work_folder(tmp_path, keep):
+    """`kill PID` cleans up as Ctrl-C does: the agents stop, the work folder goes (unless --keep-work)."""
+    from tests.integration.conftest import wait_until
+
+    errors = tmp_path / "demo.err"
+    with errors.open("w") as err:  # rounds enough that the job is still training when it is stopped
+        demo = subprocess.Popen([sys.executable, "-m", "fedsentry.cli", "demo", "--agents", "2", *QUICK, "--rounds",
+                                 "500", "--db", f"sqlite:///{tmp_path}/d.db", *(["--keep-work"] if keep else [])],
+                                stdout=subprocess.DEVNULL, stderr=err, cwd=tmp_path, env=demo_env(tmp_path))
+    agents: list[int] = []
+    try:
+        wait_until(lambda: "round 2" in errors.read_text() or demo.poll() is not None, 60, "the job's rounds")
+        assert demo.poll() is None, errors.read_text()[-2000:]
+        (folder,) = work_folders(tmp_path)
+        agents = _processes_naming(folder)
+        assert len(agents) == 2 and all(map(_running, agents))
+        demo.send_signal(signal.SIGTERM)
+        assert demo.wait(timeout=30) == 143, errors.read_text()[-2000:]
+    finally:
+        if demo.poll() is None:
+            demo.kill()
+            demo.wait()
+        left = [pid for pid in agents if _running(pid)]
+        for pid in left:  # not to leave them running when this fails
+            os.kill(pid, signal.SIGKILL)
+    assert left == []
+    assert "fedsentry: terminated (SIGTERM)" in errors.read_text()
+    assert work_folders(tmp_path) == ([folder] if keep else [])
