@@ -53,8 +53,9 @@ def _cookie_dropped(request: Request) -> str | None:
 
 
 @router.get("/login", response_class=HTMLResponse)
-def login_page(request: Request, error: str | None = None) -> HTMLResponse:
-    return templates.TemplateResponse(request, "login.html", {"error": _cookie_dropped(request) or error})
+def login_page(request: Request) -> HTMLResponse:
+    """The sign-in form; its only message is the server's own (no text from the address is shown)."""
+    return templates.TemplateResponse(request, "login.html", {"error": _cookie_dropped(request)})
 
 
 @router.post("/login")

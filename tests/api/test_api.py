@@ -27,6 +27,7 @@ def test_open_routes(client):
     assert client.get("/healthz").json() == {"status": "ok", "database": "ok"}
     assert client.get("/openapi.json").status_code == 200 and client.get("/docs").status_code == 200
     assert client.get("/login").status_code == 200
+    assert "forged" not in client.get("/login", params={"error": "forged: call 555"}).text  # no text from the URL
     assert client.get("/", follow_redirects=False).headers["location"] == "/login"
 
 
