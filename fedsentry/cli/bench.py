@@ -44,10 +44,18 @@ def register_fleet(groups: dict[str, Any]) -> None:
 
 
 def register_api(groups: dict[str, Any]) -> None:
-    p = groups["bench"].add_parser("api", help="anomaly listing speed over many stored alerts")
+    p = groups["bench"].add_parser("api", help="anomaly listing, counts, incidents and chart speed over many "
+                                   "stored alerts")
     p.add_argument("--alerts", type=positive_int, default=100_000, help="alerts stored before timing (default 100000)")
     p.add_argument("--devices", type=positive_int, default=200, help="devices the alerts are spread over (default 200)")
-    p.add_argument("--db", help="database URL (default: SQLite in a temporary folder)")
+    p.add_argument("--db", action="append", metavar="URL",
+                   help="an empty database to fill and time, repeatable; `sqlite`: a file in a temporary folder "
+                        "(default: that)")
+    p.add_argument("--postgres", metavar="URL",
+                   help="also time PostgreSQL, in a scratch database created on this URL's server and dropped "
+                        "afterwards (e.g. postgresql://postgres@127.0.0.1:5432/postgres)")
+    p.add_argument("--repeat", type=positive_int, default=10,
+                   help="times each count, incident and chart request is repeated (default 10)")
     p.add_argument("--out", default="benchmarks/results", help="folder for api-listing.md (default benchmarks/results)")
     p.add_argument("--json", metavar="PATH", help="write the results as JSON (- for stdout)")
     p.set_defaults(func=api.run)
