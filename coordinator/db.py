@@ -165,8 +165,13 @@ class Alert(Base):
     ack_note: Mapped[str | None] = mapped_column(String(500), nullable=True)
     # the incident an incident update belongs to (coordinator.alerts.incident_id), so that the database groups them
     incident_id: Mapped[str | None] = mapped_column(String(24), nullable=True)
-    __table_args__ = (Index("ix_alerts_device_ts", "device_id", "ts"), Index("ix_alerts_ts", "ts"),
-                      Index("ix_alerts_incident", "incident_id", "ts"),
+    # the counts, charts and incidents add up columns over a time range, per device or per incident: these three
+    # indexes hold the columns they read, so that no row is (ts first: the newest pages are read through it too)
+    __table_args__ = (Index("ix_alerts_device_ts_count", "device_id", "ts", "count"),
+                      Index("ix_alerts_ts_tally", "ts", "device_id", "incident_id", "count", "acknowledged",
+                            "score"),
+                      Index("ix_alerts_incident_tally", "incident_id", "device_id", "ts", "count", "score",
+                            "acknowledged", "job_id"),
                       Index("ix_alerts_job_ts", "job_id", "ts"), Index("ix_alerts_received", "received"))
 
 

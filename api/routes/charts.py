@@ -15,7 +15,7 @@ from api.deps import caller, get_db
 from api.filters import alert_filter
 from api.schemas import ID_PATTERN
 from coordinator.db import Job, Round
-from coordinator.triage import AlertFilter, flagged_counts, records_per_device
+from coordinator.triage import AlertFilter, flagged_series, records_per_device
 
 router = APIRouter(prefix="/charts", include_in_schema=False, dependencies=[Depends(caller)])
 # a chart opened on its own is an SVG document: its inline <style> may apply, nothing may run
@@ -50,9 +50,9 @@ def convergence_chart(job_id: str = Path(..., pattern=ID_PATTERN), db: Session =
 @router.get("/alerts-over-time.svg")
 def alerts_over_time(f: AlertFilter = Depends(alert_filter), buckets: int = Query(48, ge=2, le=200),
                      db: Session = Depends(get_db)) -> Response:
-    c = flagged_counts(db, f, buckets)
-    return _svg(time_chart("Flagged records over time", [p["start"] for p in c["series"]],
-                           [p["records"] for p in c["series"]], c["bucket_seconds"]))
+    span, series = flagged_series(db, f, buckets)  # the totals are not drawn
+    return _svg(time_chart("Flagged records over time", [p["start"] for p in series], [p["records"] for p in series],
+                           span))
 
 
 @router.get("/alerts-per-device.svg")
