@@ -21,6 +21,12 @@ def finite(value: Any) -> Any:
     return value
 
 
+def number(value: Any) -> float | None:
+    """A stored value as a finite number, else None (text, true/false, NaN and infinities are not numbers)."""
+    ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+    return float(value) if ok else None
+
+
 def dumps(value: Any) -> str:
     """One line of strict JSON (no NaN, no raw newline), as server-sent events need."""
     return json.dumps(finite(value), allow_nan=False, separators=(",", ":"))

@@ -5,9 +5,7 @@ explanation, acknowledgement (one or many, with who and a note; undone the same 
 from __future__ import annotations
 
 import asyncio
-import math
 import re
-from typing import Any
 
 from fastapi import APIRouter, Depends, HTTPException, Path, Query, Request
 from fastapi.responses import StreamingResponse
@@ -16,7 +14,7 @@ from sqlalchemy.orm import Session
 
 from api.deps import Caller, admin, authenticate, caller, get_db
 from api.filters import alert_filter
-from api.jsonsafe import dumps, finite
+from api.jsonsafe import dumps, finite, number
 from api.pagination import CURSOR, decode_cursor, encode_cursor
 from api.schemas import ID_PATTERN, AckBody, AckResult, AnomalyOut, BulkAck, BulkIds, CountsOut, Page
 from api.validation import ALERT_ID_PATTERN
@@ -29,16 +27,12 @@ ALERT_ID = Path(..., pattern=ALERT_ID_PATTERN)
 _LINE_BREAKS = re.compile(r"[\r\n\x00]")
 
 
-def _number(v: Any) -> float | None:
-    return float(v) if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) else None
-
-
 def anomaly_out(a: Alert) -> AnomalyOut:
     """The alert as served, whatever the row holds: an explanation that is not a list of objects is
     served as [], a score or threshold that is not a finite number as null."""
     explanation = [finite(e) for e in a.explanation if isinstance(e, dict)] if isinstance(a.explanation, list) else []
     return AnomalyOut(id=a.id, device_id=a.device_id, job_id=a.job_id, model_version=a.model_version, ts=a.ts,
-                      received=a.received, score=_number(a.score), threshold=_number(a.threshold), count=a.count,
+                      received=a.received, score=number(a.score), threshold=number(a.threshold), count=a.count,
                       acknowledged=bool(a.acknowledged), acknowledged_at=a.acknowledged_at,
                       acknowledged_by=a.acknowledged_by, ack_note=a.ack_note, explanation=explanation,
                       incident_id=a.incident_id,

@@ -3,8 +3,6 @@ over time and per device, under the same filters as the anomaly list."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from fastapi import APIRouter, Depends, HTTPException, Path, Query
 from fastapi.responses import Response
 from sqlalchemy import select
@@ -13,6 +11,7 @@ from sqlalchemy.orm import Session
 from api.charts import bar_chart, line_chart, time_chart
 from api.deps import caller, get_db
 from api.filters import alert_filter
+from api.jsonsafe import number
 from api.schemas import ID_PATTERN
 from coordinator.db import Job, Round
 from coordinator.triage import AlertFilter, flagged_series, records_per_device
@@ -31,10 +30,6 @@ def _svg(svg: str) -> Response:
     return Response(svg, media_type="image/svg+xml", headers=SVG_HEADERS)
 
 
-def _number(v: Any) -> float | None:
-    return float(v) if isinstance(v, int | float) and not isinstance(v, bool) else None
-
-
 @router.get("/jobs/{job_id}/convergence.svg")
 def convergence_chart(job_id: str = Path(..., pattern=ID_PATTERN), db: Session = Depends(get_db)) -> Response:
     if db.get(Job, job_id) is None:
@@ -44,7 +39,7 @@ def convergence_chart(job_id: str = Path(..., pattern=ID_PATTERN), db: Session =
     metrics = [m if isinstance(m, dict) else {} for _, m in rows]
     name, label = next(((n, lab) for n, lab in CONVERGENCE if any(n in m for m in metrics)), CONVERGENCE[0])
     return _svg(line_chart(f"Convergence of {job_id}", [r for r, _ in rows],
-                           [_number(m.get(name)) for m in metrics], label))
+                           [number(m.get(name)) for m in metrics], label))
 
 
 @router.get("/alerts-over-time.svg")

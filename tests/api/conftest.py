@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import shutil
 import threading
 import uuid
 from collections.abc import Iterator
@@ -59,6 +60,18 @@ def serve(app, **config) -> Iterator[str]:
     finally:
         server.should_exit = True
         thread.join(timeout=10)
+
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+#: quiet, headless Chromium for the browser tests (no background traffic of its own)
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync"]
+needs_chromium = pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed")
+
+
+def chromium(playwright, *extra: str):
+    """Debian's Chromium through Playwright, headless."""
+    return playwright.chromium.launch(executable_path=CHROMIUM, args=[*CHROMIUM_ARGS, *extra])
 
 
 def bearer(key: str) -> dict[str, str]:

@@ -5,7 +5,6 @@ acknowledgement, and a phone-sized layout. Screenshots go to tests/artifacts (co
 
 from __future__ import annotations
 
-import shutil
 import time
 import uuid
 from pathlib import Path
@@ -18,12 +17,11 @@ from api.security import create_key
 from api.settings import Settings
 from coordinator.alerts import alert_row, store_alerts
 from coordinator.db import Device, utcnow
-from tests.api.conftest import serve
+from tests.api.conftest import chromium, needs_chromium, serve
 from tests.integration.conftest import wait_until
 
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 ARTIFACTS = Path(__file__).resolve().parent.parent / "artifacts"
-pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed")
+pytestmark = needs_chromium
 NOW = time.time()
 
 
@@ -67,12 +65,6 @@ def site(tmp_path):
         yield url, admin
 
 
-def _browser(p):
-    return p.chromium.launch(executable_path=CHROMIUM, args=[
-        "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
-        "--disable-component-update", "--disable-sync"])
-
-
 def _rows(page, table: str) -> int:
     return page.locator(f"#{table} tbody tr").count()
 
@@ -83,7 +75,7 @@ def test_an_analyst_works_from_the_dashboard(site):
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as p:
-        browser = _browser(p)
+        browser = chromium(p)
         page = browser.new_page(viewport={"width": 1400, "height": 1000})
         console: list[str] = []
         page.on("console", lambda m: console.append(m.text))

@@ -8,7 +8,6 @@ use the dashboard's cookie to cancel a job; signing out ends the session on the 
 from __future__ import annotations
 
 import math
-import shutil
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -25,11 +24,11 @@ from coordinator.broker import free_port
 from coordinator.db import Alert, utcnow
 from coordinator.service import Coordinator
 from edge_agent.sources import Batch
+from tests.api.conftest import chromium, needs_chromium
 from tests.integration.conftest import parts_for, wait_until
 
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 ARTIFACTS = Path(__file__).resolve().parent.parent / "artifacts"
-pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed")
+pytestmark = needs_chromium
 
 
 @pytest.fixture
@@ -69,9 +68,7 @@ def test_live_dashboard(stack):
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=[
-            "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
-            "--disable-component-update", "--disable-sync"])
+        browser = chromium(p)
         page = browser.new_page(viewport={"width": 1400, "height": 900})
         console: list[str] = []
         page.on("console", lambda m: console.append(m.text))

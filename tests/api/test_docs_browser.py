@@ -5,7 +5,6 @@ under their Content-Security-Policy without a violation."""
 
 from __future__ import annotations
 
-import shutil
 from urllib.parse import urlsplit
 
 import pytest
@@ -13,14 +12,12 @@ import pytest
 from api.app import create_app
 from api.security import create_key
 from api.settings import Settings
-from tests.api.conftest import populate, serve
+from tests.api.conftest import chromium, needs_chromium, populate, serve
 from tests.integration.conftest import wait_until
 
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed")
+pytestmark = needs_chromium
 # no name resolves, so nothing but 127.0.0.1 is reachable even for a request the routing below missed
-OFFLINE = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
-           "--disable-component-update", "--disable-sync", "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1"]
+OFFLINE = "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1"
 
 
 @pytest.fixture
@@ -39,7 +36,7 @@ def test_swagger_ui_works_offline_and_authorizes_with_a_key(served):
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=OFFLINE)
+        browser = chromium(p, OFFLINE)
         context = browser.new_context(viewport={"width": 1400, "height": 900})
         elsewhere: list[str] = []  # requests for anything but 127.0.0.1: refused, and the test fails
 
