@@ -116,7 +116,8 @@ def flow_problem(flow: Any) -> str | None:
     return None
 
 
-def _insert(session: Session):
+def insert_for(session: Session):
+    """The dialect's INSERT (with ON CONFLICT) for this session's database."""
     return pg_insert if session.get_bind().dialect.name == "postgresql" else sqlite_insert
 
 
@@ -127,7 +128,7 @@ COLUMNS = ("id", "device_id", "job_id", "model_version", "ts", "received", "scor
 def store_alerts(session: Session, rows: Sequence[dict[str, Any]]) -> Counter[str]:
     """Insert the alerts that are not stored yet; return how many were new per device. Each device's
     `alerts` counter grows by the flagged records they hold (an incident update counts all of its own)."""
-    insert = _insert(session)
+    insert = insert_for(session)
     fresh: Counter[str] = Counter()
     if not rows:
         return fresh

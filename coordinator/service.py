@@ -22,7 +22,7 @@ from typing import Any
 from sqlalchemy import select, update
 from sqlalchemy.exc import OperationalError
 
-from coordinator.alerts import alert_id, alert_row, store_alerts
+from coordinator.alerts import alert_id, alert_row, insert_for, store_alerts
 from coordinator.db import Alert, Device, Job, Rejection, Round, make_engine, migrate, session_factory, utcnow
 from coordinator.forward import Destination, Forwarder
 from coordinator.ingest_limit import IngestLimit
@@ -83,6 +83,7 @@ class Coordinator:
         self.jobs: dict[str, JobRunner] = {}
         self.rejected: Counter[str] = Counter()
         self._saved_rejections: Counter[str] = Counter()
+        self._rejections_lock = threading.Lock()
         self.capabilities: dict[str, tuple[str, ...]] = {}  # from the agents' retained status messages
         self.accepted = 0
         self.alerts_ingested = 0
@@ -288,17 +289,20 @@ class Coordinator:
         self.rejected[reason] += n
 
     def _flush_rejections(self) -> None:
-        unsaved = self.rejected - self._saved_rejections
-        if not unsaved:
-            return
-        with self.sessions.begin() as s:
-            for reason, n in unsaved.items():
-                row = s.get(Rejection, reason)
-                if row is None:
-                    s.add(Rejection(reason=reason, count=n))
-                else:
-                    row.count += n
-        self._saved_rejections = self.rejected.copy()
+        """Add the counts not yet stored to the rejections table: one atomic upsert per reason (count = count +
+        n in the database), so two coordinators, or a worker and close(), never lose or double an update."""
+        with self._rejections_lock:
+            counted = self.rejected.copy()
+            unsaved = counted - self._saved_rejections
+            if not unsaved:
+                return
+            with self.sessions.begin() as s:
+                insert = insert_for(s)
+                for reason, n in unsaved.items():
+                    stmt = insert(Rejection).values(reason=reason, count=n)
+                    s.execute(stmt.on_conflict_do_update(index_elements=["reason"],
+                                                         set_={"count": Rejection.count + stmt.excluded.count}))
+            self._saved_rejections = counted
 
     def handle(self, topic: str, payload: bytes, mid: int = 0, qos: int = 0) -> str:
         """Validate and dispatch one message; "buffered" when it is acknowledged later (alerts)."""

@@ -118,8 +118,10 @@ def flagged_counts(session: Session, f: AlertFilter, buckets: int = 48) -> dict[
 
 
 def _window(f: AlertFilter) -> AlertFilter:
+    """The filter with both ends set (any time a datetime holds, from year 1 to 9999, is a valid end)."""
     until = f.until or utcnow()
-    return replace(f, since=f.since or until - timedelta(days=1), until=until)
+    since = f.since or (until - timedelta(days=1) if until > datetime.min + timedelta(days=1) else datetime.min)
+    return replace(f, since=since, until=until)
 
 
 def _totals(session: Session, window: AlertFilter) -> Select:
@@ -144,6 +146,8 @@ def flagged_series(session: Session, f: AlertFilter, buckets: int = 48) -> tuple
     window = _window(f)
     assert window.since is not None and window.until is not None
     first = max(window.since, _naive(EARLIEST))  # no alert is older: the series need not reach back further
+    if window.until <= first:  # a window wholly before the first possible alert holds none
+        return _span((window.until - window.since).total_seconds() / buckets), []
     span = _span((window.until - first).total_seconds() / buckets)
     start = math.floor(_unix(first) / span) * span
     slot = (_epoch(session) - start) // span

@@ -186,9 +186,14 @@ def test_what_a_rogue_within_every_bound_can_still_do(federation, clean, attack,
 
 
 def _rejections(coordinator) -> int:
-    coordinator._flush_rejections()
-    with coordinator.sessions() as s:
-        return sum(r.count for r in s.query(Rejection).all())
+    """What the coordinator refused, as stored: its housekeeping writes the counts within a second, so wait
+    until the table holds every refusal it has counted (never call its private flush: it races the worker)."""
+    def stored() -> int:
+        with coordinator.sessions() as s:
+            return sum(r.count for r in s.query(Rejection).all())
+
+    wait_until(lambda: stored() == sum(coordinator.rejected.values()), 10, "rejection counts stored")
+    return stored()
 
 
 def test_a_model_that_fails_its_sanity_check_is_never_promoted(federation):
