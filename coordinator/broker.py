@@ -17,7 +17,7 @@ import subprocess
 import tempfile
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -47,9 +47,13 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def wait_for_port(port: int, timeout: float = 10.0) -> None:
+def wait_for_port(port: int, timeout: float = 10.0, alive: Callable[[], int | None] | None = None) -> None:
+    """Wait until something listens on the port; with `alive` (a process's poll), give up as soon as that
+    process has exited."""
     end = time.monotonic() + timeout
     while time.monotonic() < end:
+        if alive is not None and alive() is not None:
+            raise TimeoutError(f"the process meant to listen on port {port} exited")
         with socket.socket() as s:
             if s.connect_ex(("127.0.0.1", port)) == 0:
                 return
@@ -197,28 +201,44 @@ class Mosquitto:
         if binary is None:
             raise FileNotFoundError("mosquitto is not installed")
         self.binary: str = binary
-        self.port = port or free_port()
-        self.url = f"mqtt://127.0.0.1:{self.port}"
+        self._any_port = port is None and config is None  # ours to change if another process takes it first
         self.dir = Path(tempfile.mkdtemp(prefix="fedsentry-mosquitto-"))
-        self.config = config or (f"listener {self.port} 127.0.0.1\nallow_anonymous true\npersistence true\n"
-                                 f"persistence_location {self.dir}/\nmax_queued_messages 100000\n"
-                                 f"max_packet_size {MAX_PACKET}\n"
-                                 # the coordinator acknowledges alerts once stored, in batches: a window of 20
-                                 # unacknowledged messages (the default) would cap ingestion
-                                 "max_inflight_messages 1000\n")
+        self._config = config
+        self._use_port(port or free_port())
         self.proc: subprocess.Popen | None = None
 
+    def _use_port(self, port: int) -> None:
+        self.port = port
+        self.url = f"mqtt://127.0.0.1:{self.port}"
+        self.config = self._config or (
+            f"listener {self.port} 127.0.0.1\nallow_anonymous true\npersistence true\n"
+            f"persistence_location {self.dir}/\nmax_queued_messages 100000\n"
+            f"max_packet_size {MAX_PACKET}\n"
+            # the coordinator acknowledges alerts once stored, in batches: a window of 20 unacknowledged
+            # messages (the default) would cap ingestion
+            "max_inflight_messages 1000\n")
+
     def start(self) -> Mosquitto:
-        conf = self.dir / "mosquitto.conf"
-        conf.write_text(self.config)
-        self.proc = subprocess.Popen([self.binary, "-c", str(conf)], stdout=subprocess.DEVNULL,
-                                     stderr=open(self.dir / "log.txt", "w"))  # noqa: SIM115
-        try:
-            wait_for_port(self.port)
-        except TimeoutError:
-            self.stop()
-            raise RuntimeError(f"mosquitto did not start: {(self.dir / 'log.txt').read_text()[-500:]}") from None
-        return self
+        """Start it and wait until it listens. A free port can be taken by another process between choosing
+        and binding it (tests run beside other load): then Mosquitto exits, and a port is chosen again (never
+        mistaking the other process's listener for ours). A restart keeps the port its clients know."""
+        for _ in range(5):
+            conf = self.dir / "mosquitto.conf"
+            conf.write_text(self.config)
+            self.proc = subprocess.Popen([self.binary, "-c", str(conf)], stdout=subprocess.DEVNULL,
+                                         stderr=open(self.dir / "log.txt", "w"))  # noqa: SIM115
+            try:
+                wait_for_port(self.port, alive=self.proc.poll)
+                time.sleep(0.05)
+                if self.proc.poll() is None:
+                    self._any_port = False
+                    return self
+            except TimeoutError:
+                self.stop()
+            if not self._any_port:
+                break
+            self._use_port(free_port())
+        raise RuntimeError(f"mosquitto did not start: {(self.dir / 'log.txt').read_text()[-500:]}")
 
     def stop(self) -> None:
         if self.proc and self.proc.poll() is None:
