@@ -9,7 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_vali
 from pydantic_core import PydanticCustomError
 
 from api.validation import ALERT_ID_PATTERN, ItemId, Name, Note, Scalar
-from models.families import job_spec
+from models.families import DEFAULT_DETECTOR, algorithm_default, family, job_spec, spec_default
 from models.jobspec import JobSpec
 from models.params import SettingError
 from models.pca import FEDERATED as PCA_ALGORITHMS
@@ -29,7 +29,9 @@ class JobCreate(BaseModel):
 
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
-    type: Literal["pca", "gmm", "recsys"] = "pca"
+    type: Literal["pca", "gmm", "recsys"] = Field(
+        DEFAULT_DETECTOR, description=f"the job family: gmm (Gaussian mixture, the recommended detector), pca "
+        f"(federated PCA, the paper's) or recsys (recommendation); default {DEFAULT_DETECTOR}")
     id: str | None = Field(None, pattern=ID_PATTERN, description="job id (generated when absent)")
     features: list[Name] | None = Field(None, min_length=2, max_length=1000,
                                        description="pca: feature names the agents provide")
@@ -39,18 +41,24 @@ class JobCreate(BaseModel):
                                      "become columns (e.g. Zeek's history)")
     items: list[ItemId] | None = Field(None, min_length=2, max_length=1_000_000,
                                           description="recsys: the item catalogue (ids)")
-    algorithm: Name | None = Field(None, description=f"pca: one of {', '.join(PCA_ALGORITHMS)} (default fedmm); "
-                                                    f"recsys: one of {', '.join(RECSYS)} (default fedmc-admm)")
+    algorithm: Name | None = Field(None, description=f"gmm: fedem; pca: one of {', '.join(PCA_ALGORITHMS)} (default "
+                                   f"{family('pca').spec.default_algorithm()}); recsys: one of {', '.join(RECSYS)} "
+                                   f"(default {family('recsys').spec.default_algorithm()})")
     algorithm_params: dict[Name, Scalar] | None = Field(
         None, max_length=32, description="the algorithm's parameters (e.g. rho, local_steps, oversample, bits, "
-                                         "aggregator, lam, gamma, regularizer): its constructor's keyword arguments")
+                                         "aggregator, lam, gamma, regularizer; gmm: components, reg (default "
+                                         f"{algorithm_default('gmm', 'reg')})): its constructor's keyword arguments")
     rank: int | None = Field(None, ge=1, le=1000, description="default 3 (pca) or 10 (recsys)")
-    rounds: int | None = Field(None, ge=1, le=100_000, description="training rounds (default 30)")
-    fraction: float | None = Field(None, gt=0, le=1, description="share of agents sampled per round (default 0.3)")
+    rounds: int | None = Field(None, ge=1, le=100_000,
+                               description=f"training rounds (default {spec_default('gmm', 'rounds')})")
+    fraction: float | None = Field(None, gt=0, le=1, description="share of agents sampled per round (default "
+                                   f"{spec_default('gmm', 'fraction')})")
     seed: int | None = Field(None, ge=0, le=2**31 - 1)
-    quantile: float | None = Field(None, gt=0, lt=1, description="pca, gmm: threshold quantile (default 0.99)")
+    quantile: float | None = Field(None, gt=0, lt=1, description="gmm, pca: threshold quantile (default "
+                                   f"{spec_default('gmm', 'quantile')} for gmm, {spec_default('pca', 'quantile')} "
+                                   "for pca)")
     holdout: float | None = Field(None, ge=0.05, le=0.5, description="gmm: share of each device's records held "
-                                                                   "out of training for the threshold (default 0.2)")
+                                  f"out of training for the threshold (default {spec_default('gmm', 'holdout')})")
     log_transform: bool | None = Field(None, description="pca: signed log1p before standardising (default true)")
     min_agents: int | None = Field(None, ge=1, le=1_000_000, description="wait until this many agents are online")
     max_agents: int | None = Field(None, ge=1, le=1_000_000, description="take part with at most this many agents")

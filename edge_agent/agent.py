@@ -27,6 +27,7 @@ import numpy as np
 import paho.mqtt.client as mqtt
 
 from edge_agent.detector_participant import TrainingBuffer
+from edge_agent.memory import release
 from edge_agent.participant import Participant
 from edge_agent.scorer import Scorer
 from edge_agent.sources import Batch, SchemaError, ZeekFollower, csv_source, take_rows
@@ -50,6 +51,7 @@ log = logging.getLogger("fedsentry.agent")
 CALIBRATION_HOLDOUT = 0.2
 #: records held while no model can score them (read before the first model, or after a refused one)
 WAITING_LIMIT = 100_000
+RELEASE_EVERY = 2.0  # seconds between returns of freed heap memory to the system (edge_agent.memory.release)
 #: how often a learning agent writes its training reservoir to its state folder (seconds)
 LEARN_SAVE_EVERY = 30.0
 RESEND_AFTER = 10.0  # seconds without the coordinator's confirmation before an alert is sent again
@@ -90,6 +92,7 @@ class Agent:
                 raise SchemaError("the training file holds no records (expected a CSV with numeric columns, or a "
                                   "Zeek log with a #fields header or JSON lines)")
             self.buffer.save()
+        self.rest()
         # the job families this agent has data for, each with its participant (models.families)
         local: dict[str, tuple[Any, ...]] = {"pca": (self.buffer,), "gmm": (self.buffer,)}
         if ratings is not None:  # a ratings shard: this agent takes part in recommendation jobs
@@ -120,6 +123,7 @@ class Agent:
         self.source = source
         self.inbox: queue.Queue[tuple[str, bytes]] = queue.Queue()
         self._next_resend = 0.0
+        self._next_release = 0.0
         self.stop = threading.Event()
         self.counters = {"records": 0, "missing": 0, "alerts": 0, "rejected": 0, "rounds": 0}
         status_off = Envelope("status", "", 0, cfg.agent_id, {}, {"online": False}).encode()
@@ -145,6 +149,14 @@ class Agent:
             threshold = self.scorer.calibrate(take_rows(self.buffer.batch(), held))
             log.info("agent=%s calibrated threshold %.4g (federation's %.4g) on %d held-out records",
                      self.cfg.agent_id, threshold, self.scorer.federation_threshold, int(held.sum()))
+
+    def rest(self) -> None:
+        """After training work: an agent that does not learn from its traffic lets go of its training records
+        (read again from disk by the next round), and freed memory goes back to the system, so that between jobs
+        it scores in as little memory as it can (edge_agent.memory)."""
+        if not self.cfg.learn:
+            self.buffer.park()
+        release()
 
     def topic(self, what: str) -> str:
         return agent_topic(self.cfg.agent_id, what)
@@ -184,6 +196,7 @@ class Agent:
                 log.warning("agent=%s rejected model: %s", self.cfg.agent_id, e)
                 return
             self.store.save_bytes("model.bin", self.model_bytes)
+            self.rest()
             self._score_waiting()  # what was read before this model: scored now, not with the next record
             log.info("agent=%s model job=%s version=%s loaded", self.cfg.agent_id, env.job, env.meta.get("version"))
         elif env.kind == "round":
@@ -197,6 +210,8 @@ class Agent:
                 log.error("agent=%s cannot take part in job=%s round=%s: %s", self.cfg.agent_id, env.job,
                           env.round, e)
                 return
+            finally:
+                self.rest()
             if reply is not None:
                 self.counters["rounds"] += 1
                 self.client.publish(self.topic("upload"), reply.encode(), qos=1)
@@ -359,6 +374,9 @@ class Agent:
                 except queue.Empty:
                     pass
                 self._resend()
+                if time.monotonic() > self._next_release:  # scoring's freed memory back to the system
+                    release()
+                    self._next_release = time.monotonic() + RELEASE_EVERY
                 if self.scorer.limiter.suppressed:
                     summary = self.scorer.limiter.flush()
                     if summary:  # a closed window's summary leaves on time, not with the next flagged record

@@ -15,52 +15,108 @@ from typing import Any
 import numpy as np
 
 from edge_agent.participant import Participant
-from edge_agent.sources import FLOW_FIELDS, Batch, SchemaError, batch_counts, encode_batch, select
+from edge_agent.sources import FLOW_FIELDS, Batch, SchemaError, batch_counts, encode_batch, select, take_rows
 from edge_agent.store import AgentStore
 from models.encoding import FeatureEncoder, RecordSchema
-from models.preprocessing import Preprocessor, signed_log1p
+from models.preprocessing import RECORD_DTYPE, Preprocessor, signed_log1p
 from models.threshold import sparse_histogram
 from wire.protocol import Envelope
+
+#: records a training buffer holds unless a memory budget says fewer (edge_agent.budget)
+DEFAULT_CAPACITY = 50_000
+STATS_CHUNK = 4096
 
 
 class TrainingBuffer:
     """The records an agent learns normal traffic from (a bounded reservoir sample), kept on disk: their
-    numeric columns (NaN where unset) and their text fields (not the flow identifiers)."""
+    numeric columns (NaN where unset) as float32, 4 bytes a value (a byte counter keeps 7 significant digits,
+    far finer than the signed log1p the model sees), and their text fields (not the flow identifiers). Its
+    array grows by doubling up to `capacity`, so a buffer that is not full holds no room it does not use.
 
-    def __init__(self, store: AgentStore, capacity: int = 50_000, seed: int = 0):
-        self.store, self.capacity = store, capacity
-        saved = store.load_arrays("training")
+    The records are read from disk when first needed; `park` lets go of them (an agent that does not learn
+    from its traffic needs them only during a job's rounds, and scores in less memory between jobs)."""
+
+    def __init__(self, store: AgentStore, capacity: int = DEFAULT_CAPACITY, seed: int = 0):
+        self.store, self.capacity, self.seed = store, int(capacity), seed
         meta = store.load_json("training", {"columns": [], "seen": 0})
         self.columns: list[str] = meta["columns"]
         self.seen: int = meta["seen"]
-        self.X = saved["X"] if saved else np.zeros((0, len(self.columns)))
-        self.text: dict[str, list[str | None]] = store.load_json("training-text", {})
+        self._X: np.ndarray | None = None
+        self._text: dict[str, list[str | None]] | None = None
+        self.size = 0
+        self.dirty = False  # records added since the last save
         self.rng = np.random.default_rng(seed + self.seen)
+
+    def _load(self) -> None:
+        if self._X is not None:
+            return
+        saved = self.store.load_arrays("training")
+        X = saved["X"] if saved else np.zeros((0, len(self.columns)), dtype=RECORD_DTYPE)
+        text: dict[str, list[str | None]] = self.store.load_json("training-text", {})
+        if len(X) > self.capacity:  # a smaller capacity than the saved buffer's (a lower memory budget)
+            keep = np.sort(np.random.default_rng(self.seed).choice(len(X), self.capacity, replace=False))
+            X = X[keep]
+            text = {f: [v[i] for i in keep] for f, v in text.items()}
+        self._X, self._text = np.asarray(X, dtype=RECORD_DTYPE), text
+        self.size = len(X)
+
+    def park(self) -> None:
+        """Let go of the records (saved first): they are read again from disk when next needed."""
+        if self._X is not None:
+            if self.dirty:
+                self.save()
+            self._X = self._text = None
+
+    @property
+    def X(self) -> np.ndarray:  # noqa: N802 (the records, as everywhere in models/)
+        """The records held (a view)."""
+        self._load()
+        assert self._X is not None
+        return self._X[: self.size]
+
+    @property
+    def text(self) -> dict[str, list[str | None]]:
+        self._load()
+        assert self._text is not None
+        return self._text
+
+    def _reserve(self, n: int) -> None:
+        assert self._X is not None
+        if n > len(self._X):
+            grown = np.empty((min(max(n, 2 * len(self._X), 1024), self.capacity), len(self.columns)), RECORD_DTYPE)
+            grown[: self.size] = self._X[: self.size]
+            self._X = grown
 
     def add(self, batch: Batch) -> None:
         if not self.columns:
             self.columns = list(batch.columns)
-            self.X = np.zeros((0, len(self.columns)))
-            self.text = {f: [] for f in (batch.text or {}) if f not in FLOW_FIELDS}
+            self._X = np.zeros((0, len(self.columns)), dtype=RECORD_DTYPE)
+            self._text = {f: [] for f in (batch.text or {}) if f not in FLOW_FIELDS}
+        self._load()
+        assert self._X is not None
         X = select(batch, self.columns)
         text = {f: list((batch.text or {}).get(f, [None] * len(X))) for f in self.text}
-        room = self.capacity - len(self.X)
+        room = min(max(self.capacity - self.size, 0), len(X))
         if room > 0:
-            self.X = np.vstack([self.X, X[:room]])
+            self._reserve(self.size + room)
+            self._X[self.size: self.size + room] = X[:room]
+            self.size += room
             for f in self.text:
                 self.text[f] += text[f][:room]
-        for i in range(max(room, 0), len(X)):
+        for i in range(room, len(X)):
             j = self.rng.integers(0, self.seen + i + 1)  # reservoir sampling: a uniform sample of all records
             if j < self.capacity:
-                self.X[j] = X[i]
+                self._X[j] = X[i]
                 for f in self.text:
                     self.text[f][j] = text[f][i]
         self.seen += len(X)
+        self.dirty = True
 
     def save(self) -> None:
         self.store.save_arrays("training", {"X": self.X})
         self.store.save_json("training-text", self.text)
         self.store.save_json("training", {"columns": self.columns, "seen": self.seen})
+        self.dirty = False
 
     def batch(self) -> Batch:
         return Batch(self.columns, self.X, text={f: np.array(v, dtype=object) for f, v in self.text.items()})
@@ -80,20 +136,45 @@ class DetectorParticipant(Participant):
         return {"stats": self._stats, "threshold": self._threshold}
 
     # -- what a family decides ----------------------------------------------------------------------------
-    def training(self, meta: dict[str, Any]) -> Batch:
-        """The records the model is fitted on (a family may hold some out)."""
+    def require_records(self) -> None:
         if not self.buffer.seen:
             raise SchemaError("no training records yet: give --train FILE (CSV or Zeek log), or let the agent "
                               "learn from the traffic it reads (--learn; on by default with --zeek)")
-        return self.buffer.batch()
 
-    def records(self, meta: dict[str, Any]) -> np.ndarray:
-        """The training records in the model's columns: after the statistics phase, encoded as the job agreed
-        (models.encoding; NaN where a number is unset), before it, the job's numeric features."""
-        batch = self.training(meta)
+    def training(self, meta: dict[str, Any]) -> Batch:
+        """The records the model is fitted on (a family may hold some out: `training_rows`)."""
+        self.require_records()
+        rows = self.training_rows(meta)
+        return self.buffer.batch() if rows is None else take_rows(self.buffer.batch(), rows)
+
+    def training_rows(self, meta: dict[str, Any]) -> np.ndarray | None:
+        """Which of the buffer's records the model is fitted on (None: all of them)."""
+        return None
+
+    @staticmethod
+    def columns(batch: Batch, meta: dict[str, Any]) -> np.ndarray:
+        """A batch in the model's columns: after the statistics phase, encoded as the job agreed (models.encoding;
+        NaN where a number is unset), before it, the job's numeric features."""
         if meta.get("encoding"):
             return encode_batch(batch, FeatureEncoder.from_dict(meta["encoding"]))
         return select(batch, meta["features"])
+
+    def records(self, meta: dict[str, Any]) -> np.ndarray:
+        """The training records in the model's columns, as float64."""
+        return np.asarray(self.columns(self.training(meta), meta), dtype=float)
+
+    def standardised(self, env: Envelope) -> np.ndarray:
+        """The training records in the model's columns, standardised, as RECORD_DTYPE: built a chunk of the
+        buffer at a time, so the only copy of the training records is the result (4 bytes a value)."""
+        self.require_records()
+        pre = self.preprocessor(env)
+        batch = self.buffer.batch()
+        rows = self.training_rows(env.meta)
+        rows = np.arange(len(batch.X)) if rows is None else np.flatnonzero(rows) if rows.dtype == bool else rows
+        out = np.empty((len(rows), pre.n_features), dtype=RECORD_DTYPE)
+        for i in range(0, len(rows), STATS_CHUNK):
+            out[i: i + STATS_CHUNK] = pre.transform(self.columns(take_rows(batch, rows[i: i + STATS_CHUNK]), env.meta))
+        return out
 
     def threshold_errors(self, env: Envelope, pre: Preprocessor) -> np.ndarray:
         """The errors whose histogram sets the threshold, under the final model."""
@@ -137,14 +218,24 @@ class DetectorParticipant(Participant):
         (transformed); the counts of every text value and unset number (models.encoding) in the meta."""
         spec_schema = RecordSchema(list(env.meta["features"]), list(env.meta.get("categorical", [])),
                                    list(env.meta.get("flags", [])))
-        batch = self.training(env.meta)
-        T = self.transformed(select(batch, spec_schema.numeric), env.meta)
-        present = ~np.isnan(T)
+        self.require_records()
+        rows = self.training_rows(env.meta)
+        full = self.buffer.batch()
+        X = select(full, spec_schema.numeric, rows=rows)
+        # the text fields of the same records (the numbers are not copied twice)
+        batch = Batch(full.columns, full.X[:0], text=None if full.text is None or rows is None else
+                      {f: v[rows] for f, v in full.text.items()}) if rows is not None else full
+        d = X.shape[1]
+        total, sumsq, present = np.zeros(d), np.zeros(d), np.zeros(d, dtype=np.int64)
+        for i in range(0, len(X), STATS_CHUNK):  # in chunks: a few MB whatever the buffer holds
+            T = self.transformed(np.asarray(X[i: i + STATS_CHUNK], dtype=float), env.meta)
+            total += np.nansum(T, axis=0)
+            sumsq += np.nansum(T**2, axis=0)
+            present += (~np.isnan(T)).sum(axis=0)
         return Envelope("stats", env.job, env.round, self.id,
-                        {"count": np.array([len(T)], dtype=np.int64), "total": np.nansum(T, axis=0),
-                         "sumsq": np.nansum(T**2, axis=0), "present": present.sum(axis=0).astype(np.int64),
-                         **self.stats_extra(env.meta)},
-                        {"counts": batch_counts(batch, spec_schema)})
+                        {"count": np.array([len(X)], dtype=np.int64), "total": total, "sumsq": sumsq,
+                         "present": present, **self.stats_extra(env.meta)},
+                        {"counts": batch_counts(batch, spec_schema, numeric=X)})
 
     def threshold_extras(self, env: Envelope, errors: np.ndarray) -> dict[str, np.ndarray]:
         """Arrays a family adds to the threshold reply."""

@@ -13,8 +13,7 @@ from typing import Any
 import numpy as np
 
 from edge_agent.detector_participant import DetectorParticipant
-from edge_agent.sources import Batch, encode_batch, select, take_rows
-from models.encoding import FeatureEncoder
+from edge_agent.sources import take_rows
 from models.mixture.detector import MixtureDetector
 from models.mixture.fedem import FedEM, device_seed
 from models.preprocessing import Preprocessor
@@ -40,15 +39,15 @@ class MixtureParticipant(DetectorParticipant):
     def _held(self, meta: dict[str, Any]) -> np.ndarray:
         return holdout_mask(len(self.buffer.X), float(meta["holdout"]))
 
-    def training(self, meta: dict[str, Any]) -> Batch:
-        return take_rows(super().training(meta), ~self._held(meta))
+    def training_rows(self, meta: dict[str, Any]) -> np.ndarray:
+        return ~self._held(meta)
 
     def stats_extra(self, meta: dict[str, Any]) -> dict[str, np.ndarray]:
         return {"held": np.array([int(self._held(meta).sum())], dtype=np.int64)}
 
     def client_data(self, env: Envelope) -> dict[str, np.ndarray]:
         X = np.empty(1, dtype=object)
-        X[0] = self.preprocessor(env).transform(self.records(env.meta))
+        X[0] = self.standardised(env)
         # this device's position among the participants (the seeding round samples all of them, in order)
         return {"X": X, "seed": np.array([device_seed(int(env.meta["seed"]), env.meta["sampled"].index(self.id))])}
 
@@ -67,7 +66,5 @@ class MixtureParticipant(DetectorParticipant):
     def threshold_errors(self, env: Envelope, pre: Preprocessor) -> np.ndarray:
         mixture = self.algorithm(env.meta).consensus(self.broadcast(env))
         det = MixtureDetector.from_model(mixture, pre, 1.0)
-        held = take_rows(self.buffer.batch(), self._held(env.meta))
-        encoding = env.meta.get("encoding")
-        X = encode_batch(held, FeatureEncoder.from_dict(encoding)) if encoding else select(held, env.meta["features"])
-        return np.asarray(det.score_samples(X))
+        return np.asarray(det.score_samples(self.columns(take_rows(self.buffer.batch(), self._held(env.meta)),
+                                                         env.meta)))

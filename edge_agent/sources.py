@@ -87,15 +87,21 @@ def take_rows(batch: Batch, rows: np.ndarray) -> Batch:
                  None if batch.text is None else {f: v[rows] for f, v in batch.text.items()})
 
 
-def select(batch: Batch, features: list[str], fill: float | None = None) -> np.ndarray:
-    """The batch's columns in the order of the model's features; refuse if any is missing.
+def select(batch: Batch, features: list[str], fill: float | None = None, rows: np.ndarray | None = None) -> np.ndarray:
+    """The batch's columns in the order of the model's features (of the records at `rows` only, a mask or
+    indices: one copy, not two); refuse if any is missing.
 
     Missing values stay NaN unless `fill` is given: the caller decides what a missing value means."""
     index = {c: j for j, c in enumerate(batch.columns)}
     missing = [f for f in features if f not in index]
     if missing:
         raise SchemaError(f"input lacks the model's features: {', '.join(missing)}")
-    X = batch.X[:, [index[f] for f in features]]
+    cols = [index[f] for f in features]
+    if rows is None:
+        X = batch.X[:, cols]
+    else:
+        rows = np.flatnonzero(rows) if rows.dtype == bool else rows
+        X = batch.X[np.ix_(rows, np.array(cols, dtype=np.int64))]
     if fill is not None:
         X[np.isnan(X)] = fill  # X is a copy (fancy indexing)
     return X
@@ -116,10 +122,12 @@ def encode_batch(batch: Batch, encoder: FeatureEncoder) -> np.ndarray:
                                                                                 *encoder.flags]))
 
 
-def batch_counts(batch: Batch, schema: RecordSchema, max_values: int | None = None) -> dict[str, Any]:
-    """The batch's ``local_counts`` under `schema`: what a device reports to agree the vocabulary."""
+def batch_counts(batch: Batch, schema: RecordSchema, max_values: int | None = None,
+                 numeric: np.ndarray | None = None) -> dict[str, Any]:
+    """The batch's ``local_counts`` under `schema`: what a device reports to agree the vocabulary. `numeric`:
+    the batch's numeric columns in the schema's order, when the caller has them already."""
     text = _text_columns(batch, [*schema.categorical, *schema.flags])
-    X = select(batch, schema.numeric)
+    X = select(batch, schema.numeric) if numeric is None else numeric
     return local_counts(schema, X, text) if max_values is None else local_counts(schema, X, text, max_values)
 
 

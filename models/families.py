@@ -12,7 +12,7 @@ from __future__ import annotations
 import importlib
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 from models.jobspec import JobSpec
 from models.mixture.spec import MixtureJobSpec
@@ -62,6 +62,34 @@ FAMILIES: dict[str, JobFamily] = {
                         "edge_agent.recsys_participant:RecsysParticipant",
                         "federated recommendation: agents hold ratings shards; the job names the item catalogue"),
 }
+
+
+#: the detector family every entry point trains unless told otherwise (job create, the REST body, simulate, bench,
+#: demo): the Gaussian mixture catches far more attacks on real IoT traffic than linear PCA (README)
+DEFAULT_DETECTOR: Final = "gmm"
+#: the anomaly-detection families (the ones `--detector` chooses between)
+DETECTORS = ("gmm", "pca")
+
+
+def spec_default(type_: str, name: str) -> Any:
+    """A setting's default as the family's typed spec defines it: what `--help`, the OpenAPI schema and the README
+    show, so that no surface states its own number."""
+    from dataclasses import MISSING, fields
+
+    spec = family(type_).spec
+    f = next((f for f in fields(spec) if f.name == name), None)
+    if f is None:
+        raise KeyError(f"{type_} jobs have no setting {name!r}")
+    return f.default_factory() if f.default is MISSING and f.default_factory is not MISSING else f.default
+
+
+def algorithm_default(type_: str, name: str, algorithm: str | None = None) -> Any:
+    """An algorithm parameter's default (its constructor's), for the family's default algorithm unless named."""
+    import inspect
+
+    spec = family(type_).spec
+    cls = spec.algorithms[algorithm or spec.default_algorithm()]
+    return inspect.signature(cls).parameters[name].default
 
 
 def family(name: str) -> JobFamily:

@@ -15,6 +15,15 @@ import numpy as np
 
 PREPROCESSING_VERSION = 1
 
+#: how a device holds records (its training buffer) and standardised training records: 4 bytes a value. The
+#: simulator rounds its records the same way, so that it computes what the devices compute.
+RECORD_DTYPE = np.float32
+
+
+def as_device_records(X: np.ndarray) -> np.ndarray:
+    """Records as a device's buffer holds them (rounded to RECORD_DTYPE), in float64 for the arithmetic."""
+    return np.asarray(X, dtype=RECORD_DTYPE).astype(float)
+
 
 def signed_log1p(X: np.ndarray, mask: np.ndarray | None = None) -> np.ndarray:
     """sign(x) * log(1 + |x|), applied to the columns selected by mask (all when None)."""

@@ -21,7 +21,7 @@ from models.linalg import subspace_distance
 from models.metrics import detection_report
 from models.pca import PCAAlgorithm, make_algorithm
 from models.pca.baselines import centralized_pca, local_pca
-from models.preprocessing import Moments, Preprocessor, signed_log1p
+from models.preprocessing import Moments, Preprocessor, as_device_records, signed_log1p
 from models.robust import TRIM_CRITERIA, distance_masks, residual_mask, residuals, second_moment
 from models.rounds import run_round, sample_clients
 from models.screening import (
@@ -68,6 +68,7 @@ def prepare_clients(parts: list[np.ndarray], feature_names: list[str], log_trans
     With a lift, each client maps its standardised records through it and C_i is their uncentred second
     moment; the upload bounds are then the map's a-priori ones (diag(C_i) <= 2/D, tr(C_i) <= 2), which is
     all the coordinator knows too (the statistics phase precedes the lift)."""
+    parts = [as_device_records(P) for P in parts]  # as the devices' training buffers hold them
     d = parts[0].shape[1]
     mask = np.full(d, log_transform)
     T = [signed_log1p(P, mask) for P in parts]

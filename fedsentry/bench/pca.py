@@ -25,6 +25,7 @@ from models.detector import PCADetector
 from models.metrics import detection_report
 from models.mixture.spec import MixtureJobSpec
 from models.partition import partition
+from models.pca.spec import PCAJobSpec
 from models.preprocessing import signed_log1p
 from models.simulator import federated_threshold, prepare_clients
 
@@ -66,7 +67,7 @@ def bench(args: argparse.Namespace, data: datasets.TrafficData, split: datasets.
 
     command = shlex.join(["fedsentry", *sys.argv[1:]])
     rows: list[dict[str, Any]] = []
-    pca = argparse.Namespace(**{**vars(args), "detector": "pca", "quantile": args.quantile or 0.99})
+    pca = argparse.Namespace(**{**vars(args), "detector": "pca", "quantile": args.quantile or PCAJobSpec.quantile})
     for label, algorithm, overrides, extra in VARIANTS:
         result = simulate(pca, algorithm, data, split, parts, params=extra, strict=False, **overrides)
         rows.append({**result, "label": label, "detector": "pca"})
@@ -106,7 +107,7 @@ def _log(r: dict[str, Any]) -> None:
 def _settings(args, data, split) -> dict[str, Any]:
     return {"clients": args.clients, "fraction": args.fraction, "rounds": args.rounds, "rank": args.rank,
             "local_steps": args.local_steps, "partition": args.partition, "seed": args.seed,
-            "quantile": args.quantile or 0.99, "holdout": args.holdout, "kernel": args.kernel,
+            "quantile": args.quantile or PCAJobSpec.quantile, "holdout": args.holdout, "kernel": args.kernel,
             "kernel_features": args.kernel_features, "kernel_gamma": args.kernel_gamma,
             "n_features": len(data.feature_names), "n_train": len(split.X_train), "n_test": len(split.X_test),
             "attack_share_test": float(split.y_test.mean())}
@@ -119,7 +120,7 @@ def isolation_forest(args, split) -> dict[str, Any]:
     t0 = time.perf_counter()
     model = IsolationForest(random_state=args.seed, n_jobs=1).fit(split.X_train)
     fit = time.perf_counter() - t0
-    thr = float(np.quantile(-model.score_samples(split.X_train), args.quantile or 0.99))
+    thr = float(np.quantile(-model.score_samples(split.X_train), args.quantile or PCAJobSpec.quantile))
     rep = detection_report(split.y_test, -model.score_samples(split.X_test), thr)
     return {"label": "IsolationForest (pooled data)", "algorithm": "isolation-forest", "rounds": 1,
             "seconds_per_round": fit, "upload_bytes_per_client_round": None, "subspace_distance": None,

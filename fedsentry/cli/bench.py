@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from fedsentry.bench import api, fleet, rounds
+from fedsentry.bench import agent_memory, api, fleet, rounds
 from fedsentry.cli.common import positive_int
 
 
@@ -12,6 +12,19 @@ def register(groups: dict[str, Any], verbs: Any) -> None:
     register_fleet(groups)
     register_api(groups)
     register_rounds(groups)
+    register_agent_memory(groups)
+
+
+def register_agent_memory(groups: dict[str, Any]) -> None:
+    p = groups["bench"].add_parser("agent-memory", help="resident memory of one agent process through a training "
+                                   "job with the default detector, and while it scores afterwards")
+    p.add_argument("--records", type=positive_int, default=50_000, help="training records (default 50000)")
+    p.add_argument("--memory-budget", metavar="MIB", help="give the agent this --memory-budget")
+    p.add_argument("--data-dir", help="where named datasets live (nsl-kdd is used when present, synthetic otherwise)")
+    p.add_argument("--out", default="benchmarks/results",
+                   help="folder for agent-memory.md (default benchmarks/results)")
+    p.add_argument("--json", metavar="PATH", help="write the results as JSON (- for stdout)")
+    p.set_defaults(func=agent_memory.run)
 
 
 def register_rounds(groups: dict[str, Any]) -> None:

@@ -10,6 +10,7 @@ from fedsentry.cli.common import add_federation_args, positive_float, positive_i
 from fedsentry.data import datasets
 from fedsentry.output import write_json
 from fedsentry.runs.pca import prepare, simulate
+from models.families import DEFAULT_DETECTOR, DETECTORS, algorithm_default, spec_default
 from models.kernel import DEFAULT_COMPONENTS, KERNELS, MAX_COMPONENTS, MIN_COMPONENTS
 from models.mixture import ALGORITHMS as MIXTURE_ALGORITHMS
 from models.partition import PARTITIONS
@@ -18,7 +19,6 @@ from models.robust import TRIM_CRITERIA
 
 log = logging.getLogger("fedsentry.pca")
 
-DETECTORS = ("pca", "gmm")
 
 
 def register(groups: dict[str, Any], verbs: Any) -> None:
@@ -74,20 +74,21 @@ def add_kernel_args(p: argparse.ArgumentParser) -> None:
 
 
 def add_pca_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--detector", choices=DETECTORS, default="pca",
-                   help="pca: reconstruction error from a federated subspace (the paper's); gmm: negative "
-                   "log-likelihood under a federated Gaussian mixture (default pca)")
+    p.add_argument("--detector", choices=DETECTORS, default=DEFAULT_DETECTOR,
+                   help="gmm: negative log-likelihood under a federated Gaussian mixture (recommended); pca: "
+                   f"reconstruction error from a federated subspace (the paper's) (default {DEFAULT_DETECTOR})")
     g = p.add_argument_group("gmm (Gaussian mixture) settings")
     g.add_argument("--components", type=positive_int, help="gmm: mixture components (default: the most of 128, "
                    "64, 32, ... whose uploads fit 256 KiB per device and round)")
     g.add_argument("--reg", type=positive_float, help="gmm: ridge added to every covariance, in standardised units "
-                   "(default 0.0001, for IoT flows; nsl-kdd measures best at 0.2 with EM: README)")
+                   f"(default {algorithm_default('gmm', 'reg')})")
     g.add_argument("--hard-rounds", type=int, help="gmm: k-means rounds after seeding before EM rounds (default "
-                   "100000: k-means rounds throughout, what IoT flows measure best with; nsl-kdd: 30)")
+                   f"{algorithm_default('gmm', 'hard_rounds')}: k-means rounds throughout)")
     g.add_argument("--no-seed-rows", action="store_true", help="gmm: do not keep each device's seeding clusters as "
                    "its first control-variate row (README)")
-    g.add_argument("--holdout", type=share, default=0.2, help="gmm: share of each device's records held out of "
-                   "training; the threshold is read from their scores (default 0.2)")
+    g.add_argument("--holdout", type=share, default=spec_default("gmm", "holdout"), help="gmm: share of each "
+                   "device's records held out of training; the threshold is read from their scores (default "
+                   f"{spec_default('gmm', 'holdout')})")
     p.add_argument("--rank", type=positive_int, default=3, help="pca: subspace dimension k (default 3)")
     p.add_argument("--local-steps", type=positive_int, help="fedpe/fedpg: local steps per round (default 10)")
     p.add_argument("--rho", type=positive_float, help="fedpe/fedpg: ADMM penalty (default: the number of features)")
@@ -98,8 +99,9 @@ def add_pca_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--partition", choices=PARTITIONS, default="noniid", help="how records are split (default noniid)")
     p.add_argument("--partition-feature", help="noniid: feature to sort on (default: most distinct values)")
     p.add_argument("--alpha", type=positive_float, default=0.5, help="dirichlet: concentration (default 0.5)")
-    p.add_argument("--quantile", type=unit_open, help="threshold quantile of normal errors (default 0.99 for pca, "
-                   "0.985 for gmm, whose errors are held-out records')")
+    p.add_argument("--quantile", type=unit_open, help="threshold quantile of normal errors (default "
+                   f"{spec_default('gmm', 'quantile')} for gmm, whose errors are held-out records', "
+                   f"{spec_default('pca', 'quantile')} for pca)")
     p.add_argument("--trim", type=share, default=0.0,
                    help="leave this share of the most suspicious training records out of the statistics (default 0)")
     p.add_argument("--trim-by", choices=TRIM_CRITERIA, default="distance",

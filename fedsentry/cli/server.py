@@ -22,7 +22,7 @@ from fedsentry.cli.common import (
 from fedsentry.cli.pca import add_data_args, add_pca_args
 from fedsentry.errors import Terminated, UsageError
 from fedsentry.output import write_json
-from models.families import FAMILIES
+from models.families import DEFAULT_DETECTOR, FAMILIES, algorithm_default, family, spec_default
 from models.mixture import FEDERATED as MIXTURE
 from models.pca import FEDERATED
 from models.recsys import FEDERATED as RECSYS
@@ -44,25 +44,31 @@ def register(groups: dict[str, Any], verbs: Any) -> None:
     create = job.add_parser("create", help="create a job (the API's settings); a running coordinator picks it up")
     create.add_argument("--db", help=DB_HELP)
     create.add_argument("--id", help="job id (default: generated)")
-    create.add_argument("--type", choices=sorted(FAMILIES), default="pca", help="job family (default pca)")
+    create.add_argument("--type", "--detector", dest="type", choices=sorted(FAMILIES), default=DEFAULT_DETECTOR,
+                        help=f"the job family: gmm (Gaussian mixture, recommended), pca (the paper's federated PCA) "
+                        f"or recsys; --detector is the same flag, as in simulate and demo (default {DEFAULT_DETECTOR})")
     create.add_argument("--features", help="pca, gmm: comma-separated feature names the agents provide")
     create.add_argument("--categorical", help="pca, gmm: comma-separated text fields to one-hot encode with a "
                         "vocabulary the devices agree, e.g. proto,service,conn_state (Zeek)")
     create.add_argument("--flags", help="pca, gmm: comma-separated flag-string fields whose letters become columns, "
                         "e.g. history (Zeek)")
     create.add_argument("--items", help="recsys: the item catalogue, comma-separated ids or @FILE (one id a line)")
-    create.add_argument("--algorithm", help="pca: fedmm (default), fedpg, fedpe; gmm: fedem; recsys: fedmc-admm "
-                        "(default), fedmavg, altgdmin")
+    create.add_argument("--algorithm", help=f"gmm: fedem; pca: {family('pca').spec.default_algorithm()} (default), "
+                        f"fedpg, fedpe; recsys: {family('recsys').spec.default_algorithm()} (default), fedmavg, "
+                        "altgdmin")
     create.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
                         help="an algorithm parameter (repeatable), e.g. --param rho=20 --param aggregator=median; "
-                        "gmm: --param components=64 --param reg=0.001")
+                        f"gmm: --param components=64 --param reg=0.001 (default reg {algorithm_default('gmm', 'reg')})")
     create.add_argument("--rank", type=positive_int, help="subspace dimension or latent factors (3 pca, 10 recsys)")
-    create.add_argument("--rounds", type=positive_int, help="training rounds (default 30)")
-    create.add_argument("--fraction", type=float, help="share of agents sampled per round (default 0.3)")
+    create.add_argument("--rounds", type=positive_int,
+                        help=f"training rounds (default {spec_default(DEFAULT_DETECTOR, 'rounds')})")
+    create.add_argument("--fraction", type=float, help="share of agents sampled per round (default "
+                        f"{spec_default(DEFAULT_DETECTOR, 'fraction')})")
     create.add_argument("--seed", type=int, help="sampling and initialisation seed (default 0)")
-    create.add_argument("--quantile", type=float, help="pca, gmm: threshold quantile of normal errors (default 0.99)")
+    create.add_argument("--quantile", type=float, help="gmm, pca: threshold quantile of normal errors (default "
+                        f"{spec_default('gmm', 'quantile')} for gmm, {spec_default('pca', 'quantile')} for pca)")
     create.add_argument("--holdout", type=float, help="gmm: share of each device's records held out of training; "
-                        "the threshold is read from their scores (default 0.2)")
+                        f"the threshold is read from their scores (default {spec_default('gmm', 'holdout')})")
     create.add_argument("--min-agents", type=positive_int, help="wait until this many agents are online (default 1)")
     create.add_argument("--deadline", type=positive_float, help="seconds to wait for a round's uploads (default 10)")
     create.add_argument("--rating-min", type=float, help="recsys: lowest valid rating (default 0.5)")

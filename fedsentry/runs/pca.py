@@ -15,6 +15,7 @@ from fedsentry.output import progress
 from fedsentry.runs.params import flag_params
 from models.partition import partition
 from models.pca import FEDERATED
+from models.pca.spec import PCAJobSpec
 
 
 def load_data(args: argparse.Namespace) -> datasets.TrafficData:
@@ -146,7 +147,8 @@ def simulate(args: argparse.Namespace, algorithm: str, data, split, parts, param
 
     try:
         result = simulate_pca(parts, split.X_test, split.y_test, data.feature_names, algorithm, args.rank,
-                              settings["rounds"], settings["fraction"], args.quantile or 0.99, args.seed,
+                              settings["rounds"], settings["fraction"], args.quantile or PCAJobSpec.quantile,
+                              args.seed,
                               settings["trim"],
                               flag_params(FEDERATED.get(algorithm), {**algorithm_params(args), **(params or {})},
                                           algorithm, strict), on_round, settings["trim_by"], **kernel_settings(args))
@@ -156,7 +158,8 @@ def simulate(args: argparse.Namespace, algorithm: str, data, split, parts, param
         if bar is not None:
             bar.close()
     result.update(dataset=data.name, clients=len(parts), fraction=settings["fraction"], partition=args.partition,
-                  seed=args.seed, quantile=args.quantile or 0.99, trim=settings["trim"], trim_by=settings["trim_by"],
+                  seed=args.seed, quantile=args.quantile or PCAJobSpec.quantile, trim=settings["trim"],
+                  trim_by=settings["trim_by"],
                   contamination=args.contamination,
                   n_features=len(data.feature_names), n_train=len(split.X_train), n_test=len(split.X_test),
                   attack_share_test=float(split.y_test.mean()))

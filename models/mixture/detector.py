@@ -20,17 +20,20 @@ from typing import Any
 import numpy as np
 
 from models.detector import ThresholdedDetector
+from models.mixture.fedem import DEFAULT_REG, default_components
 from models.mixture.gmm import LogDensity, Mixture, e_step, hard_stats, kmeans, logsumexp_rows, m_step, nearest
+from models.mixture.spec import MixtureJobSpec
 from models.preprocessing import Moments, Preprocessor, global_standardisation, signed_log1p
 from models.threshold import federated_quantile
 
 MODEL_VERSION = 1
-_CHUNK = 1024
+_CHUNK = 256  # records scored at once: the quadratic forms' temporaries are _CHUNK x d(d+1)/2 floats
 
 
 class MixtureDetector(ThresholdedDetector):
-    def __init__(self, components: int = 32, reg: float = 1e-3, quantile: float = 0.99, log_transform: bool = True,
-                 n_explain: int = 3, max_iter: int = 100, seed: int = 0):
+    def __init__(self, components: int | None = None, reg: float = DEFAULT_REG,
+                 quantile: float = MixtureJobSpec.quantile, log_transform: bool = True, n_explain: int = 3,
+                 max_iter: int = 100, seed: int = 0):
         self.components, self.reg, self.quantile = components, reg, quantile
         self.log_transform, self.n_explain, self.max_iter, self.seed = log_transform, n_explain, max_iter, seed
 
@@ -45,7 +48,8 @@ class MixtureDetector(ThresholdedDetector):
         m = Moments.of(signed_log1p(X, mask))
         mean, scale, _ = global_standardisation([m.summary()])
         pre = Preprocessor(names, mask, mean, scale)
-        mixture = fit_em(pre.transform(X), self.components, self.reg, np.random.default_rng(self.seed), self.max_iter)
+        K = default_components(X.shape[1]) if self.components is None else self.components
+        mixture = fit_em(pre.transform(X), K, self.reg, np.random.default_rng(self.seed), self.max_iter)
         self._set(mixture, pre, 0.0)
         ref = X if X_holdout is None else X_holdout
         self.threshold_ = federated_quantile([np.asarray(self.score_samples(ref))], self.quantile)
@@ -121,7 +125,8 @@ class MixtureDetector(ThresholdedDetector):
         pre = Preprocessor.from_wire(arrays, meta)
         m = Mixture(np.asarray(arrays["weights"], float), np.asarray(arrays["means"], float),
                     np.asarray(arrays["prec_chol"], float))
-        return cls.from_model(m, pre, float(meta["threshold"]), quantile=float(meta.get("quantile", 0.985)))
+        quantile = float(meta.get("quantile", MixtureJobSpec.quantile))
+        return cls.from_model(m, pre, float(meta["threshold"]), quantile=quantile)
 
     def to_dict(self) -> dict[str, Any]:
         arrays, meta = self.to_wire()

@@ -47,6 +47,8 @@ from models.mixture.gmm import Mixture, e_step, hard_stats, kmeans, m_step, near
 #: what one upload may weigh (issue 11: at most 256 KiB per device and round)
 UPLOAD_BUDGET = 256 * 1024
 CANDIDATE_COMPONENTS = (128, 64, 32, 16, 8)
+#: the ridge added to every covariance (standardised units): FedEM's default and the pooled detector's
+DEFAULT_REG = 1e-4
 
 
 def default_components(n_features: int, float32: bool = True) -> int:
@@ -76,7 +78,7 @@ def broadcast_of(m: Mixture, stage: int) -> State:
 class FedEM(FederatedAlgorithm):
     name = "fedem"
 
-    def __init__(self, n_features: int, components: int | None = None, reg: float = 1e-4, min_cluster: int = 5,
+    def __init__(self, n_features: int, components: int | None = None, reg: float = DEFAULT_REG, min_cluster: int = 5,
                  float32: bool = True, tolerance: float = 1e-3, hard_rounds: int = 100_000, seed_rows: bool = True):
         components = default_components(n_features, float32) if components is None else components
         if not 1 <= components <= 1024:
@@ -161,6 +163,8 @@ class FedEM(FederatedAlgorithm):
                       weight: np.ndarray) -> tuple[State, State]:
         ids = np.asarray(client_ids, dtype=np.int64)
         weight = np.asarray(weight, dtype=float)
+        if len(ids) == 0 or not all(k in uploads for k in ("R", "S1", "S2")):
+            return server, self.current(server)  # nobody answered in time: the mixture stays as it is
         R, S1, S2 = (np.asarray(uploads[k], dtype=float) for k in ("R", "S1", "S2"))
         seeding = int(server["stage"]) == 0
         if "mean_sq" in server and len(ids):

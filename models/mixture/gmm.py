@@ -74,10 +74,39 @@ class LogDensity:
         return A
 
 
+#: records handled at once by every pass over a device's records: the largest temporaries are CHUNK x d(d+1)/2
+#: float64 (the outer products; 2.3 MB at 33 features), so a pass costs a few MB whatever the buffer holds
+CHUNK = 512
+
+
+def chunks(X: np.ndarray, size: int = CHUNK):
+    """(start, records as float64) in consecutive chunks: buffers may hold float32, every sum is float64."""
+    for i in range(0, len(X), size):
+        yield i, np.asarray(X[i: i + size], dtype=float)
+
+
 def nearest(X: np.ndarray, centres: np.ndarray) -> np.ndarray:
-    """The index of each record's nearest centre (squared Euclidean distance)."""
-    D = (X**2).sum(axis=1)[:, None] - 2 * X @ centres.T + (centres**2).sum(axis=1)[None, :]
-    return D.argmin(axis=1)
+    """The index of each record's nearest centre (squared Euclidean distance), in chunks."""
+    out = np.empty(len(X), dtype=np.int64)
+    c2 = (centres**2).sum(axis=1)[None, :]
+    for i, x in chunks(X):
+        out[i: i + len(x)] = (c2 - 2 * x @ centres.T).argmin(axis=1)  # |x|^2 is the same for every centre
+    return out
+
+
+def onehot(labels: np.ndarray, K: int) -> np.ndarray:
+    """(n, K): 1 at each record's label (a hard assignment as responsibilities)."""
+    out = np.zeros((len(labels), K))
+    out[np.arange(len(labels)), labels] = 1.0
+    return out
+
+
+def sq_distance(X: np.ndarray, c: np.ndarray) -> np.ndarray:
+    """Squared Euclidean distance of every record to one point, in chunks."""
+    out = np.empty(len(X))
+    for i, x in chunks(X):
+        out[i: i + len(x)] = ((x - c) ** 2).sum(axis=1)
+    return out
 
 
 def logsumexp_rows(A: np.ndarray) -> np.ndarray:
@@ -86,14 +115,13 @@ def logsumexp_rows(A: np.ndarray) -> np.ndarray:
     return top + np.log(np.exp(A - top[:, None]).sum(axis=1))
 
 
-def e_step(X: np.ndarray, m: Mixture, chunk: int = 4096) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
+def e_step(X: np.ndarray, m: Mixture) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
     """Sufficient statistics (R (K,), S1 (K, d), S2 (K, d(d+1)/2): the upper triangles of sum r x x') of
     records X under m, and their total log-likelihood. Works in chunks (bounded memory on a device)."""
     K, d = m.means.shape
     R, S1, S2, ll = np.zeros(K), np.zeros((K, d)), np.zeros((K, d * (d + 1) // 2)), 0.0
     density = LogDensity(m)
-    for i in range(0, len(X), chunk):
-        x = X[i: i + chunk]
+    for _, x in chunks(X):
         A = density(x)
         lse = logsumexp_rows(A)
         resp = np.exp(A - lse[:, None])
@@ -127,9 +155,14 @@ def triu_unpack(P: np.ndarray, d: int) -> np.ndarray:
 def hard_stats(X: np.ndarray, labels: np.ndarray, K: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The statistics (packed as `e_step`'s) of a hard clustering: responsibility 1 for the record's own
     cluster."""
-    resp = np.zeros((len(X), K))
-    resp[np.arange(len(X)), labels] = 1.0
-    return resp.sum(axis=0), resp.T @ X, resp.T @ outer_rows(X)
+    d = X.shape[1]
+    R, S1, S2 = np.zeros(K), np.zeros((K, d)), np.zeros((K, d * (d + 1) // 2))
+    for i, x in chunks(X):
+        resp = onehot(labels[i: i + len(x)], K)
+        R += resp.sum(axis=0)
+        S1 += resp.T @ x
+        S2 += resp.T @ outer_rows(x)
+    return R, S1, S2
 
 
 def m_step(R: np.ndarray, S1: np.ndarray, S2: np.ndarray, reg: float, min_mass: float = 1e-6) -> Mixture:
@@ -147,10 +180,22 @@ def m_step(R: np.ndarray, S1: np.ndarray, S2: np.ndarray, reg: float, min_mass: 
     means = np.where(empty[:, None], pooled_mean, S1 / Rs[:, None])
     covs = S2 / Rs[:, None, None] - np.einsum("kd,ke->kde", means, means)
     covs = np.where(empty[:, None, None], pooled_cov, covs)
-    covs = (covs + np.swapaxes(covs, 1, 2)) / 2 + reg * np.eye(d)
+    covs = nearest_psd(covs) + reg * np.eye(d)
     weights = np.where(empty, min_mass, R / total)
     weights = weights / weights.sum()
     return Mixture(weights, means, precision_cholesky(covs))
+
+
+def nearest_psd(covs: np.ndarray) -> np.ndarray:
+    """The nearest positive semi-definite matrices (symmetrised, negative eigenvalues set to 0). S2/R - mu mu' of
+    a component that sits on repeated records, on a feature constant on its devices or on a handful of values is
+    singular, and float32 uploads or the subtraction's cancellation leave it slightly indefinite, by more than a
+    small ridge: clipping makes the ridge the floor of every eigenvalue, whatever the traffic."""
+    sym = (covs + np.swapaxes(covs, -1, -2)) / 2
+    w, V = np.linalg.eigh(sym)
+    if (w >= 0).all():
+        return sym
+    return np.einsum("...ij,...j,...kj->...ik", V, np.maximum(w, 0.0), V)
 
 
 def precision_cholesky(covs: np.ndarray) -> np.ndarray:
@@ -176,13 +221,13 @@ def kmeans(X: np.ndarray, k: int, rng: np.random.Generator, weights: np.ndarray 
     k = min(k, n)
     centres = np.empty((k, X.shape[1]))
     centres[0] = X[rng.choice(n, p=w / w.sum())]
-    d2 = ((X - centres[0]) ** 2).sum(axis=1)
+    d2 = sq_distance(X, centres[0])
     for c in range(1, k):
         p = w * d2
         s = p.sum()
         j = rng.choice(n, p=p / s) if s > 0 else rng.integers(n)
         centres[c] = X[j]
-        d2 = np.minimum(d2, ((X - centres[c]) ** 2).sum(axis=1))
+        np.minimum(d2, sq_distance(X, centres[c]), out=d2)
     labels = np.zeros(n, dtype=np.int64)
     for _ in range(iters):
         new = nearest(X, centres)
@@ -191,7 +236,8 @@ def kmeans(X: np.ndarray, k: int, rng: np.random.Generator, weights: np.ndarray 
         labels = new
         mass = np.bincount(labels, weights=w, minlength=k)
         sums = np.zeros_like(centres)
-        np.add.at(sums, labels, X * w[:, None])
+        for i, x in chunks(X):
+            sums += onehot(labels[i: i + len(x)], k).T @ (x * w[i: i + len(x), None])
         filled = mass > 0
         centres[filled] = sums[filled] / mass[filled, None]
     return centres, labels

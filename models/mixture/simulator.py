@@ -24,6 +24,7 @@ from models.mixture.detector import MixtureDetector, fit_em
 from models.mixture.fedem import FedEM, device_seed
 from models.mixture.gmm import Mixture
 from models.mixture.spec import MixtureJobSpec
+from models.preprocessing import RECORD_DTYPE, as_device_records
 from models.rounds import run_round, sample_clients
 from models.screening import Guard, exceedance_threshold
 from models.simulator import prepare_clients
@@ -40,7 +41,7 @@ def device_data(X: list[np.ndarray], seed: int) -> dict[str, np.ndarray]:
     seed of their own clustering (from the job's seed and the device's position, as an agent computes it)."""
     data = np.empty(len(X), dtype=object)
     for i, x in enumerate(X):
-        data[i] = x
+        data[i] = np.asarray(x, dtype=RECORD_DTYPE)  # as a device holds its standardised records
     return {"X": data, "seed": np.array([device_seed(seed, i) for i in range(len(X))])}
 
 
@@ -62,6 +63,7 @@ def simulate_mixture(
     """Train a mixture on partitioned training records (federated, or "centralized": pooled EM) and
     evaluate it on labelled test records at the label-free threshold."""
     guard = guard or MixtureJobSpec(features=list(feature_names)).guard()
+    train_parts = [as_device_records(p) for p in train_parts]  # as the devices' buffers hold them
     fit_parts, held_parts = split_holdout(train_parts, holdout)
     clients = prepare_clients(fit_parts, feature_names, guard=guard)
     d = len(feature_names)

@@ -12,7 +12,7 @@ from models.mixture.fedem import FedEM, standardised_moments
 from models.mixture.gmm import Mixture, e_step, hard_stats, kmeans, m_step, triu_unpack
 from models.mixture.simulator import device_data, device_moments
 from models.params import SettingError
-from models.preprocessing import Moments, Preprocessor, signed_log1p
+from models.preprocessing import Moments, Preprocessor, as_device_records, signed_log1p
 from models.screening import exceedance_threshold
 from models.threshold import error_histogram, holdout_mask, quantile_from_histogram, sparse_histogram
 
@@ -83,8 +83,8 @@ def test_explanation_names_the_broken_feature_with_its_conditional_mean():
 
 def test_full_participation_is_pooled_em_from_the_merged_seed():
     """With every device in every round, the k-means rounds are Lloyd steps and incremental EM is batch EM on
-    the pooled records."""
-    X = blobs(900)
+    the pooled records (as the devices hold them: float32)."""
+    X = as_device_records(blobs(900))
     parts = [X[i::4] for i in range(4)]
     alg = FedEM(X.shape[1], components=3, reg=1e-3, float32=False, hard_rounds=2)
     server, bc = alg.init_server(4, np.random.default_rng(0))

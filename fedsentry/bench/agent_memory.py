@@ -1,0 +1,173 @@
+"""`fedsentry bench agent-memory`: the resident memory of one real `fedsentry agent` process through a whole
+training job with the default detector, and while it scores afterwards.
+
+A coordinator (this process) and a broker (a private Mosquitto, else the embedded one) drive one agent given a
+training file of `--records` records (nsl-kdd's normal records drawn with repetition where the shared data is
+present, synthetic traffic otherwise: repeated records are what real traffic holds). The agent's
+/proc/<pid>/status is read every 20 ms: VmHWM (the kernel's own peak) before the job, at the end of training, and
+VmRSS while it scores a replay with the promoted model afterwards.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from fedsentry.output import write_json
+
+
+def status(pid: int) -> dict[str, float]:
+    """VmRSS and VmHWM of a process, in MiB."""
+    out = {}
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(("VmRSS", "VmHWM")):
+            out[line.split(":")[0]] = int(line.split()[1]) / 1024
+    return out
+
+
+class Sampler(threading.Thread):
+    """Reads a process's memory every `every` seconds until it exits; `mark(name)` starts a new phase, whose
+    largest VmRSS and the VmHWM at its end are kept."""
+
+    def __init__(self, pid: int, every: float = 0.02):
+        super().__init__(daemon=True)
+        self.pid, self.every = pid, every
+        self.phase = "start"
+        self.phases: dict[str, dict[str, float]] = {}
+        self.stopped = threading.Event()
+
+    def mark(self, phase: str) -> None:
+        self.phase = phase
+
+    def run(self) -> None:
+        while not self.stopped.is_set():
+            try:
+                s = status(self.pid)
+            except (FileNotFoundError, ProcessLookupError, IndexError):
+                return
+            p = self.phases.setdefault(self.phase, {"VmRSS": 0.0, "VmHWM": 0.0})
+            p["VmRSS"] = max(p["VmRSS"], s.get("VmRSS", 0.0))
+            p["VmHWM"] = max(p["VmHWM"], s.get("VmHWM", 0.0))
+            time.sleep(self.every)
+
+
+def training_records(n: int, data_dir: str | None, seed: int = 0) -> tuple[str, list[str], np.ndarray, np.ndarray]:
+    """(dataset, feature names, n training records, replay records with attacks)."""
+    from fedsentry.data import datasets
+
+    name = "nsl-kdd" if datasets.shared_data_available("nsl-kdd", data_dir) else "synthetic"
+    data = datasets.load_named(name, data_dir, seed)
+    rng = np.random.default_rng(seed)
+    train = data.X_normal[rng.integers(0, len(data.X_normal), n)]
+    replay = np.vstack([data.X_normal[rng.integers(0, len(data.X_normal), 20_000)],
+                        data.X_attack[rng.integers(0, len(data.X_attack), 2_000)]])
+    return name, data.feature_names, train, replay[rng.permutation(len(replay))]
+
+
+def measure(records: int = 50_000, data_dir: str | None = None, budget: str | None = None,
+            timeout: float = 900) -> dict[str, Any]:
+    from coordinator.broker import EmbeddedBroker, Mosquitto
+    from coordinator.service import Coordinator
+    from models.families import DEFAULT_DETECTOR, family
+
+    tmp = Path(tempfile.mkdtemp(prefix="fedsentry-agentmem-"))
+    dataset, names, train, replay = training_records(records, data_dir)
+    for path, X in (("train.csv", train), ("replay.csv", replay)):
+        np.savetxt(tmp / path, X, delimiter=",", header=",".join(names), comments="", fmt="%.6g")
+    creds: dict[str, Any]
+    try:
+        broker: Mosquitto | EmbeddedBroker = Mosquitto().start()
+        env, creds = dict(os.environ), {}
+    except FileNotFoundError:
+        broker = EmbeddedBroker(devices=["mem-agent"]).start()
+        env, creds = {**os.environ, **broker.credentials_env("mem-agent")}, {
+            "username": broker.username, "password": broker.password}
+    coordinator = Coordinator(broker.url, f"sqlite:///{tmp}/coordinator.db", **creds).start()
+    cmd = [sys.executable, "-m", "fedsentry.cli", "agent", "--broker", broker.url, "--id", "mem-agent",
+           "--train", str(tmp / "train.csv"), "--csv", str(tmp / "replay.csv"), "--state-dir", str(tmp / "state"),
+           "--wait-for-model", "--exit-after-replay", *(["--memory-budget", budget] if budget else [])]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=open(tmp / "agent.log", "w"), env=env)  # noqa: SIM115
+    sampler = Sampler(proc.pid)
+    sampler.start()
+    t0 = time.monotonic()
+    try:
+        _wait(lambda: "mem-agent" in coordinator.online_devices(DEFAULT_DETECTOR), 60, "the agent online", proc)
+        time.sleep(1.0)
+        sampler.mark("idle")
+        time.sleep(1.0)
+        sampler.mark("training")
+        coordinator.create_job("mem-1", DEFAULT_DETECTOR, family(DEFAULT_DETECTOR).spec.default_algorithm(),
+                               {"features": names, "min_agents": 1, "deadline": 120})
+        _wait(lambda: coordinator.job_status("mem-1") in ("finished", "failed"), timeout, "the job", proc)
+        training_seconds = time.monotonic() - t0
+        sampler.mark("scoring")
+        if coordinator.job_status("mem-1") != "finished":
+            raise RuntimeError(f"the job failed: {_job_error(coordinator, 'mem-1')}")
+        proc.wait(timeout)
+    finally:
+        sampler.stopped.set()
+        if proc.poll() is None:
+            proc.kill()
+        coordinator.close()
+        broker.close()
+    phases = sampler.phases
+    return {
+        "command": shlex.join(["fedsentry", *sys.argv[1:]]),
+        "dataset": dataset, "features": len(names), "training_records": records, "replay_records": len(replay),
+        "memory_budget": budget,
+        "idle_mib": phases.get("idle", {}).get("VmRSS"),
+        "training_peak_mib": phases.get("training", {}).get("VmHWM"),
+        "scoring_rss_max_mib": phases.get("scoring", {}).get("VmRSS"),
+        "training_seconds": training_seconds,
+        "agent_exit": proc.returncode,
+    }
+
+
+def _job_error(coordinator: Any, job_id: str) -> str | None:
+    from coordinator.db import Job
+
+    with coordinator.sessions() as s:
+        job = s.get(Job, job_id)
+        return None if job is None else job.error
+
+
+def _wait(done, timeout: float, what: str, proc: subprocess.Popen) -> None:
+    end = time.monotonic() + timeout
+    while not done():
+        if proc.poll() is not None:
+            raise RuntimeError(f"the agent exited ({proc.returncode}) while waiting for {what}")
+        if time.monotonic() > end:
+            raise TimeoutError(f"{what}: not done after {timeout:.0f} s")
+        time.sleep(0.1)
+
+
+def markdown(r: dict[str, Any]) -> str:
+    return "\n".join([
+        "# Agent memory", "", f"Command: `{r['command']}`", "",
+        f"One `fedsentry agent` process, default detector and settings, {r['training_records']:,} training records "
+        f"of {r['dataset']} ({r['features']} features), then {r['replay_records']:,} records scored:", "",
+        "| phase | MiB |", "|---|---:|",
+        f"| idle, before the job (VmRSS) | {r['idle_mib']:.1f} |",
+        f"| peak through the training job (VmHWM) | {r['training_peak_mib']:.1f} |",
+        f"| scoring afterwards (largest VmRSS) | {r['scoring_rss_max_mib']:.1f} |", "",
+        f"Training took {r['training_seconds']:.1f} s.", ""])
+
+
+def run(args: argparse.Namespace) -> int:
+    result = measure(args.records, args.data_dir, args.memory_budget)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "agent-memory.md").write_text(markdown(result))
+    write_json(result, args.json)
+    print(markdown(result), file=sys.stderr)
+    return 0
