@@ -54,10 +54,8 @@ class DroppingLoopback(Loopback):
             while not self.runner.tick() and not self.outbox and self.runner.phase not in ("finished", "failed"):
                 time.sleep(0.01)
         assert self.runner.phase == "finished", self.runner.job_id
-        from coordinator.db import ModelVersion as MV
-
         with self.sessions() as s:
-            return s.query(MV).filter_by(job_id="loop").one()
+            return s.query(ModelVersion).filter_by(job_id="loop").one()
 
 
 def check(mv: ModelVersion) -> Mixture:
