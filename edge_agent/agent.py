@@ -77,6 +77,7 @@ class AgentConfig:
     learn: bool = False  # keep a reservoir sample of the traffic it reads as its training records
     alert_burst: int = 20
     alert_window: float = 60.0
+    memory_budget: float | None = None  # MiB the process may use through a training job: sizes the buffer
 
 
 class Agent:
@@ -84,7 +85,7 @@ class Agent:
                  training: Iterator[Batch] | None = None, ratings: tuple[Any, Any] | None = None):
         self.cfg = cfg
         self.store = AgentStore(cfg.state_dir)
-        self.buffer = TrainingBuffer(self.store)
+        self.buffer = TrainingBuffer(self.store, budget_mib=cfg.memory_budget)
         if training is not None and self.buffer.seen == 0:
             for b in training:
                 self.buffer.add(b)

@@ -9,11 +9,13 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
+from edge_agent.memory import buffer_capacity
 from edge_agent.participant import Participant
 from edge_agent.sources import FLOW_FIELDS, Batch, SchemaError, batch_counts, encode_batch, select, take_rows
 from edge_agent.store import AgentStore
@@ -22,7 +24,8 @@ from models.preprocessing import RECORD_DTYPE, Preprocessor, signed_log1p
 from models.threshold import sparse_histogram
 from wire.protocol import Envelope
 
-#: records a training buffer holds unless a memory budget says fewer (edge_agent.budget)
+log = logging.getLogger("fedsentry.agent")
+#: records a training buffer holds unless a memory budget says fewer (edge_agent.memory)
 DEFAULT_CAPACITY = 50_000
 STATS_CHUNK = 4096
 
@@ -36,16 +39,28 @@ class TrainingBuffer:
     The records are read from disk when first needed; `park` lets go of them (an agent that does not learn
     from its traffic needs them only during a job's rounds, and scores in less memory between jobs)."""
 
-    def __init__(self, store: AgentStore, capacity: int = DEFAULT_CAPACITY, seed: int = 0):
-        self.store, self.capacity, self.seed = store, int(capacity), seed
+    def __init__(self, store: AgentStore, capacity: int = DEFAULT_CAPACITY, seed: int = 0,
+                 budget_mib: float | None = None):
+        self.store, self.most, self.seed, self.budget_mib = store, int(capacity), seed, budget_mib
         meta = store.load_json("training", {"columns": [], "seen": 0})
         self.columns: list[str] = meta["columns"]
         self.seen: int = meta["seen"]
         self._X: np.ndarray | None = None
         self._text: dict[str, list[str | None]] | None = None
+        self.capacity = self._capacity()
         self.size = 0
         self.dirty = False  # records added since the last save
         self.rng = np.random.default_rng(seed + self.seen)
+
+    def _capacity(self) -> int:
+        """At most `capacity` records, fewer where a memory budget says so (edge_agent.memory)."""
+        if self.budget_mib is None or not self.columns:
+            return self.most
+        n = buffer_capacity(self.budget_mib, len(self.columns) + len(self._text or {}), self.most)
+        if n < self.most:
+            log.info("training buffer: %d records of %d columns fit a memory budget of %g MiB", n,
+                     len(self.columns), self.budget_mib)
+        return n
 
     def _load(self) -> None:
         if self._X is not None:
@@ -92,6 +107,7 @@ class TrainingBuffer:
             self.columns = list(batch.columns)
             self._X = np.zeros((0, len(self.columns)), dtype=RECORD_DTYPE)
             self._text = {f: [] for f in (batch.text or {}) if f not in FLOW_FIELDS}
+            self.capacity = self._capacity()
         self._load()
         assert self._X is not None
         X = select(batch, self.columns)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import os
 import shlex
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -120,6 +121,7 @@ def measure(records: int = 50_000, data_dir: str | None = None, budget: str | No
             proc.kill()
         coordinator.close()
         broker.close()
+        shutil.rmtree(tmp, ignore_errors=True)
     phases = sampler.phases
     return {
         "command": shlex.join(["fedsentry", *sys.argv[1:]]),

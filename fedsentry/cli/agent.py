@@ -60,10 +60,22 @@ def register(groups: dict[str, Any], verbs: Any) -> None:
                        help="train only on --train records, even with --zeek")
     p.add_argument("--calibrate", action="store_true", help="per-device threshold: this device's own quantile of "
                    "the scores of a held-out fifth of its training records, within a factor 2 of the federation's")
+    p.add_argument("--memory-budget", type=float, metavar="MIB", default=_env_float("FEDSENTRY_MEMORY_BUDGET"),
+                   help="resident memory (MiB) the agent may use through a training job: its training buffer is "
+                   "sized to fit (default $FEDSENTRY_MEMORY_BUDGET, else 50,000 records; the systemd unit gives "
+                   "100 under its MemoryMax=120M)")
     p.add_argument("--alert-burst", type=positive_int, default=20,
                    help="individual alerts per window; past them flagged records are counted in incidents")
     p.add_argument("--alert-window", type=positive_float, default=60.0, help="rate-limit window in seconds")
     p.set_defaults(func=run_agent)
+
+
+def _env_float(name: str) -> float | None:
+    value = os.environ.get(name)
+    try:
+        return float(value) if value else None
+    except ValueError:
+        raise UsageError(f"${name}={value!r} is not a number") from None
 
 
 def private_folder(path: str) -> None:
@@ -78,6 +90,7 @@ def private_folder(path: str) -> None:
 
 def run_agent(args: argparse.Namespace) -> int:
     from edge_agent.agent import Agent, AgentConfig, training_source
+    from edge_agent.memory import MIN_BUDGET
     from edge_agent.sources import SchemaError, ZeekFollower, csv_source, json_lines
     from edge_agent.store import AgentStore
     from wire.mqtt import parse_broker_url, redact_url
@@ -109,10 +122,13 @@ def run_agent(args: argparse.Namespace) -> int:
         source = json_lines(iter(sys.stdin.readline, ""))
     else:
         source = None
+    if args.memory_budget is not None and not MIN_BUDGET <= args.memory_budget <= 1e6:
+        raise UsageError(f"--memory-budget {args.memory_budget:g}: an agent needs at least {MIN_BUDGET} MiB through "
+                         "a training job (interpreter, numpy, MQTT and a round's arithmetic; README)")
     cfg = AgentConfig(args.id, args.broker, state_dir, args.username, password, args.tls, args.ca_cert,
                       args.cert, args.key, args.model_job, args.wait_for_model, args.exit_after_replay,
                       args.scores_out, args.calibrate, bool(args.zeek) if args.learn is None else args.learn,
-                      args.alert_burst, args.alert_window)
+                      args.alert_burst, args.alert_window, args.memory_budget)
     ratings = None
     if args.test_ratings and not args.ratings:
         raise UsageError("--test-ratings needs --ratings")

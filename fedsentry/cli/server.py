@@ -58,7 +58,7 @@ def register(groups: dict[str, Any], verbs: Any) -> None:
                         "altgdmin")
     create.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
                         help="an algorithm parameter (repeatable), e.g. --param rho=20 --param aggregator=median; "
-                        f"gmm: --param components=64 --param reg=0.001 (default reg {algorithm_default('gmm', 'reg')})")
+                        f"gmm: --param components=64 --param reg=0.01 (reg: default {algorithm_default('gmm', 'reg')})")
     create.add_argument("--rank", type=positive_int, help="subspace dimension or latent factors (3 pca, 10 recsys)")
     create.add_argument("--rounds", type=positive_int,
                         help=f"training rounds (default {spec_default(DEFAULT_DETECTOR, 'rounds')})")

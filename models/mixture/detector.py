@@ -21,13 +21,22 @@ import numpy as np
 
 from models.detector import ThresholdedDetector
 from models.mixture.fedem import DEFAULT_REG, default_components
-from models.mixture.gmm import LogDensity, Mixture, e_step, hard_stats, kmeans, logsumexp_rows, m_step, nearest
+from models.mixture.gmm import (
+    LogDensity,
+    Mixture,
+    chunk_rows,
+    e_step,
+    hard_stats,
+    kmeans,
+    logsumexp_rows,
+    m_step,
+    nearest,
+)
 from models.mixture.spec import MixtureJobSpec
 from models.preprocessing import Moments, Preprocessor, global_standardisation, signed_log1p
 from models.threshold import federated_quantile
 
 MODEL_VERSION = 1
-_CHUNK = 256  # records scored at once: the quadratic forms' temporaries are _CHUNK x d(d+1)/2 floats
 
 
 class MixtureDetector(ThresholdedDetector):
@@ -82,8 +91,9 @@ class MixtureDetector(ThresholdedDetector):
         if X.ndim == 1:
             return float(self.score_samples(X[None])[0])  # type: ignore[index]
         out = np.empty(X.shape[0])
-        for i in range(0, X.shape[0], _CHUNK):
-            out[i: i + _CHUNK] = -logsumexp_rows(self._density(self.preprocessor_.transform(X[i: i + _CHUNK]))) \
+        step = chunk_rows(X.shape[1])  # the quadratic forms' temporaries stay near CHUNK_BYTES
+        for i in range(0, X.shape[0], step):
+            out[i: i + step] = -logsumexp_rows(self._density(self.preprocessor_.transform(X[i: i + step]))) \
                 - self.floor_
         np.maximum(out, 0.0, out=out)
         return out

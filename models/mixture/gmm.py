@@ -74,13 +74,20 @@ class LogDensity:
         return A
 
 
-#: records handled at once by every pass over a device's records: the largest temporaries are CHUNK x d(d+1)/2
-#: float64 (the outer products; 2.3 MB at 33 features), so a pass costs a few MB whatever the buffer holds
-CHUNK = 512
+#: bytes the largest temporary of a pass over a device's records may take: the outer products of a chunk of
+#: records (chunk x d(d+1)/2 float64), so a pass costs a few MB whatever the buffer holds and however many
+#: columns an encoding makes
+CHUNK_BYTES = 2 * 2**20
 
 
-def chunks(X: np.ndarray, size: int = CHUNK):
+def chunk_rows(d: int) -> int:
+    """Records per chunk for d columns (512 at 22 features, 467 at 33, 41 at 100)."""
+    return int(min(4096, max(32, CHUNK_BYTES // (8 * d * (d + 1) // 2))))
+
+
+def chunks(X: np.ndarray, size: int | None = None):
     """(start, records as float64) in consecutive chunks: buffers may hold float32, every sum is float64."""
+    size = size or chunk_rows(X.shape[1])
     for i in range(0, len(X), size):
         yield i, np.asarray(X[i: i + size], dtype=float)
 

@@ -47,10 +47,10 @@ def test_viewers_read_but_do_not_change(app, client, keys, method, path):
 
 def test_create_get_list_and_cancel_a_job(client, keys):
     admin = bearer(keys["admin"])
-    r = client.post("/api/v1/jobs", json={"id": "j-a", "features": ["a", "b", "c", "d"], "rank": 2, "rounds": 5,
-                                          "algorithm": "fedpg"}, headers=admin)
+    r = client.post("/api/v1/jobs", json={"id": "j-a", "type": "pca", "features": ["a", "b", "c", "d"], "rank": 2,
+                                          "rounds": 5, "algorithm": "fedpg"}, headers=admin)
     assert r.status_code == 201 and r.json()["status"] == "pending" and r.json()["params"]["rank"] == 2
-    assert client.post("/api/v1/jobs", json={"id": "j-a", "features": ["a", "b"], "rank": 1},
+    assert client.post("/api/v1/jobs", json={"id": "j-a", "type": "pca", "features": ["a", "b"], "rank": 1},
                        headers=admin).status_code == 409
     got = client.get("/api/v1/jobs/j-a", headers=admin).json()
     assert got["algorithm"] == "fedpg" and got["rounds"] == []
@@ -69,36 +69,39 @@ def test_a_mixture_job_for_zeek_fields(client, keys):
     assert got["params"]["categorical"] == ["proto", "service"] and got["params"]["holdout"] == 0.25
 
 
+PCA3 = {"type": "pca", "features": ["a", "b", "c"]}  # gmm is the default family: PCA settings name their type
+
+
 @pytest.mark.parametrize(("body", "field", "problem"), [
-    ({"features": ["a", "b"], "rank": 2}, "body.rank", "must be smaller than the number of features"),
-    ({"features": ["a", "b", "c"], "fraction": 0}, "body.fraction", "greater than 0"),
-    ({"features": ["a", "b", "c"], "algorithm": "fedavg"}, "body.algorithm", "must be one of"),
-    ({"features": ["a", "b", "c"], "rank": 0}, "body.rank", "greater than or equal to 1"),
-    ({"features": ["a", "a", "b"]}, "body.features", "distinct"),
+    ({"type": "pca", "features": ["a", "b"], "rank": 2}, "body.rank", "must be smaller than the number of features"),
+    ({**PCA3, "fraction": 0}, "body.fraction", "greater than 0"),
+    ({**PCA3, "algorithm": "fedavg"}, "body.algorithm", "must be one of"),
+    ({**PCA3, "rank": 0}, "body.rank", "greater than or equal to 1"),
+    ({"type": "pca", "features": ["a", "a", "b"]}, "body.features", "distinct"),
     ({"features": ["a", "b", "c"], "type": "graph"}, "body.type", "'pca', 'gmm' or 'recsys'"),
     ({"type": "recsys", "features": ["a", "b", "c"]}, "body.items", "needs the item catalogue"),
     ({"type": "recsys", "items": [1, 2, 3], "rank": 3}, "body.rank", "smaller than the number of items"),
     ({"type": "recsys", "items": [1, 2, 3], "algorithm": "fedmm", "rank": 1}, "body.algorithm", "recsys job"),
-    ({"features": ["a", "b", "c"], "rounds": "many"}, "body.rounds", "valid integer"),
-    ({"features": ["a", "b", "c"], "colour": "red"}, "body.colour", "Extra inputs are not permitted"),
+    ({**PCA3, "rounds": "many"}, "body.rounds", "valid integer"),
+    ({**PCA3, "colour": "red"}, "body.colour", "Extra inputs are not permitted"),
     ({}, "body.features", "needs the feature names"),
-    ({"features": ["a", "b", "c"], "rank": 1, "algorithm_params": {"rho": 3}}, "body.algorithm_params.rho",
+    ({**PCA3, "rank": 1, "algorithm_params": {"rho": 3}}, "body.algorithm_params.rho",
      "not a parameter of fedmm"),
-    ({"features": ["a", "b", "c"], "rank": 1, "algorithm": "fedpg", "algorithm_params": {"local_steps": 2.5}},
+    ({**PCA3, "rank": 1, "algorithm": "fedpg", "algorithm_params": {"local_steps": 2.5}},
      "body.algorithm_params.local_steps", "whole number"),
-    ({"features": ["a", "b", "c"], "rank": 1, "algorithm": "fedpg", "algorithm_params": {"local_steps": 10**6}},
+    ({**PCA3, "rank": 1, "algorithm": "fedpg", "algorithm_params": {"local_steps": 10**6}},
      "body.algorithm_params", "between 1 and 1000"),
-    ({"features": ["a", "b", "c"], "rank": 1, "algorithm": "fedpg", "algorithm_params": {"aggregator": "mode"}},
+    ({**PCA3, "rank": 1, "algorithm": "fedpg", "algorithm_params": {"aggregator": "mode"}},
      "body.algorithm_params", "aggregator"),
-    ({"features": ["a", "b", "c"], "rank": 1, "max_share": 1.5}, "body.max_share", "must be in (0, 1]"),
-    ({"features": ["a", "b", "c"], "rank": 1, "max_records": 0}, "body.max_records", "between 1 and 10^12"),
-    ({"features": ["a", "b", "c"], "rank": 1, "influence": -1}, "body.influence", "must be in (0, 10^6]"),
+    ({**PCA3, "rank": 1, "max_share": 1.5}, "body.max_share", "must be in (0, 1]"),
+    ({**PCA3, "rank": 1, "max_records": 0}, "body.max_records", "between 1 and 10^12"),
+    ({**PCA3, "rank": 1, "influence": -1}, "body.influence", "must be in (0, 10^6]"),
     ({"type": "recsys", "items": [1, 2, 3], "rank": 1, "max_share": 0.5}, "body.max_share", "recsys job"),
     ({"type": "gmm", "features": ["a", "b", "c"], "holdout": 0.9}, "body.holdout", "less than or equal to 0.5"),
     ({"type": "gmm", "features": ["a", "b", "c"], "algorithm_params": {"components": 0}}, "body.algorithm_params",
      "components must be between 1 and 1024"),
-    ({"features": ["a", "b", "c"], "rank": 1, "categorical": ["a"]}, "body.categorical", "none of them a feature"),
-    ({"features": ["a", "b", "c"], "rank": 1, "holdout": 0.2}, "body.holdout", "not a setting of a pca job"),
+    ({**PCA3, "rank": 1, "categorical": ["a"]}, "body.categorical", "none of them a feature"),
+    ({**PCA3, "rank": 1, "holdout": 0.2}, "body.holdout", "not a setting of a pca job"),
 ])
 def test_invalid_jobs_name_the_field(client, keys, body, field, problem):
     r = client.post("/api/v1/jobs", json=body, headers=bearer(keys["admin"]))
