@@ -9,7 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_vali
 from pydantic_core import PydanticCustomError
 
 from api.validation import ALERT_ID_PATTERN, ItemId, Name, Note, Scalar
-from models.families import DEFAULT_DETECTOR, algorithm_default, family, job_spec, spec_default
+from models.families import DEFAULT_DETECTOR, algorithm_default, family, family_for, job_spec, spec_default
 from models.jobspec import JobSpec
 from models.params import SettingError
 from models.pca import FEDERATED as PCA_ALGORITHMS
@@ -80,6 +80,8 @@ class JobCreate(BaseModel):
 
     def spec(self) -> JobSpec:
         """The validated typed settings; a PydanticCustomError naming the field otherwise."""
+        if "type" not in self.model_fields_set:  # a job that names fedpg is a pca job
+            self.type = family_for(None, self.algorithm)  # type: ignore[assignment]
         try:
             return job_spec(self.type, self.model_dump(exclude={"type", "id"}, exclude_none=True))
         except SettingError as e:

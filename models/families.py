@@ -92,6 +92,15 @@ def algorithm_default(type_: str, name: str, algorithm: str | None = None) -> An
     return inspect.signature(cls).parameters[name].default
 
 
+def family_for(type_: str | None, algorithm: str | None) -> str:
+    """The family a job means: the one named, else the one whose registry holds the algorithm named (a job that
+    names `fedpg` is a PCA job), else the default detector."""
+    if type_:
+        return type_
+    owners = [name for name, f in FAMILIES.items() if algorithm and algorithm in f.algorithms]
+    return owners[0] if len(owners) == 1 else DEFAULT_DETECTOR
+
+
 def family(name: str) -> JobFamily:
     try:
         return FAMILIES[name]

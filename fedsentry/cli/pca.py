@@ -74,9 +74,10 @@ def add_kernel_args(p: argparse.ArgumentParser) -> None:
 
 
 def add_pca_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--detector", choices=DETECTORS, default=DEFAULT_DETECTOR,
+    p.add_argument("--detector", choices=DETECTORS,
                    help="gmm: negative log-likelihood under a federated Gaussian mixture (recommended); pca: "
-                   f"reconstruction error from a federated subspace (the paper's) (default {DEFAULT_DETECTOR})")
+                   f"reconstruction error from a federated subspace (the paper's) (default {DEFAULT_DETECTOR}, or "
+                   "pca when --algorithm names a PCA algorithm)")
     g = p.add_argument_group("gmm (Gaussian mixture) settings")
     g.add_argument("--components", type=positive_int, help="gmm: mixture components (default: the most of 128, "
                    "64, 32, ... whose uploads fit 256 KiB per device and round)")
@@ -109,7 +110,17 @@ def add_pca_args(p: argparse.ArgumentParser) -> None:
                    "client drops its worst-reconstructed share, re-evaluated as Z improves")
 
 
+def resolve_detector(args: argparse.Namespace) -> None:
+    """--detector as given, else the family of --algorithm where only one family has it (fedpg, local: pca),
+    else the default detector."""
+    if args.detector is None:
+        algorithm = getattr(args, "algorithm", None)
+        only_pca = algorithm in ALGORITHMS and algorithm not in MIXTURE_ALGORITHMS
+        args.detector = "pca" if only_pca else DEFAULT_DETECTOR
+
+
 def run_simulate(args: argparse.Namespace) -> int:
+    resolve_detector(args)
     data, split, parts = prepare(args)
     result = simulate(args, args.algorithm or default_algorithm(args.detector), data, split, parts)
     log.info("%s %s on %s: auc_roc=%.4f average_precision=%.4f f1=%.3f recall=%.3f false_positive_rate=%.4f "
@@ -127,6 +138,7 @@ def default_algorithm(detector: str) -> str:
 def run_bench(args: argparse.Namespace) -> int:
     from fedsentry.bench.pca import bench
 
+    resolve_detector(args)
     data, split, parts = prepare(args)
     write_json(bench(args, data, split, parts), args.json)
     return 0

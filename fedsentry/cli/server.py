@@ -19,7 +19,7 @@ from fedsentry.cli.common import (
     positive_int,
     utc_time,
 )
-from fedsentry.cli.pca import add_data_args, add_pca_args
+from fedsentry.cli.pca import add_data_args, add_pca_args, resolve_detector
 from fedsentry.errors import Terminated, UsageError
 from fedsentry.output import write_json
 from models.families import DEFAULT_DETECTOR, FAMILIES, algorithm_default, family, spec_default
@@ -44,9 +44,10 @@ def register(groups: dict[str, Any], verbs: Any) -> None:
     create = job.add_parser("create", help="create a job (the API's settings); a running coordinator picks it up")
     create.add_argument("--db", help=DB_HELP)
     create.add_argument("--id", help="job id (default: generated)")
-    create.add_argument("--type", "--detector", dest="type", choices=sorted(FAMILIES), default=DEFAULT_DETECTOR,
+    create.add_argument("--type", "--detector", dest="type", choices=sorted(FAMILIES),
                         help=f"the job family: gmm (Gaussian mixture, recommended), pca (the paper's federated PCA) "
-                        f"or recsys; --detector is the same flag, as in simulate and demo (default {DEFAULT_DETECTOR})")
+                        f"or recsys; --detector is the same flag, as in simulate and demo (default {DEFAULT_DETECTOR}, "
+                        "or the family of the --algorithm named)")
     create.add_argument("--features", help="pca, gmm: comma-separated feature names the agents provide")
     create.add_argument("--categorical", help="pca, gmm: comma-separated text fields to one-hot encode with a "
                         "vocabulary the devices agree, e.g. proto,service,conn_state (Zeek)")
@@ -111,7 +112,7 @@ def register(groups: dict[str, Any], verbs: Any) -> None:
     add_data_args(demo)
     add_federation_args(demo, rounds=30, clients=False)
     add_pca_args(demo)
-    demo.set_defaults(fraction=0.3, rank=None, detector="gmm")
+    demo.set_defaults(fraction=0.3, rank=None)
     demo.add_argument("--job", choices=("pca", "recsys"), default="pca",
                       help="pca: anomaly detection (the detector is --detector); recsys: recommendation (default pca)")
     demo.add_argument("--agents", type=positive_int, help="agent processes, one per client (default 10)")
@@ -280,7 +281,7 @@ def run_job_create(args: argparse.Namespace) -> int:
 
     from coordinator.db import make_engine, migrate, session_factory
     from coordinator.jobs import JobExistsError, create_job
-    from models.families import job_spec
+    from models.families import family_for, job_spec
     from models.params import SettingError
     from wire.protocol import check_id
 
@@ -294,6 +295,7 @@ def run_job_create(args: argparse.Namespace) -> int:
     if args.items is not None:
         values["items"] = _items(args.items)
     values["algorithm_params"] = dict(_param(p) for p in args.param)
+    args.type = family_for(args.type, args.algorithm)
     try:
         spec = job_spec(args.type, {k: v for k, v in values.items() if v is not None})
     except SettingError as e:
@@ -470,6 +472,7 @@ def run_demo(args: argparse.Namespace) -> int:
     args.agents = args.agents or args.clients or 10
     if args.port is not None and args.port > 65535:
         raise UsageError(f"--port {args.port}: a port is at most 65535")
+    resolve_detector(args)
     pca = args.job == "pca"
     registry, kind = (MIXTURE, "gmm") if pca and args.detector == "gmm" else (FEDERATED, "pca") if pca else \
         (RECSYS, "recsys")

@@ -59,8 +59,8 @@ def test_live_dashboard(stack):
     api = httpx.Client(base_url=url, headers={"Authorization": f"Bearer {admin}"}, timeout=10)
     wait_until(lambda: len([d for d in api.get("/api/v1/devices").json()["items"] if d["online"]]) == 4, 30,
                "devices online")
-    r = api.post("/api/v1/jobs", json={"id": "ui-job", "features": data.feature_names, "rank": 3, "rounds": 12,
-                                       "fraction": 0.5, "min_agents": 4, "algorithm": "fedmm"})
+    r = api.post("/api/v1/jobs", json={"id": "ui-job", "type": "pca", "features": data.feature_names, "rank": 3,
+                                       "rounds": 12, "fraction": 0.5, "min_agents": 4, "algorithm": "fedmm"})
     assert r.status_code == 201, r.text
     wait_until(lambda: api.get("/api/v1/jobs/ui-job").json()["status"] == "finished", 60, "job finished")
     assert len([x for x in api.get("/api/v1/jobs/ui-job").json()["rounds"] if x["phase"] == "train"]) == 12

@@ -41,23 +41,26 @@ def test_mixture_job_for_zeek_fields(tmp_path, capsys):
     assert '"holdout": 0.25' in params and '"components": 16' in params
 
 
+PCA3 = ["--type", "pca", "--features", "a,b,c"]  # gmm is the default family: PCA settings name their type
+
+
 @pytest.mark.parametrize(("args", "message"), [
-    (["--features", "a,b,c", "--rank", "1", "--param", "rho=3"], "--param rho: not a parameter of fedmm"),
-    (["--features", "a,b,c", "--rank", "1", "--algorithm", "fedpg", "--param", "local_steps=many"],
+    ([*PCA3, "--rank", "1", "--param", "rho=3"], "--param rho: not a parameter of fedmm"),
+    ([*PCA3, "--rank", "1", "--algorithm", "fedpg", "--param", "local_steps=many"],
      "--param local_steps: expected int"),
-    (["--features", "a,b,c", "--rank", "1", "--param", "rho"], "--param 'rho': expected NAME=VALUE"),
-    (["--features", "a,b,c", "--rank", "5"], "--rank: (5) must be smaller than the number of features (3)"),
+    ([*PCA3, "--rank", "1", "--param", "rho"], "--param 'rho': expected NAME=VALUE"),
+    ([*PCA3, "--rank", "5"], "--rank: (5) must be smaller than the number of features (3)"),
     (["--type", "recsys", "--rank", "2"], "--items: a recsys job needs the item catalogue"),
-    (["--features", "a,b,c", "--items", "1,2,3"], "--items: not a setting of a pca job"),
+    ([*PCA3, "--items", "1,2,3"], "--items: not a setting of a pca job"),
     (["--type", "recsys", "--items", "@/nonexistent/items.txt"], "--items @/nonexistent/items.txt"),
-    (["--features", "a,b,c", "--rank", "1", "--max-share", "0"], "--max-share: must be in (0, 1]"),
-    (["--features", "a,b,c", "--rank", "1", "--influence", "nan"], "--influence: expected a finite number"),
-    (["--features", "a,b,c", "--rank", "1", "--device-trim", "0.5"], "--device-trim: must be in [0, 0.5)"),
-    (["--features", "a,b,c", "--rank", "1", "--count-cap", "0.5"], "--count-cap: must be between 1 and 10^6"),
+    ([*PCA3, "--rank", "1", "--max-share", "0"], "--max-share: must be in (0, 1]"),
+    ([*PCA3, "--rank", "1", "--influence", "nan"], "--influence: expected a finite number"),
+    ([*PCA3, "--rank", "1", "--device-trim", "0.5"], "--device-trim: must be in [0, 0.5)"),
+    ([*PCA3, "--rank", "1", "--count-cap", "0.5"], "--count-cap: must be between 1 and 10^6"),
     (["--type", "gmm", "--features", "a,b,c", "--holdout", "0.9"], "--holdout: must be in [0.05, 0.5]"),
     (["--type", "gmm", "--features", "a,b,c", "--param", "components=0"], "components must be between 1 and 1024"),
-    (["--features", "a,b,c", "--rank", "1", "--categorical", "a"], "--categorical: text fields must be distinct"),
-    (["--features", "a,b,c", "--rank", "1", "--holdout", "0.2"], "--holdout: not a setting of a pca job"),
+    ([*PCA3, "--rank", "1", "--categorical", "a"], "--categorical: text fields must be distinct"),
+    ([*PCA3, "--rank", "1", "--holdout", "0.2"], "--holdout: not a setting of a pca job"),
 ])
 def test_bad_settings_name_the_flag_and_store_nothing(tmp_path, capsys, args, message):
     assert create(tmp_path, "--id", "bad", *args) == 2

@@ -36,14 +36,14 @@ def test_simulate_writes_the_documented_json(algorithm):
 
 
 def test_baselines_follow_their_conventions():
-    c = simulate("--algorithm", "centralized")
+    c = simulate("--detector", "pca", "--algorithm", "centralized")
     assert c["rounds"] == 1 and c["subspace_distance"] == 0 and len(c["history"]) == 1
     loc = simulate("--algorithm", "local")
     assert loc["upload_bytes_per_client_round"] == 0 and loc["subspace_distance"] > 0
 
 
 def test_fedmm_reaches_centralised_quality_on_synthetic_traffic():
-    c = simulate("--algorithm", "centralized")
+    c = simulate("--detector", "pca", "--algorithm", "centralized")
     f = simulate("--algorithm", "fedmm", "--rounds", "60", "--fraction", "0.3")
     assert f["subspace_distance"] < 0.01
     assert abs(f["auc_roc"] - c["auc_roc"]) < 0.005
