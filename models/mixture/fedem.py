@@ -42,7 +42,7 @@ import zlib
 import numpy as np
 
 from models.federated import FederatedAlgorithm, State, client_rows
-from models.mixture.gmm import Mixture, e_step, hard_stats, kmeans, m_step, nearest
+from models.mixture.gmm import Mixture, e_step, hard_stats, kmeans, m_step, nearest, triu_unpack
 
 #: what one upload may weigh (issue 11: at most 256 KiB per device and round)
 UPLOAD_BUDGET = 256 * 1024
@@ -248,7 +248,7 @@ class FedEM(FederatedAlgorithm):
             scale = np.sqrt(np.maximum(mean_sq, 1e-12))
             ok = (np.abs(total - 1) <= tol) & (np.abs(first - mean) <= tol * (1 + scale)).all(axis=1) & \
                 (np.abs(second - mean_sq) <= tol * (1 + mean_sq)).all(axis=1)
-        return finite & nonneg & ok
+        return finite & nonneg & ok & moments_psd(R, S1, S2, self.n_features)
 
     def attach_bounds(self, server: State, mean: np.ndarray, mean_sq: np.ndarray) -> State:
         """Each device's standardised mean and mean square, from the statistics phase."""
@@ -290,6 +290,29 @@ def standardised_moments(count: np.ndarray, total: np.ndarray, sumsq: np.ndarray
     n = np.maximum(np.asarray(count, dtype=float), 1.0)[:, None]
     m1 = total / n
     return (m1 - mean) / scale, (sumsq / n - 2 * mean * m1 + mean**2) / scale**2
+
+
+#: how far below zero the smallest eigenvalue of a component's moment matrix may fall, relative to its trace: float32
+#: rounding of honest statistics stays below 1e-6
+PSD_TOLERANCE = 1e-5
+
+
+def moments_psd(R: np.ndarray, S1: np.ndarray, S2: np.ndarray, d: int) -> np.ndarray:
+    """Which uploads (n, K, ...) are statistics some records could have: for every component the moment matrix
+    [[R, S1'], [S1, S2]] (of (1, x), responsibility-weighted) is positive semi-definite, within PSD_TOLERANCE of
+    its trace. Sums and diagonals alone let an upload carry a second moment no records have (a large
+    off-diagonal entry), which the M-step would turn into a covariance that is not one."""
+    n, K = R.shape
+    M = np.empty((n, K, d + 1, d + 1))
+    M[..., 0, 0] = R
+    M[..., 0, 1:] = S1
+    M[..., 1:, 0] = S1
+    M[..., 1:, 1:] = triu_unpack(S2, d)
+    if not np.isfinite(M).all():
+        return np.isfinite(M).all(axis=(1, 2, 3))
+    low = np.linalg.eigvalsh(M)[..., 0]
+    trace = np.trace(M, axis1=-2, axis2=-1)
+    return (low >= -PSD_TOLERANCE * np.maximum(trace, 1e-12)).all(axis=1)
 
 
 def merge_labels(R: np.ndarray, S1: np.ndarray, K: int, rng: np.random.Generator) -> np.ndarray:
