@@ -33,7 +33,7 @@ class _Version(argparse.Action):
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:  # one line, status 2, no usage dump
-        raise UsageError(f"{self.prog}: {message}")
+        raise UsageError(message if self.prog == "fedsentry" else f"{self.prog[len('fedsentry '):]}: {message}")
 
 
 def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:

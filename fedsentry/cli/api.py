@@ -52,9 +52,11 @@ def run_apikey(args: argparse.Namespace) -> int:
                 key = create_key(s, args.role, args.name)
             except ValueError as e:
                 raise UsageError(f"--name: {e}") from None
-            print(f"created a {args.role} key (shown once):", file=sys.stderr)
+            article = "an" if args.role[0] in "aeiou" else "a"
+            print(f"created {article} {args.role} key (shown once):", file=sys.stderr)
             print(key)
         elif args.action == "list":
+            print("id\trole\tcreated (UTC)\tstate\tname")
             for k in list_keys(s):
                 print(f"{k.id}\t{k.role}\t{k.created:%Y-%m-%d %H:%M}\t{'revoked' if k.revoked else 'active'}"
                       f"\t{k.name or ''}")

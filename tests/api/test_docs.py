@@ -78,3 +78,8 @@ def test_the_schema_declares_the_bearer_key_on_every_route_that_needs_one(client
     r = client.get("/api/v1/devices", headers={"Authorization": "Bearer"})
     assert r.status_code == 401 and r.json()["detail"].startswith("malformed Authorization header")
     assert client.get("/api/v1/devices", headers=bearer(keys["viewer"])).status_code == 200
+
+
+def test_the_favicon_browsers_ask_for_is_served(client):
+    r = client.get("/favicon.ico")
+    assert r.status_code == 200 and r.headers["content-type"] == "image/png" and r.content[:4] == b"\x89PNG"

@@ -29,3 +29,23 @@ def test_every_option_has_help_text():
 def test_the_walk_reaches_nested_commands():
     paths = {path for path, _ in commands(build_parser())}
     assert {"fedsentry job create", "fedsentry simulate pca", "fedsentry demo", "fedsentry apikey list"} <= paths
+
+
+def test_errors_name_the_command_once(capsys):
+    from fedsentry.cli import main
+
+    assert main(["job", "create", "--rank", "x"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == "fedsentry: error: job create: argument --rank: expected a whole number, got 'x'", err
+
+
+def test_apikey_output_reads_as_english_and_the_list_has_a_header(tmp_path, capsys):
+    from fedsentry.cli import main
+
+    db = f"sqlite:///{tmp_path}/k.db"
+    for role, article in (("admin", "an"), ("viewer", "a")):
+        assert main(["apikey", "create", "--role", role, "--db", db]) == 0
+        assert f"created {article} {role} key" in capsys.readouterr().err
+    assert main(["apikey", "list", "--db", db]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split("\t") == ["id", "role", "created (UTC)", "state", "name"] and len(lines) == 3
