@@ -309,7 +309,7 @@ def moments_psd(R: np.ndarray, S1: np.ndarray, S2: np.ndarray, d: int) -> np.nda
     M[..., 1:, 0] = S1
     M[..., 1:, 1:] = triu_unpack(S2, d)
     if not np.isfinite(M).all():
-        return np.isfinite(M).all(axis=(1, 2, 3))
+        return np.asarray(np.isfinite(M).all(axis=(1, 2, 3)))
     low = np.linalg.eigvalsh(M)[..., 0]
     trace = np.trace(M, axis1=-2, axis2=-1)
     return (low >= -PSD_TOLERANCE * np.maximum(trace, 1e-12)).all(axis=1)
