@@ -34,7 +34,7 @@ from edge_agent.sources import Batch, SchemaError, ZeekFollower, csv_source, tak
 from edge_agent.store import AgentStore, Outbox
 from models.families import family
 from models.threshold import holdout_mask
-from wire.mqtt import make_client
+from wire.mqtt import NOT_AUTHORISED_HINT, make_client, redact_url, unreachable_because
 from wire.protocol import (
     JOB_SUBSCRIPTION,
     Envelope,
@@ -51,6 +51,7 @@ log = logging.getLogger("fedsentry.agent")
 CALIBRATION_HOLDOUT = 0.2
 #: records held while no model can score them (read before the first model, or after a refused one)
 WAITING_LIMIT = 100_000
+PROBLEM_REPEAT = 60.0  # seconds between repeats of the same broker problem in the log
 RELEASE_EVERY = 2.0  # seconds between returns of freed heap memory to the system (edge_agent.memory.release)
 #: how often a learning agent writes its training reservoir to its state folder (seconds)
 LEARN_SAVE_EVERY = 30.0
@@ -131,6 +132,8 @@ class Agent:
         self.client, _ = make_client(cfg.agent_id, cfg.broker, cfg.username, cfg.password, cfg.tls, cfg.ca_cert,
                                      cfg.certfile, cfg.keyfile, will=(self.topic("status"), status_off, 1, True))
         self.client.on_connect = self._on_connect
+        self.client.on_connect_fail = self._on_connect_fail
+        self._last_problem = ("", 0.0)
         self.client.on_message = lambda c, u, m: self.inbox.put((m.topic, bytes(m.payload)))
         self.client.on_disconnect = lambda *a: self.connected.clear()
         self._scores = open(cfg.scores_out, "a") if cfg.scores_out else None  # noqa: SIM115 (closed in run)
@@ -162,11 +165,26 @@ class Agent:
     def topic(self, what: str) -> str:
         return agent_topic(self.cfg.agent_id, what)
 
+    def _on_connect_fail(self, client, userdata) -> None:
+        b = self._address()
+        self._connection_problem(unreachable_because(*b))
+
+    def _connection_problem(self, why: str) -> None:
+        """Say why the broker cannot be used, with its address: at once, then every PROBLEM_REPEAT seconds while
+        the same reason lasts (paho retries with a back-off; a log line each time would flood a device's log)."""
+        last, at = self._last_problem
+        if why != last or time.monotonic() - at > PROBLEM_REPEAT:
+            log.error("agent=%s cannot use the broker %s: %s", self.cfg.agent_id, redact_url(self.cfg.broker), why)
+            self._last_problem = (why, time.monotonic())
+
     # -- broker callbacks (network thread) ------------------------------------------------------------
     def _on_connect(self, client, userdata, flags, reason_code, properties=None) -> None:
         if reason_code.is_failure:
-            log.error("agent=%s broker refused the connection: %s", self.cfg.agent_id, reason_code)
+            hint = NOT_AUTHORISED_HINT if str(reason_code) in ("Not authorized", "Bad user name or password") else ""
+            self._connection_problem(f"the broker refused the connection: {reason_code}" + (f"; {hint}" if hint
+                                                                                            else ""))
             return
+        self._last_problem = ("", 0.0)
         client.subscribe([(JOB_SUBSCRIPTION, 1), (model_topic(), 1), (self.topic("ack"), 1)])
         client.publish(self.topic("status"), self._status().encode(), qos=1, retain=True)
         self.connected.set()

@@ -45,6 +45,30 @@ def redact_url(url: str) -> str:
     return u._replace(netloc=f"{u.username}:***@{host}").geturl()
 
 
+def unreachable_because(host: str, port: int, timeout: float = 3.0) -> str:
+    """Why a broker cannot be reached, in words for a log line: nothing listens there, the host does not
+    answer, its name does not resolve (a TCP probe; the MQTT client's own failure carries no reason)."""
+    import socket
+
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            return "the port accepts connections but the MQTT handshake failed (TLS or protocol mismatch?)"
+    except ConnectionRefusedError:
+        return f"connection refused: nothing listens on {host}:{port} (wrong --broker port, or the broker is down)"
+    except socket.gaierror as e:
+        return f"the host name {host!r} does not resolve ({e.strerror})"
+    except TimeoutError:
+        return f"{host}:{port} does not answer within {timeout:g} s (host down, or a firewall drops the traffic)"
+    except OSError as e:
+        return f"{host}:{port} is unreachable ({e.strerror or e})"
+
+
+#: what a refusal for credentials means on a device, and what to do
+NOT_AUTHORISED_HINT = ("this device's credentials were refused: enrol it on the server (`fedsentry serve --enrol "
+                       "ID` prints the agent's command and writes its password file) and start the agent with "
+                       "--mqtt-password-file FILE (or $FEDSENTRY_MQTT_PASSWORD)")
+
+
 def read_password(path: str) -> str:
     """A password kept in a file (first line, without its line end): never on a command line, where every
     local user can read it in /proc/<pid>/cmdline."""
