@@ -8,6 +8,7 @@ a random password per run for the coordinator and for each device it is told of,
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
 import secrets
@@ -71,21 +72,43 @@ class EmbeddedBroker:
     and subscribes only to rounds, models and its own acknowledgements. Packets over `max_packet` bytes
     end the sender's connection."""
 
-    def __init__(self, port: int | None = None, devices: Iterable[str] = (), max_packet: int = MAX_PACKET):
-        self.port = port or free_port()
+    def __init__(self, port: int | None = None, devices: Iterable[str] = (), max_packet: int = MAX_PACKET,
+                 state_dir: str | os.PathLike | None = None):
+        """With `state_dir`, its port and every password are kept there (0600 files in a 0700 folder) and taken
+        again by the next broker on that folder: a restarted server's agents reconnect with what they have.
+        Without, they are new each run and the folder goes at stop."""
+        self.persistent = state_dir is not None
+        if state_dir is not None:
+            self.dir = Path(state_dir)
+            self.dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+            os.chmod(self.dir, 0o700)
+        else:
+            self.dir = Path(tempfile.mkdtemp(prefix="fedsentry-broker-"))  # mode 0700
+        saved = self._saved()
+        self.port = port or saved.get("port") or free_port()
         self.url = f"mqtt://127.0.0.1:{self.port}"
-        self.username, self.password = COORDINATOR_USER, secrets.token_urlsafe(24)
+        self.username, self.password = COORDINATOR_USER, saved.get("password") or secrets.token_urlsafe(24)
         self.passwords: dict[str, str] = {}
         for d in devices:
             check_id(d, "device id")
             if d == COORDINATOR_USER:
                 raise ValueError(f"{d!r} is the coordinator's username, not a device id")
-            self.passwords[d] = secrets.token_urlsafe(24)
+            self.passwords[d] = saved.get("devices", {}).get(d) or secrets.token_urlsafe(24)
         self.max_packet = max_packet
-        self.dir = Path(tempfile.mkdtemp(prefix="fedsentry-broker-"))  # mode 0700
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="amqtt", daemon=True)
         self._broker: Broker | None = None
+
+    def _saved(self) -> dict[str, Any]:
+        f = self.dir / "broker.json"
+        if not self.persistent or not f.exists():
+            return {}
+        try:
+            saved = json.loads(f.read_text())
+            return saved if isinstance(saved, dict) else {}
+        except (OSError, ValueError):
+            log.warning("%s is unreadable: the embedded broker starts with a new port and new passwords", f)
+            return {}
 
     def password_file(self, device: str) -> Path:
         return self.dir / f"{device}.password"
@@ -104,6 +127,10 @@ class EmbeddedBroker:
         write_private(passwd, "".join(f"{u}:{hasher.hash(pw)}\n" for u, pw in users.items()))
         for d, pw in self.passwords.items():
             write_private(self.password_file(d), pw + "\n")
+        if self.persistent:
+            known = self._saved().get("devices", {})
+            write_private(self.dir / "broker.json", json.dumps({"port": self.port, "password": self.password,
+                                                                 "devices": {**known, **self.passwords}}))
         return passwd
 
     def config(self, passwd: Path) -> dict[str, Any]:
@@ -146,7 +173,8 @@ class EmbeddedBroker:
             asyncio.run_coroutine_threadsafe(self._broker.shutdown(), self._loop).result(timeout=30)
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(timeout=10)
-        shutil.rmtree(self.dir, ignore_errors=True)
+        if not self.persistent:
+            shutil.rmtree(self.dir, ignore_errors=True)
 
 
 def write_private(path: Path, text: str) -> None:

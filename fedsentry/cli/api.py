@@ -74,7 +74,11 @@ def run_serve(args: argparse.Namespace) -> int:
 
     from api.app import create_app
     from api.settings import Settings
+    from fedsentry.cli.server import port_free
 
+    if not port_free(args.host, args.port):  # before anything starts or prints
+        raise UsageError(f"port {args.port} on {args.host} is in use (another fedsentry serve or demo?): give "
+                         "--port N, or stop what listens there")
     settings = Settings(db_url=args.db or os.environ.get("FEDSENTRY_DB_URL"), host=args.host, port=args.port)
     if args.insecure_cookie:
         settings.cookie_secure = False

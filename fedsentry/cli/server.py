@@ -147,6 +147,10 @@ def add_service_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--enrol", action="append", default=[], metavar="ID",
                    help="with the embedded broker (no --broker): a device that may connect (repeatable); its "
                         "password is written to a file only you can read, named at start")
+    p.add_argument("--state-dir", default=os.environ.get("FEDSENTRY_STATE_DIR", "fedsentry-server"),
+                   help="with the embedded broker: where its port and passwords are kept (0600 files), so that a "
+                        "restart keeps them and agents reconnect by themselves (default $FEDSENTRY_STATE_DIR, "
+                        "else ./fedsentry-server)")
     add_forward_args(p)
 
 
@@ -227,6 +231,19 @@ def forward_destinations(args: argparse.Namespace) -> list[Any]:
     return out
 
 
+def port_free(host: str, port: int) -> bool:
+    """Whether a server could listen on host:port now."""
+    import socket
+
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
 def service_broker(args: argparse.Namespace) -> tuple[EmbeddedBroker | None, str, str | None, str | None]:
     """The broker of `coordinator` and `serve`: --broker with its credentials, or the embedded one (its
     own per-run credentials, and the --enrol devices') when no --broker is given."""
@@ -240,9 +257,16 @@ def service_broker(args: argparse.Namespace) -> tuple[EmbeddedBroker | None, str
             raise UsageError("--enrol is for the embedded broker: enrol devices on yours with deploy/enrol-device.sh")
         return None, args.broker, args.username, broker_password(args)
     try:
-        broker = EmbeddedBroker(devices=args.enrol).start()
+        broker = EmbeddedBroker(devices=args.enrol, state_dir=args.state_dir)
     except ValueError as e:
         raise UsageError(f"--enrol: {e}") from None
+    except OSError as e:
+        raise UsageError(f"--state-dir {args.state_dir}: {e.strerror or e}") from None
+    if not port_free("127.0.0.1", broker.port):
+        raise UsageError(f"the embedded broker's port {broker.port} (kept in {args.state_dir}/broker.json so that "
+                         "agents reconnect after a restart) is in use: is another fedsentry serve or coordinator "
+                         f"running on {args.state_dir}? Stop it, or give another --state-dir")
+    broker.start()
     print(f"embedded MQTT broker on {redact_url(broker.url)}", file=sys.stderr, flush=True)
     for d in args.enrol:
         print(f"  device {d}: fedsentry agent --broker {broker.url} --id {d} --mqtt-password-file "

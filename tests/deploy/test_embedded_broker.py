@@ -115,3 +115,41 @@ def test_its_secrets_are_private_and_gone_after_stop():
     finally:
         b.stop()
     assert not folder.exists()
+
+
+def test_a_broker_on_a_state_folder_keeps_its_port_and_passwords_across_restarts(tmp_path):
+    """A restarted `serve` (issue 28): its agents reconnect with the port and password file they were given."""
+    state = tmp_path / "server"
+    first = EmbeddedBroker(devices=["dev-a"], state_dir=state).start()
+    port, password, coordinator_pw = first.port, first.passwords["dev-a"], first.password
+    first.stop()
+    assert stat.S_IMODE(state.stat().st_mode) == 0o700
+    assert stat.S_IMODE((state / "broker.json").stat().st_mode) == 0o600
+    again = EmbeddedBroker(devices=["dev-a", "dev-b"], state_dir=state).start()
+    try:
+        assert (again.port, again.passwords["dev-a"], again.password) == (port, password, coordinator_pw)
+        assert again.password_file("dev-a").read_text().strip() == password
+        client, reason = connect(again, "dev-a", password)  # the old credentials still work
+        assert not reason.is_failure
+        close(client)
+    finally:
+        again.stop()
+    third = EmbeddedBroker(devices=["dev-b"], state_dir=state)
+    assert third.passwords["dev-b"] == again.passwords["dev-b"]  # enrolled once, kept
+
+
+def test_serve_on_a_busy_port_says_so_first_and_names_the_flag(tmp_path):
+    import socket
+    import subprocess
+    import sys
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        out = subprocess.run([sys.executable, "-m", "fedsentry.cli", "serve", "--port", str(port), "--db",
+                              f"sqlite:///{tmp_path}/x.db", "--state-dir", str(tmp_path / "st")],
+                             capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2
+    first = out.stderr.strip().splitlines()[0]
+    assert first.startswith("fedsentry: error: port") and "in use" in first and "--port" in first, out.stderr
