@@ -32,6 +32,10 @@ from wire.protocol import Envelope, ProtocolError
 log = logging.getLogger("fedsentry.coordinator")
 
 
+#: characters of an agent's reason for declining that are kept
+MAX_REASON = 300
+
+
 class JobRunner(ABC):
     type: str = ""
     #: phase -> the kind of reply it expects
@@ -51,6 +55,7 @@ class JobRunner(ABC):
         self.server: dict[str, np.ndarray] = {}
         self.broadcast: dict[str, np.ndarray] = {}
         self.pending: dict[str, Envelope] = {}
+        self.declined: dict[str, str] = {}  # this round's agents that said they cannot take part, and why
         self.sampled: list[str] = []
         self.started_at = self.deadline = 0.0
         self.rng: np.random.Generator | None = None
@@ -113,7 +118,7 @@ class JobRunner(ABC):
         self.begin("stats", 0, self.participants)
 
     def begin(self, phase: str, rnd: int, sampled: list[str]) -> None:
-        self.phase, self.round, self.sampled, self.pending = phase, rnd, sampled, {}
+        self.phase, self.round, self.sampled, self.pending, self.declined = phase, rnd, sampled, {}, {}
         self.started_at = time.monotonic()
         self.deadline = self.started_at + self.deadline_s
         arrays, meta = self.content(phase)
@@ -153,10 +158,18 @@ class JobRunner(ABC):
             raise ProtocolError("stale", f"round {env.round} < current {self.round}")
         if env.round > self.round:
             raise ProtocolError("future", f"round {env.round} > current {self.round}")
-        if env.kind != self.replies.get(self.phase):
+        if env.kind not in (self.replies.get(self.phase), "decline"):
             raise ProtocolError("kind", f"{env.kind} during phase {self.phase}")
         if env.sender not in self.sampled:
             raise ProtocolError("not_sampled", f"{env.sender} was not asked in round {self.round}")
+        if env.kind == "decline":  # the agent cannot take part (e.g. its data lacks the job's features): why
+            reason = env.meta.get("reason")
+            if not isinstance(reason, str) or env.sender in self.pending:
+                raise ProtocolError("decline", "a decline carries its reason as text, instead of an answer")
+            self.declined[env.sender] = "".join(c if c.isprintable() else " " for c in reason)[:MAX_REASON]
+            log.warning("job=%s round=%s agent=%s declined: %s", self.job_id, self.round, env.sender,
+                        self.declined[env.sender])
+            return
         self.validate(env)  # the content first: garbage is reported as such even when it repeats an answer
         if env.sender in self.pending:
             raise ProtocolError("duplicate", f"{env.sender} already answered round {self.round}")
@@ -166,12 +179,14 @@ class JobRunner(ABC):
         """Close the round if everyone answered or the deadline passed; True when the job is over."""
         if self.phase in ("waiting", "finished", "failed"):
             return self.phase in ("finished", "failed")
-        if len(self.pending) < len(self.sampled) and time.monotonic() < self.deadline:
+        if len(self.pending) + len(self.declined) < len(self.sampled) and time.monotonic() < self.deadline:
             return False
         answered = [a for a in self.sampled if a in self.pending]
         seconds = time.monotonic() - self.started_at
         metrics: dict[str, Any] = {"sampled": len(self.sampled), "answered": len(answered),
                                    "dropouts": len(self.sampled) - len(answered)}
+        if self.declined:
+            metrics["declined"] = dict(self.declined)
         metrics.update(self.close(answered))
         if self.phase == "failed":
             return True
@@ -181,6 +196,15 @@ class JobRunner(ABC):
         return self.phase in ("finished", "failed")
 
     def fail(self, why: str) -> None:
+        """Fail the job, with what the agents that declined this round said (the reason is on the devices
+        otherwise: a job naming features the agents lack would only say that nobody answered)."""
+        if self.declined:
+            reasons: dict[str, list[str]] = {}
+            for agent, reason in sorted(self.declined.items()):
+                reasons.setdefault(reason, []).append(agent)
+            said = "; ".join(f"{', '.join(a[:3])}{' and others' if len(a) > 3 else ''}: {r}"
+                             for r, a in reasons.items())
+            why = f"{why}; agents that declined said: {said}"
         self.phase = "failed"
         self.set_job(status="failed", phase="failed", error=why[:500])
         log.error("job=%s failed: %s", self.job_id, why)

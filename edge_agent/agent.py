@@ -228,6 +228,9 @@ class Agent:
                 self.counters["rejected"] += 1
                 log.error("agent=%s cannot take part in job=%s round=%s: %s", self.cfg.agent_id, env.job,
                           env.round, e)
+                if self.cfg.agent_id in env.meta.get("sampled", ()):  # the coordinator records why
+                    decline = Envelope("decline", env.job, env.round, self.cfg.agent_id, {}, {"reason": str(e)[:300]})
+                    self.client.publish(self.topic("upload"), decline.encode(), qos=1)
                 return
             finally:
                 self.rest()

@@ -28,7 +28,8 @@ ALLOWED_DTYPES = {"<f8", "<f4", "<i8", "<i4", "<i2", "|i1", "|u1", "|b1"}
 _FIXED = struct.Struct("<4sHI")
 ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 
-KINDS = ("round", "upload", "model", "status", "alert", "alerts", "stats", "histogram", "setup", "eval", "ack")
+KINDS = ("round", "upload", "model", "status", "alert", "alerts", "stats", "histogram", "setup", "eval", "ack",
+         "decline")
 
 
 class ProtocolError(ValueError):
