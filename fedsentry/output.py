@@ -67,3 +67,13 @@ def table(headers: list[str], rows: list[list[Any]]) -> str:
     cells = [headers, *[["" if v is None else str(v) for v in row] for row in rows]]
     widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
     return "\n".join("  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip() for r in cells)
+
+
+def write_results(out: str, name: str, text: str, result: Any, json_path: str | None) -> None:
+    """A benchmark's outcome: its table as `out/name` (the README quotes it), its JSON where asked, the table
+    on stderr."""
+    folder = Path(out)
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / name).write_text(text)
+    write_json(result, json_path)
+    print(text, file=sys.stderr)

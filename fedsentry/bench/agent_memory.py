@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from fedsentry.output import write_json
+from fedsentry.output import write_results
 
 
 def status(pid: int) -> dict[str, float]:
@@ -167,9 +167,5 @@ def markdown(r: dict[str, Any]) -> str:
 
 def run(args: argparse.Namespace) -> int:
     result = measure(args.records, args.data_dir, args.memory_budget)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "agent-memory.md").write_text(markdown(result))
-    write_json(result, args.json)
-    print(markdown(result), file=sys.stderr)
+    write_results(args.out, "agent-memory.md", markdown(result), result, args.json)
     return 0

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from fedsentry.output import write_json
+from fedsentry.output import write_results
 
 if TYPE_CHECKING:
     from coordinator.broker import EmbeddedBroker, Mosquitto
@@ -28,11 +28,7 @@ if TYPE_CHECKING:
 
 def run(args: argparse.Namespace) -> int:
     result = {"command": shlex.join(["fedsentry", *sys.argv[1:]]), **fleet_rounds(args), **agent_memory()}
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / f"fleet-{args.agents}.md").write_text(markdown(result))
-    write_json(result, args.json)
-    print(markdown(result), file=sys.stderr)
+    write_results(args.out, f"fleet-{args.agents}.md", markdown(result), result, args.json)
     return 0
 
 

@@ -11,12 +11,11 @@ import argparse
 import shlex
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from fedsentry.output import write_json
+from fedsentry.output import write_results
 from models.pca import FEDERATED
 from models.rounds import sample_clients
 
@@ -58,11 +57,7 @@ def run(args: argparse.Namespace) -> int:
     rows = [server_round_seconds(a, n, args.sampled, args.rounds, args.features, args.rank)
             for n in args.clients for a in FEDERATED]
     doc = {"command": shlex.join(["fedsentry", *sys.argv[1:]]), "rows": rows}
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "rounds.md").write_text(markdown(doc))
-    write_json(doc, args.json)
-    print(markdown(doc), file=sys.stderr)
+    write_results(args.out, "rounds.md", markdown(doc), doc, args.json)
     return 0
 
 
