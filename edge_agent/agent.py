@@ -13,6 +13,7 @@ sent again every RESEND_AFTER seconds until then; the coordinator skips an alert
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import queue
@@ -148,6 +149,13 @@ class Agent:
         self.scorer.load(env)
         self.model_bytes = env.encode()
         self.report_model("loaded")
+        personalise = getattr(self.scorer.detector, "personalise", None)
+        if personalise is not None and self.buffer.seen:  # this device's own components count for it (a mixture)
+            # training records that lack the model's columns: it scores with the fleet's components
+            with contextlib.suppress(SchemaError):
+                batch = self.buffer.batch()
+                personalise(self.scorer.matrix(take_rows(batch, slice(i, i + 4096)))
+                            for i in range(0, len(batch.X), 4096))
         if self.cfg.calibrate and len(self.buffer.X):
             held = holdout_mask(len(self.buffer.X), CALIBRATION_HOLDOUT)
             threshold = self.scorer.calibrate(take_rows(self.buffer.batch(), held))

@@ -15,7 +15,7 @@ import numpy as np
 from edge_agent.detector_participant import DetectorParticipant
 from edge_agent.sources import take_rows
 from models.mixture.detector import MixtureDetector
-from models.mixture.fedem import FedEM, device_seed
+from models.mixture.fedem import FedEM, device_seed, shared_of
 from models.preprocessing import Preprocessor
 from models.threshold import holdout_mask
 from wire.protocol import Envelope
@@ -64,7 +64,11 @@ class MixtureParticipant(DetectorParticipant):
         return {"nll": np.array([float(np.mean(errors)) + floor if len(errors) else 0.0])}
 
     def threshold_errors(self, env: Envelope, pre: Preprocessor) -> np.ndarray:
-        mixture = self.algorithm(env.meta).consensus(self.broadcast(env))
-        det = MixtureDetector.from_model(mixture, pre, 1.0)
+        """The held-out records' scores under the fleet's components and this device's own (those its training
+        records fall in: models.mixture.detector.personalise), as it will score its traffic."""
+        broadcast = self.broadcast(env)
+        det = MixtureDetector.from_model(self.algorithm(env.meta).consensus(broadcast), pre, 1.0, shared_of(broadcast))
+        batch, rows = self.buffer.batch(), np.flatnonzero(self.training_rows(env.meta))
+        det.personalise(self.columns(take_rows(batch, rows[i: i + 4096]), env.meta) for i in range(0, len(rows), 4096))
         return np.asarray(det.score_samples(self.columns(take_rows(self.buffer.batch(), self._held(env.meta)),
                                                          env.meta)))

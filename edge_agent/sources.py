@@ -81,7 +81,7 @@ class ZeekLineError(SchemaError):
         self.path, self.line, self.found, self.expected = path, line, found, expected
 
 
-def take_rows(batch: Batch, rows: np.ndarray) -> Batch:
+def take_rows(batch: Batch, rows: np.ndarray | slice) -> Batch:
     """The records of a batch at `rows` (a mask or indices), text fields included."""
     return Batch(batch.columns, batch.X[rows], None if batch.labels is None else batch.labels[rows],
                  None if batch.text is None else {f: v[rows] for f, v in batch.text.items()})

@@ -71,7 +71,7 @@ def mixture_simulation(args: argparse.Namespace, algorithm: str, data, split, pa
     from models.mixture import ALGORITHMS as MIXTURE
     from models.mixture import FEDERATED as MIXTURE_FEDERATED
     from models.mixture.fedem import FedEM
-    from models.mixture.simulator import select_mixture, simulate_mixture
+    from models.mixture.simulator import devices_seeing, select_mixture, simulate_mixture
     from models.mixture.spec import MixtureJobSpec
 
     if algorithm not in MIXTURE:
@@ -106,7 +106,8 @@ def mixture_simulation(args: argparse.Namespace, algorithm: str, data, split, pa
                                     seed=args.seed, holdout=args.holdout)
         else:
             result = simulate_mixture(parts, split.X_test, split.y_test, data.feature_names, algorithm, rounds,
-                                      fraction, quantile, args.seed, chosen, args.holdout, on_round)
+                                      fraction, quantile, args.seed, chosen, args.holdout, on_round,
+                                      test_devices=devices_seeing(parts, split.X_test, split.y_test, args.seed))
     except ValueError as e:
         raise UsageError(str(e)) from None
     finally:

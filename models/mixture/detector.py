@@ -15,12 +15,13 @@ and the conditional mean, both in original units.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
 
 from models.detector import ThresholdedDetector
-from models.mixture.fedem import DEFAULT_REG, default_components
+from models.mixture.fedem import DEFAULT_REG, SUPPORT_SHARE, default_components
 from models.mixture.gmm import (
     LogDensity,
     Mixture,
@@ -66,12 +67,39 @@ class MixtureDetector(ThresholdedDetector):
 
     @classmethod
     def from_model(cls, mixture: Mixture, preprocessor: Preprocessor, threshold: float,
-                   **params: Any) -> MixtureDetector:
+                   shared: np.ndarray | None = None, **params: Any) -> MixtureDetector:
+        """A detector for a trained mixture. `shared`: the components normal for the whole fleet (the others,
+        supported by too few devices, count only for a device that holds records in them: `personalise`)."""
         det = cls(components=mixture.n_components, **params)
-        det._set(mixture, preprocessor, threshold)
+        det._set(mixture, preprocessor, threshold, shared)
         return det
 
-    def _set(self, m: Mixture, pre: Preprocessor, threshold: float) -> None:
+    def personalise(self, records: np.ndarray | Iterable[np.ndarray]) -> MixtureDetector:
+        """Score as the device whose own records these are (original units; an array, or chunks of one so that
+        a device's whole buffer needs no copy): the fleet's components, and those of the others in which at
+        least SUPPORT_SHARE of its records fall (its own normal traffic, too rare in the fleet to be shared).
+        Returns self."""
+        K = self.mixture_.n_components
+        counts, n = np.zeros(K), 0
+        for X in [records] if isinstance(records, np.ndarray) else records:
+            for i in range(0, len(X), 4096):
+                counts += np.bincount(nearest(self.preprocessor_.transform(X[i: i + 4096]), self.mixture_.means),
+                                      minlength=K)
+            n += len(X)
+        self._activate(self.shared_ | (counts / max(n, 1) >= SUPPORT_SHARE))
+        return self
+
+    def _activate(self, active: np.ndarray) -> None:
+        """Score with these components (weights renormalised); the floor stays the whole mixture's, so scores of
+        devices with different components share one scale and one threshold."""
+        m = self.mixture_
+        self.active_ = np.asarray(active, bool)
+        self._components = np.flatnonzero(self.active_)
+        sub = Mixture(m.weights[self._components] / m.weights[self._components].sum(), m.means[self._components],
+                      m.prec_chol[self._components])
+        self._density = LogDensity(sub)
+
+    def _set(self, m: Mixture, pre: Preprocessor, threshold: float, shared: np.ndarray | None = None) -> None:
         if m.n_features != pre.n_features:
             raise ValueError(f"the mixture has {m.n_features} features but the preprocessing has {pre.n_features}")
         problem = mixture_problem(m)
@@ -81,7 +109,10 @@ class MixtureDetector(ThresholdedDetector):
         self.threshold_ = float(threshold)
         self.feature_names_ = list(pre.feature_names)
         self.floor_ = m.floor()
-        self._density = LogDensity(m)
+        self.shared_ = np.ones(m.n_components, bool) if shared is None else np.asarray(shared, bool)
+        if self.shared_.shape != (m.n_components,) or not self.shared_.any():
+            raise ValueError("the shared components must be a mask of the mixture's components, with at least one")
+        self._activate(self.shared_)
 
     # -- scoring -----------------------------------------------------------------------------------
     def score_samples(self, X: np.ndarray) -> np.ndarray | float:
@@ -104,8 +135,9 @@ class MixtureDetector(ThresholdedDetector):
         top = top or self.n_explain
         X = np.atleast_2d(np.asarray(X, dtype=float))
         T = self.preprocessor_.transform(X)
-        k = self._density(T).argmax(axis=1)
-        P = self._density.precision[k]  # (n, d, d)
+        local = self._density(T).argmax(axis=1)
+        P = self._density.precision[local]  # (n, d, d)
+        k = self._components[local]  # the component's index in the whole mixture
         r = np.einsum("nij,nj->ni", P, T - self.mixture_.means[k])
         diag = np.diagonal(P, axis1=1, axis2=2)
         contrib = r**2 / diag
@@ -126,7 +158,8 @@ class MixtureDetector(ThresholdedDetector):
     def to_wire(self) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
         """Arrays and metadata of the model envelope (wire.model)."""
         m = self.mixture_
-        return ({"weights": m.weights, "means": m.means, "prec_chol": m.prec_chol, **self.preprocessor_.wire_arrays()},
+        return ({"weights": m.weights, "means": m.means, "prec_chol": m.prec_chol,
+                 "shared": self.shared_.astype(np.float64), **self.preprocessor_.wire_arrays()},
                 {"detector": "gmm", **self.preprocessor_.wire_meta(), "threshold": self.threshold_,
                  "quantile": self.quantile})
 
@@ -136,7 +169,8 @@ class MixtureDetector(ThresholdedDetector):
         m = Mixture(np.asarray(arrays["weights"], float), np.asarray(arrays["means"], float),
                     np.asarray(arrays["prec_chol"], float))
         quantile = float(meta.get("quantile", MixtureJobSpec.quantile))
-        return cls.from_model(m, pre, float(meta["threshold"]), quantile=quantile)
+        shared = np.asarray(arrays["shared"]) > 0.5 if "shared" in arrays else None
+        return cls.from_model(m, pre, float(meta["threshold"]), shared, quantile=quantile)
 
     def to_dict(self) -> dict[str, Any]:
         arrays, meta = self.to_wire()

@@ -70,16 +70,46 @@ def mixture_of(broadcast: State) -> Mixture:
     return Mixture(broadcast["pi"], broadcast["means"], broadcast["prec_chol"])
 
 
-def broadcast_of(m: Mixture, stage: int) -> State:
+def shared_of(broadcast: State) -> np.ndarray:
+    """Which components are normal for the whole fleet (enough devices support them); all of them in a broadcast
+    without the mask."""
+    shared = broadcast.get("shared")
+    return np.ones(len(broadcast["pi"]), bool) if shared is None else np.asarray(shared) > 0.5
+
+
+def broadcast_of(m: Mixture, stage: int, shared: np.ndarray | None = None) -> State:
     # "pi", not "weights": a round message's "weights" are the devices' (coordinator.detector_job)
-    return {"pi": m.weights, "means": m.means, "prec_chol": m.prec_chol, "stage": np.array(stage)}
+    mask = np.ones(m.n_components) if shared is None else np.asarray(shared, dtype=float)
+    return {"pi": m.weights, "means": m.means, "prec_chol": m.prec_chol, "stage": np.array(stage), "shared": mask}
+
+
+#: a device supports a component when at least this share of its records falls in it (hard assignment: at least
+#: one record, and 0.5 % of a large device's)
+SUPPORT_SHARE = 0.005
+
+
+def holdings(X: np.ndarray, means: np.ndarray) -> np.ndarray:
+    """The components a device's records support (K,): those its records fall in (nearest mean) with at least
+    SUPPORT_SHARE of them. What the device keeps as personal components when the fleet does not share them."""
+    if len(X) == 0:
+        return np.zeros(len(means), bool)
+    return np.bincount(nearest(X, means), minlength=len(means)) / len(X) >= SUPPORT_SHARE
+
+
+def shared_components(support: np.ndarray, devices: int, min_support: int) -> np.ndarray:
+    """Which components become normal for the fleet: those at least `min_support` devices support (fewer for a
+    fleet too small to have that many: at most half of its devices). 0 shares every component."""
+    if min_support <= 0:
+        return np.ones(len(support), bool)
+    return np.asarray(support) >= min(min_support, max(1, devices // 2))
 
 
 class FedEM(FederatedAlgorithm):
     name = "fedem"
 
     def __init__(self, n_features: int, components: int | None = None, reg: float = DEFAULT_REG, min_cluster: int = 5,
-                 float32: bool = True, tolerance: float = 1e-3, hard_rounds: int = 100_000, seed_rows: bool = True):
+                 float32: bool = True, tolerance: float = 1e-3, hard_rounds: int = 100_000, seed_rows: bool = True,
+                 min_support: int = 3):
         components = default_components(n_features, float32) if components is None else components
         if not 1 <= components <= 1024:
             raise ValueError("components must be between 1 and 1024")
@@ -94,6 +124,9 @@ class FedEM(FederatedAlgorithm):
             raise ValueError("hard_rounds must be between 0 and 100000")
         self.hard_rounds = int(hard_rounds)
         self.seed_rows = bool(seed_rows)
+        if not 0 <= min_support <= 1000:
+            raise ValueError("min_support must be between 0 (every component shared) and 1000 devices")
+        self.min_support = int(min_support)
 
     @property
     def packed(self) -> int:
@@ -109,6 +142,7 @@ class FedEM(FederatedAlgorithm):
             "seed": np.array(rng.integers(2**31)),
             "slot": np.zeros(n_clients, dtype=np.int64),
             "R_rows": np.zeros((0, K)), "S1_rows": np.zeros((0, K, d)), "S2_rows": np.zeros((0, K, p)),
+            "H_rows": np.zeros((0, K)),  # 1 where the device's last upload supports the component
             "rows": np.zeros((), dtype=np.int64),
             "R": np.zeros(K), "S1": np.zeros((K, d)), "S2": np.zeros((K, p)),
             "rejected": np.zeros(()),
@@ -174,10 +208,12 @@ class FedEM(FederatedAlgorithm):
         if len(ids) == 0:  # nobody (acceptable) answered: the mixture stays as it is
             return server, self.current(server)
         if seeding:
-            return self._seed(server, ids, R * weight[:, None], S1 * weight[:, None, None], S2 * weight[:, None, None])
+            return self._seed(server, ids, R * weight[:, None], S1 * weight[:, None, None], S2 * weight[:, None, None],
+                              weight)
         slot = server["slot"][ids]
         old = slot > 0
-        rows = client_rows(server, ids, ("R_rows", "S1_rows", "S2_rows"))
+        rows = client_rows(server, ids, ("R_rows", "S1_rows", "S2_rows", "H_rows"))
+        server["H_rows"][rows] = R >= SUPPORT_SHARE
         for name, new in (("R", R), ("S1", S1), ("S2", S2)):
             w = weight.reshape(-1, *([1] * (new.ndim - 1)))
             table = server[f"{name}_rows"]
@@ -187,10 +223,18 @@ class FedEM(FederatedAlgorithm):
             server[name] = server[name] + table[rows].sum(axis=0)
         m = m_step(server["R"], server["S1"], server["S2"], self.reg)
         server["em_round"] = server["em_round"] + 1
-        return self.keep(server, broadcast_of(m, 2 if int(server["em_round"]) < self.hard_rounds else 1))
+        return self.keep(server, broadcast_of(m, 2 if int(server["em_round"]) < self.hard_rounds else 1,
+                                              self.shared(server)))
+
+    def shared(self, server: State) -> np.ndarray:
+        """The components enough devices support, from every device's last upload (`holdings` of its records):
+        support, not volume, makes normal. A device that trains honestly on poisoned traffic supports its
+        attack components alone; they stay out of the fleet's model (that device keeps them as its own)."""
+        n = int(server["rows"])
+        return shared_components(server["H_rows"][:n].sum(axis=0), n, self.min_support)
 
     def _seed(self, server: State, ids: np.ndarray, R: np.ndarray, S1: np.ndarray,
-              S2: np.ndarray) -> tuple[State, State]:
+              S2: np.ndarray, weight: np.ndarray) -> tuple[State, State]:
         """Merge the seeding devices' clusters into K components (or keep seeding while none came). With
         seed_rows, each seeding device's clusters, summed per component they merged into, become its first
         control-variate row (the M-step of their sum is the merged mixture itself)."""
@@ -200,18 +244,21 @@ class FedEM(FederatedAlgorithm):
         if self.seed_rows:
             labels = merge_labels(R[keep], S1[keep], self.components, np.random.default_rng(int(server["seed"])))
             dev, K = np.nonzero(keep)[0], self.components
-            rows = client_rows(server, ids, ("R_rows", "S1_rows", "S2_rows"))
+            rows = client_rows(server, ids, ("R_rows", "S1_rows", "S2_rows", "H_rows"))
             for name, stat in (("R", R), ("S1", S1), ("S2", S2)):
                 grouped = np.zeros((len(ids), K, *stat.shape[2:]))
                 np.add.at(grouped, (dev, labels), stat[keep])
                 server[f"{name}_rows"][rows] = grouped
                 server[name] = grouped.sum(axis=0)
+            # each device's share of its records in each merged component (the rows hold weighted statistics)
+            server["H_rows"][rows] = server["R_rows"][rows] / np.maximum(weight[:, None], 1e-300) >= SUPPORT_SHARE
             m = m_step(server["R"], server["S1"], server["S2"], self.reg)
         else:
             m = merge_clusters(R[keep], S1[keep], S2[keep], self.components, self.reg,
                                np.random.default_rng(int(server["seed"])))
         server["stage"] = np.array(1)
-        return self.keep(server, broadcast_of(m, 2 if self.hard_rounds > 0 else 1))
+        return self.keep(server, broadcast_of(m, 2 if self.hard_rounds > 0 else 1,
+                                              self.shared(server) if self.seed_rows else None))
 
     @staticmethod
     def keep(server: State, broadcast: State) -> tuple[State, State]:
@@ -254,13 +301,14 @@ class FedEM(FederatedAlgorithm):
         """Each device's standardised mean and mean square, from the statistics phase."""
         return {**server, "mean": np.asarray(mean, dtype=float), "mean_sq": np.asarray(mean_sq, dtype=float)}
 
-    row_tables = ("slot", "mean", "mean_sq", "R_rows", "S1_rows", "S2_rows")
+    row_tables = ("slot", "mean", "mean_sq", "R_rows", "S1_rows", "S2_rows", "H_rows")
 
     def touched(self, server: State, client_ids: np.ndarray) -> dict[str, np.ndarray]:
         ids = np.asarray(client_ids, dtype=np.int64)
         rows = server["slot"][ids]
         rows = rows[rows > 0] - 1
-        return {"slot": ids, "mean": ids[:0], "mean_sq": ids[:0], "R_rows": rows, "S1_rows": rows, "S2_rows": rows}
+        return {"slot": ids, "mean": ids[:0], "mean_sq": ids[:0], "R_rows": rows, "S1_rows": rows, "S2_rows": rows,
+                "H_rows": rows}
 
     def consensus(self, broadcast: State) -> Mixture:
         return mixture_of(broadcast)

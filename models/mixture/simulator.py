@@ -10,6 +10,7 @@ flag more new normal traffic than the quantile promises.
 
 from __future__ import annotations
 
+import copy
 import time
 from collections.abc import Callable
 from typing import Any
@@ -21,10 +22,10 @@ from models.federated import take
 from models.metrics import detection_report
 from models.mixture import FEDERATED
 from models.mixture.detector import MixtureDetector, fit_em
-from models.mixture.fedem import FedEM, device_seed
+from models.mixture.fedem import FedEM, device_seed, shared_of
 from models.mixture.gmm import Mixture
 from models.mixture.spec import MixtureJobSpec
-from models.preprocessing import RECORD_DTYPE, as_device_records
+from models.preprocessing import RECORD_DTYPE, as_device_records, signed_log1p
 from models.rounds import run_round, sample_clients
 from models.screening import Guard, exceedance_threshold
 from models.simulator import prepare_clients
@@ -59,9 +60,15 @@ def simulate_mixture(
     holdout: float = MixtureJobSpec.holdout,
     on_round: Callable[[dict[str, float]], None] | None = None,
     guard: Guard | None = None,
+    test_devices: np.ndarray | None = None,
 ) -> dict[str, Any]:
     """Train a mixture on partitioned training records (federated, or "centralized": pooled EM) and
-    evaluate it on labelled test records at the label-free threshold."""
+    evaluate it on labelled test records at the label-free threshold.
+
+    Each device scores with the fleet's components and its own (models.mixture.detector.personalise): its
+    held-out records for the threshold, as the agents do, and the test records it sees, `test_devices[j]`
+    the device that sees test record j (-1 or None: a device with no components of its own). The result
+    gives each device's false-positive rate on its normal test records (min, median, max)."""
     guard = guard or MixtureJobSpec(features=list(feature_names)).guard()
     train_parts = [as_device_records(p) for p in train_parts]  # as the devices' buffers hold them
     fit_parts, held_parts = split_holdout(train_parts, holdout)
@@ -75,23 +82,55 @@ def simulate_mixture(
         mixture = fit_em(np.vstack(clients.X), alg.components, alg.reg, np.random.default_rng(seed),
                          hard_iter=alg.hard_rounds)
         history: list[dict[str, float]] = [{"round": 1}]
+        shared = None
         out.update(rounds=1, seconds_per_round=time.perf_counter() - t0, upload_bytes_per_client_round=None)
     else:
-        mixture, history = run_mixture(alg, clients.X, clients.weight, rounds, fraction, seed, on_round)
+        mixture, shared, history = run_mixture(alg, clients.X, clients.weight, rounds, fraction, seed, on_round)
         out.update(rounds=rounds, seconds_per_round=(time.perf_counter() - t0) / rounds,
                    upload_bytes_per_client_round=alg.upload_bytes())
-    det = MixtureDetector.from_model(mixture, clients.preprocessor, 1.0, quantile=quantile)
-    scores = [np.asarray(det.score_samples(h)) for h in held_parts]
+    det = MixtureDetector.from_model(mixture, clients.preprocessor, 1.0, shared, quantile=quantile)
+    devices = [copy.copy(det).personalise(f) for f in fit_parts]  # each device's components: the fleet's, its own
+    scores = [np.asarray(dev.score_samples(h)) for dev, h in zip(devices, held_parts)]
     threshold = exceedance_threshold([sparse_histogram(s) for s in scores], clients.weight, quantile, guard.device_trim)
     det.threshold_ = threshold
+    where = np.full(len(X_test), -1) if test_devices is None else np.asarray(test_devices)
+    test_scores = np.empty(len(X_test))
+    for i in np.unique(where):
+        seen = where == i
+        test_scores[seen] = (det if i < 0 else devices[i]).score_samples(X_test[seen])
+    fpr = [float((test_scores[(where == i) & (y_test == 0)] > threshold).mean()) for i in range(len(devices))
+           if ((where == i) & (y_test == 0)).any()]
     out.update(history=history, threshold=threshold, holdout_nll=heldout_nll(det, scores, clients.weight, guard),
-               **detection_report(y_test, det.score_samples(X_test), threshold))
+               shared_components=int(det.shared_.sum()),
+               device_false_positive_rate={"min": min(fpr), "median": float(np.median(fpr)), "max": max(fpr)}
+               if fpr else None, **detection_report(y_test, test_scores, threshold))
     out["detector"] = det
     return out
 
 
+def devices_seeing(parts: list[np.ndarray], X_test: np.ndarray, y_test: np.ndarray, seed: int = 0) -> np.ndarray:
+    """Which device sees each test record, for an evaluation that scores as the devices do: a normal record
+    comes from the device whose training records hold its nearest neighbour (it is that device's kind of
+    traffic; whatever the partition), an attack reaches a device drawn at random (the attacker does not pick
+    the one device that holds its traffic as normal). Nearest in signed-log1p units, a chunk at a time."""
+    logged = [signed_log1p(p, np.ones(p.shape[1], bool)) for p in parts]
+    pooled = np.vstack(logged)
+    owner = np.repeat(np.arange(len(parts)), [len(p) for p in parts])
+    scale = pooled.std(axis=0) + 1e-12
+    P = pooled / scale
+    p2 = (P**2).sum(axis=1)
+    out = np.random.default_rng(seed + 7919).integers(0, len(parts), len(X_test))
+    normal = np.flatnonzero(np.asarray(y_test) == 0)
+    T = signed_log1p(X_test[normal], np.ones(X_test.shape[1], bool)) / scale
+    for i in range(0, len(T), 512):
+        t = T[i: i + 512]
+        out[normal[i: i + 512]] = owner[(p2[None, :] - 2 * t @ P.T).argmin(axis=1)]
+    return out
+
+
 def run_mixture(alg: FedEM, X: list[np.ndarray], weight: np.ndarray, rounds: int, fraction: float, seed: int,
-                on_round: Callable[[dict[str, float]], None] | None = None) -> tuple[Mixture, list[dict[str, float]]]:
+                on_round: Callable[[dict[str, float]], None] | None = None
+                ) -> tuple[Mixture, np.ndarray, list[dict[str, float]]]:
     """The rounds of a federated mixture job: the seeding round with every device (as the job's seed phase),
     then `rounds` rounds of the coordinator's sampling and the devices' client steps."""
     rng = np.random.default_rng(seed)
@@ -111,7 +150,7 @@ def run_mixture(alg: FedEM, X: list[np.ndarray], weight: np.ndarray, rounds: int
         history.append(entry)
         if on_round:
             on_round(entry)
-    return alg.consensus(broadcast), history
+    return alg.consensus(broadcast), shared_of(broadcast), history
 
 
 def device_moments(X: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
