@@ -109,3 +109,16 @@ def test_an_out_that_is_a_file_is_refused(tmp_path, capsys):
     assert "--out" in capsys.readouterr().err
     assert main(["sample"]) == 2
     assert "--out" in capsys.readouterr().err
+
+
+def test_sample_needs_neither_the_server_nor_the_simulators(tmp_path):
+    import subprocess
+    import sys
+
+    code = ("import sys; from fedsentry.cli import main; assert main(['sample', '--out', sys.argv[1]]) == 0; "
+            "print(' '.join(m for m in ('sqlalchemy', 'fastapi', 'coordinator', 'paho', 'fedsentry.cli.server') "
+            "if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code, str(tmp_path / "s")], capture_output=True, text=True,
+                         timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "", out.stdout  # the base install (numpy) is enough
