@@ -113,6 +113,11 @@ class EmbeddedBroker:
     def password_file(self, device: str) -> Path:
         return self.dir / f"{device}.password"
 
+    @property
+    def url_file(self) -> Path:
+        """With a state folder: a file holding the broker's URL alone (`fedsentry agent --broker-file`)."""
+        return self.dir / "broker.url"
+
     def credentials_env(self, device: str) -> dict[str, str]:
         """The environment that gives `fedsentry agent` this device's credentials (never its argv)."""
         return {"FEDSENTRY_MQTT_USERNAME": device, "FEDSENTRY_MQTT_PASSWORD_FILE": str(self.password_file(device))}
@@ -131,6 +136,7 @@ class EmbeddedBroker:
             known = self._saved().get("devices", {})
             write_private(self.dir / "broker.json", json.dumps({"port": self.port, "password": self.password,
                                                                  "devices": {**known, **self.passwords}}))
+            write_private(self.url_file, self.url + "\n")
         return passwd
 
     def config(self, passwd: Path) -> dict[str, Any]:

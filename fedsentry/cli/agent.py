@@ -25,8 +25,12 @@ if TYPE_CHECKING:
 
 def register(groups: dict[str, Any], verbs: Any) -> None:
     p = verbs.add_parser("agent", help="run an edge agent")
-    p.add_argument("--broker", default=os.environ.get("FEDSENTRY_BROKER_URL"),
-                   help="mqtt://host:port or mqtts://host:port (default $FEDSENTRY_BROKER_URL)")
+    where = p.add_mutually_exclusive_group()
+    where.add_argument("--broker", default=os.environ.get("FEDSENTRY_BROKER_URL"),
+                       help="mqtt://host:port or mqtts://host:port (default $FEDSENTRY_BROKER_URL)")
+    where.add_argument("--broker-file", metavar="F",
+                       help="read the broker URL from this file, e.g. fedsentry-server/broker.url, which `fedsentry "
+                       "serve` writes for its embedded broker (its port is chosen once and kept in --state-dir)")
     p.add_argument("--id", default=os.environ.get("FEDSENTRY_AGENT_ID"),
                    help="this device's id (letters, digits, . _ -; default $FEDSENTRY_AGENT_ID)")
     src = p.add_mutually_exclusive_group()
@@ -88,6 +92,19 @@ def private_folder(path: str) -> None:
         os.chmod(path, 0o700)
 
 
+def broker_from_file(path: str) -> str:
+    """The broker URL in a --broker-file: its first line."""
+    try:
+        with open(path) as f:
+            url = f.readline().strip()
+    except OSError as e:
+        raise UsageError(f"--broker-file {path}: cannot read it: {e.strerror or e} (`fedsentry serve` writes "
+                         "broker.url in its --state-dir, default ./fedsentry-server, once its broker runs)") from None
+    if not url:
+        raise UsageError(f"--broker-file {path}: empty; it should hold a URL such as mqtt://127.0.0.1:1883")
+    return url
+
+
 def run_agent(args: argparse.Namespace) -> int:
     from edge_agent.agent import Agent, AgentConfig, training_source
     from edge_agent.memory import MIN_BUDGET
@@ -96,6 +113,8 @@ def run_agent(args: argparse.Namespace) -> int:
     from wire.mqtt import parse_broker_url, redact_url
     from wire.protocol import check_id
 
+    if args.broker_file:
+        args.broker = broker_from_file(args.broker_file)
     if not args.broker:
         raise UsageError("no broker: give --broker mqtt://host:port or set FEDSENTRY_BROKER_URL")
     if not args.id:
