@@ -15,7 +15,7 @@ import numpy as np
 from coordinator.detector_job import DetectorJob
 from models.aggregation import winsorized_weighted_mean
 from models.mixture.detector import MixtureDetector
-from models.mixture.fedem import FedEM, standardised_moments
+from models.mixture.fedem import FedEM, shared_of, standardised_moments
 from models.mixture.spec import MixtureJobSpec
 from models.preprocessing import Preprocessor
 from models.screening import Federation, exceedance_threshold
@@ -85,4 +85,4 @@ class MixtureJob(DetectorJob):
         if not EDGES[0] < threshold < EDGES[-1]:
             raise ValueError(f"threshold {threshold!r} outside the score grid ({EDGES[0]:g}..{EDGES[-1]:g})")
         return MixtureDetector.from_model(self.algorithm().consensus(self.broadcast), pre, threshold,
-                                          quantile=self.spec.quantile)
+                                          shared_of(self.broadcast), quantile=self.spec.quantile)

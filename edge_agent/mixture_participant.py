@@ -64,11 +64,12 @@ class MixtureParticipant(DetectorParticipant):
         return {"nll": np.array([float(np.mean(errors)) + floor if len(errors) else 0.0])}
 
     def threshold_errors(self, env: Envelope, pre: Preprocessor) -> np.ndarray:
-        """The held-out records' scores under the fleet's components and this device's own (those its training
-        records fall in: models.mixture.detector.personalise), as it will score its traffic."""
+        """The held-out records' scores under the fleet's components and this device's own (those its records fall
+        in: models.mixture.detector.personalise), as it will score its traffic."""
         broadcast = self.broadcast(env)
         det = MixtureDetector.from_model(self.algorithm(env.meta).consensus(broadcast), pre, 1.0, shared_of(broadcast))
-        batch, rows = self.buffer.batch(), np.flatnonzero(self.training_rows(env.meta))
-        det.personalise(self.columns(take_rows(batch, rows[i: i + 4096]), env.meta) for i in range(0, len(rows), 4096))
+        batch = self.buffer.batch()  # every record of the device, as the agent personalises when it loads the model
+        det.personalise(self.columns(take_rows(batch, slice(i, i + 4096)), env.meta)
+                        for i in range(0, len(batch.X), 4096))
         return np.asarray(det.score_samples(self.columns(take_rows(self.buffer.batch(), self._held(env.meta)),
                                                          env.meta)))

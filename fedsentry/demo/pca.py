@@ -31,10 +31,13 @@ def demo(args: argparse.Namespace) -> dict[str, Any]:
     from fedsentry.runs.pca import algorithm_params, prepare
     from models.families import family
     from models.metrics import auc_roc
+    from models.mixture.simulator import devices_seeing
 
     args.clients = args.agents
     data, split, parts = prepare(args)
-    test_parts = np.array_split(np.random.default_rng(args.seed).permutation(len(split.X_test)), args.agents)
+    # each agent replays the test traffic a device like it sees: normal records like its own, attacks at random
+    seen_by = devices_seeing(parts, split.X_test, split.y_test, args.seed)
+    test_parts = [np.flatnonzero(seen_by == i) for i in range(args.agents)]
     label = f"{args.agents} agents, {args.algorithm}, {args.rounds} rounds on {data.name}"
     with Stack(args.broker, args.db, label, args.agents, args.host, args.port,
                keep_work=args.keep_work or args.keep_serving) as st:
@@ -68,8 +71,10 @@ def demo(args: argparse.Namespace) -> dict[str, Any]:
             "job": st.job_id, "dataset": data.name, "algorithm": args.algorithm, "agents": args.agents,
             "rounds_completed": len(rounds), "alerts_stored": alerts, "flagged_records_counted": counted,
             "records_flagged": int((scores[:, 0] > threshold).sum()), "records_scored": len(scores),
+            "recall": float((scores[scores[:, 1] == 1, 0] > threshold).mean()),
+            "false_positive_rate": float((scores[scores[:, 1] == 0, 0] > threshold).mean()),
             "auc_roc": auc_roc(scores[:, 1], scores[:, 0]),
-            **simulation_gap(args, data, split, parts, arrays),
+            **simulation_gap(args, data, split, parts, arrays, test_parts),
             "threshold": threshold, "seconds_per_round": float(np.mean(rounds)) if rounds else None,
             "median_round_seconds": float(np.median(rounds)) if rounds else None, "training_seconds": seconds,
             "rejected": dict(st.coordinator.rejected), "broker": redact_url(st.broker_url or ""),
@@ -77,8 +82,9 @@ def demo(args: argparse.Namespace) -> dict[str, Any]:
             "dashboard": st.dashboard,
         }
         print(f"fedsentry demo: {job_type}, {result['rounds_completed']} rounds, {result['records_flagged']} records "
-              f"flagged, {counted} counted in {alerts} alerts and incident updates, AUC "
-              f"{result['auc_roc']:.4f}; {result['gap']}", file=sys.stderr)
+              f"flagged, {counted} counted in {alerts} alerts and incident updates; {result['recall']:.1%} of the "
+              f"attacks caught at {result['false_positive_rate']:.2%} false positives (AUC {result['auc_roc']:.4f}); "
+              f"{result['gap']}", file=sys.stderr)
         if args.keep_serving:  # the replay agents have exited: the same devices again, online until Ctrl-C
             for i in range(args.agents):
                 st.agent(i, "--train", str(st.tmp / f"train-{i}.csv"))
@@ -90,7 +96,7 @@ def demo(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def simulation_gap(args: argparse.Namespace, data, split, parts: list[np.ndarray],
-                   arrays: dict[str, np.ndarray]) -> dict[str, Any]:
+                   arrays: dict[str, np.ndarray], test_parts: list[np.ndarray]) -> dict[str, Any]:
     """How far the deployed model is from what `simulate` computes with the same settings (pca: subspace
     distance to centralised PCA, as simulate reports it; gmm: the largest difference of the mixtures' means and
     the AUC simulate reaches)."""
@@ -106,10 +112,13 @@ def simulation_gap(args: argparse.Namespace, data, split, parts: list[np.ndarray
     from models.mixture.simulator import simulate_mixture
     from models.mixture.spec import MixtureJobSpec
 
+    seen_by = np.empty(len(split.X_test), dtype=int)  # the agent that replays each test record
+    for i, idx in enumerate(test_parts):
+        seen_by[idx] = i
     sim = simulate_mixture(parts, split.X_test, split.y_test, data.feature_names, args.algorithm, args.rounds,
                            args.fraction, args.quantile or MixtureJobSpec.quantile, args.seed,
                            {k: v for k, v in algorithm_params(args).items() if v is not None},
-                           args.holdout)
+                           args.holdout, test_devices=seen_by)
     diff = float(np.abs(sim["detector"].mixture_.means - arrays["means"]).max())
     return {"simulate_auc_roc": sim["auc_roc"], "mixture_mean_difference": diff,
             "gap": f"simulate: AUC {sim['auc_roc']:.4f}, mixture means within {diff:.1e}"}

@@ -35,6 +35,8 @@ DEMO_KEY = "demo_admin_key"
 
 def keep_serving(args: argparse.Namespace) -> None:
     if not args.keep_serving:
+        print("fedsentry demo: done; the dashboard, the broker and the agents stop now (--keep-serving keeps them "
+              "up, with the agents online for new jobs)", file=sys.stderr, flush=True)
         return
     print("fedsentry demo: serving until interrupted (Ctrl-C, or SIGTERM: kill PID)", file=sys.stderr, flush=True)
     try:

@@ -89,7 +89,7 @@ def simulate_mixture(
         out.update(rounds=rounds, seconds_per_round=(time.perf_counter() - t0) / rounds,
                    upload_bytes_per_client_round=alg.upload_bytes())
     det = MixtureDetector.from_model(mixture, clients.preprocessor, 1.0, shared, quantile=quantile)
-    devices = [copy.copy(det).personalise(f) for f in fit_parts]  # each device's components: the fleet's, its own
+    devices = [copy.copy(det).personalise(p) for p in train_parts]  # the fleet's components and the device's own
     scores = [np.asarray(dev.score_samples(h)) for dev, h in zip(devices, held_parts)]
     threshold = exceedance_threshold([sparse_histogram(s) for s in scores], clients.weight, quantile, guard.device_trim)
     det.threshold_ = threshold
