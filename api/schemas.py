@@ -32,6 +32,8 @@ class JobCreate(BaseModel):
     type: Literal["pca", "gmm", "recsys"] = Field(
         DEFAULT_DETECTOR, description=f"the job family: gmm (Gaussian mixture, the recommended detector), pca "
         f"(federated PCA, the paper's) or recsys (recommendation); default {DEFAULT_DETECTOR}")
+    detector: Literal["pca", "gmm"] | None = Field(None, description="the same choice as `type` for an anomaly "
+                                                   "detection job, by the command line's name (--detector)")
     id: str | None = Field(None, pattern=ID_PATTERN, description="job id (generated when absent)")
     features: list[Name] | None = Field(None, min_length=2, max_length=1000,
                                        description="pca: feature names the agents provide")
@@ -80,10 +82,14 @@ class JobCreate(BaseModel):
 
     def spec(self) -> JobSpec:
         """The validated typed settings; a PydanticCustomError naming the field otherwise."""
-        if "type" not in self.model_fields_set:  # a job that names fedpg is a pca job
+        if self.detector is not None:
+            if "type" in self.model_fields_set and self.type != self.detector:
+                _bad("detector", f"{self.detector!r} and type {self.type!r} disagree: give one of them")
+            self.type = self.detector
+        elif "type" not in self.model_fields_set:  # a job that names fedpg is a pca job
             self.type = family_for(None, self.algorithm)  # type: ignore[assignment]
         try:
-            return job_spec(self.type, self.model_dump(exclude={"type", "id"}, exclude_none=True))
+            return job_spec(self.type, self.model_dump(exclude={"type", "id", "detector"}, exclude_none=True))
         except SettingError as e:
             _bad(e.field.split("[")[0] or "algorithm_params", e.problem)
             raise

@@ -59,7 +59,20 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
                 continue
             raise
         module.register(groups, verbs)
+    for parser_ in _leaves(parser):  # -v after the command too (fedsentry agent ... -v), as before it
+        if parser_ is not parser:
+            parser_.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS,
+                                 help="debug logging on stderr")
     return parser
+
+
+def _leaves(parser: argparse.ArgumentParser):
+    subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    if not subs:
+        yield parser
+    for a in subs:
+        for sub in a.choices.values():
+            yield from _leaves(sub)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

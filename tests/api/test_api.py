@@ -265,3 +265,14 @@ def test_anomalies_serve_the_flow_of_their_record(app, client, keys):
                     threshold=1.0, explanation=[], flow={"uid": {"nested": 1}}))  # stored before checks existed
     items = {a["id"]: a for a in client.get("/api/v1/anomalies", headers=bearer(keys["viewer"])).json()["items"]}
     assert items["with-flow"]["flow"] == good and items["bad-flow"]["flow"] is None
+
+
+def test_detector_is_the_type_by_the_command_line_s_name(client, keys):
+    admin = bearer(keys["admin"])
+    r = client.post("/api/v1/jobs", json={"id": "d-1", "detector": "pca", "features": ["a", "b", "c"], "rank": 1},
+                    headers=admin)
+    assert r.status_code == 201 and r.json()["type"] == "pca", r.text
+    r = client.post("/api/v1/jobs", json={"id": "d-2", "features": ["a", "b", "c"]}, headers=admin)
+    assert r.status_code == 201 and r.json()["type"] == "gmm" and r.json()["algorithm"] == "fedem"
+    r = client.post("/api/v1/jobs", json={"detector": "pca", "type": "gmm", "features": ["a", "b"]}, headers=admin)
+    assert r.status_code == 422 and any(d["field"] == "body.detector" for d in r.json()["detail"]), r.text

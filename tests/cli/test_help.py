@@ -49,3 +49,9 @@ def test_apikey_output_reads_as_english_and_the_list_has_a_header(tmp_path, caps
     assert main(["apikey", "list", "--db", db]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].split("\t") == ["id", "role", "created (UTC)", "state", "name"] and len(lines) == 3
+
+
+def test_verbose_works_before_and_after_the_command():
+    for argv, expected in ((["job", "list"], False), (["-v", "job", "list"], True), (["job", "list", "-v"], True),
+                           (["simulate", "pca", "--verbose"], True)):
+        assert build_parser().parse_args(argv).verbose is expected, argv
