@@ -22,6 +22,7 @@ from coordinator.db import ModelVersion, pack, unpack
 from coordinator.job_runner import JobRunner
 from models.detection import DetectorJobSpec
 from models.encoding import check_counts, encoded_statistics
+from models.params import SettingError
 from models.preprocessing import Preprocessor
 from models.screening import (
     Federation,
@@ -52,6 +53,28 @@ class DetectorJob(JobRunner):
     @classmethod
     def model_payload(cls, mv: ModelVersion) -> bytes | None:
         return stored_envelope(mv.job_id, mv.version, unpack(mv.arrays), dict(mv.info)).encode()
+
+    def settle(self, announced: dict[str, tuple[str, ...]]) -> str | None:
+        """A job that names no features trains on the numeric features every participant announces (in the
+        first one's order), stored with the job's settings so that a restart keeps them."""
+        if self.spec.features:
+            return None
+        silent = [p for p in self.participants if not announced.get(p)]
+        if silent:
+            return (f"the job names no features and {', '.join(silent[:3])} did not announce theirs (an older agent, "
+                    "or one without training records): name them (--features, \"features\")")
+        first = announced[self.participants[0]]
+        shared = [f for f in first if all(f in announced[p] for p in self.participants)]
+        try:
+            self.spec.with_features(shared)
+        except SettingError as e:
+            return f"the features the agents share ({', '.join(shared) or 'none'}) do not make a job: {e}"
+        params = self.spec.to_dict()
+        params.pop("algorithm")
+        self.set_job(params=params)
+        log.info("job=%s trains on the %d features its %d agents share: %s", self.job_id, len(shared),
+                 len(self.participants), ", ".join(shared))
+        return None
 
     def algorithm(self) -> Any:
         """The job's algorithm over the encoded features (known after the statistics phase)."""

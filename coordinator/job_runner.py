@@ -94,8 +94,9 @@ class JobRunner(ABC):
         """Start what comes after the last completed round (or finish)."""
 
     # -- lifecycle ------------------------------------------------------------------------------------
-    def start(self, online: list[str]) -> None:
-        """Begin with the devices online now (or resume from the stored state)."""
+    def start(self, online: list[str], announced: dict[str, tuple[str, ...]] | None = None) -> None:
+        """Begin with the devices online now (or resume from the stored state). `announced`: the numeric
+        features each device said its records have (its status message)."""
         with self.sessions() as s:
             st = s.get(JobState, self.job_id)
         if st is not None:
@@ -115,7 +116,16 @@ class JobRunner(ABC):
         if len(online) < self.spec.min_agents:
             return
         self.participants = sorted(online)[: self.spec.max_agents or None]
+        problem = self.settle(announced or {})
+        if problem:
+            self.fail(problem)
+            return
         self.begin("stats", 0, self.participants)
+
+    def settle(self, announced: dict[str, tuple[str, ...]]) -> str | None:
+        """Settings a job leaves to its participants, decided now that they are known; why the job cannot
+        start otherwise (None: it can)."""
+        return None
 
     def begin(self, phase: str, rnd: int, sampled: list[str]) -> None:
         self.phase, self.round, self.sampled, self.pending, self.declined = phase, rnd, sampled, {}, {}

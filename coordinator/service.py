@@ -85,6 +85,7 @@ class Coordinator:
         self._saved_rejections: Counter[str] = Counter()
         self._rejections_lock = threading.Lock()
         self.capabilities: dict[str, tuple[str, ...]] = {}  # from the agents' retained status messages
+        self.announced: dict[str, tuple[str, ...]] = {}  # the numeric features each agent's records have
         self.accepted = 0
         self.alerts_ingested = 0
         self.stop_event = threading.Event()
@@ -209,7 +210,8 @@ class Coordinator:
         started = False
         for job_id, runner in list(self.jobs.items()):
             if runner.phase == "waiting":
-                if self._isolated(job_id, runner, "starting", partial(runner.start, self.online_devices(runner.type))):
+                if self._isolated(job_id, runner, "starting", partial(runner.start, self.online_devices(runner.type),
+                                                                             self.announced)):
                     self._release(job_id)
                 started = started or runner.phase != "waiting"
         return bool(published) or started or set(self.jobs) != before or any(
@@ -315,6 +317,10 @@ class Coordinator:
                 jobs = env.meta.get("jobs")
                 if isinstance(jobs, list):
                     self.capabilities[agent] = tuple(str(j) for j in jobs)
+                features = env.meta.get("features")
+                if isinstance(features, list) and len(features) <= 1000 and all(
+                        isinstance(f, str) and 0 < len(f) <= 128 and f.isprintable() for f in features):
+                    self.announced[agent] = tuple(features)
                 self._status(agent, bool(env.meta.get("online")), model_status(env.meta.get("model")))
             elif what == "alerts" and env.kind in ("alert", "alerts"):
                 return self._buffer_alerts(agent, env, topic, mid, qos)

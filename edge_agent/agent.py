@@ -304,6 +304,7 @@ class Agent:
     def _status(self) -> Envelope:
         return Envelope("status", "", 0, self.cfg.agent_id, {}, {
             "online": True, "records": self.buffer.seen, "jobs": sorted(self.participants),
+            "features": self.buffer.columns[:1000],  # a job that names none trains on those its agents share
             **({"model": self.model_status} if self.model_status else {})})
 
     def refuse_model(self, reason: str) -> None:

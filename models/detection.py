@@ -5,7 +5,6 @@ add their own settings."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import ClassVar
 
 from models.encoding import RecordSchema
 from models.jobspec import JobSpec, check
@@ -14,8 +13,7 @@ from models.screening import Guard
 
 @dataclass
 class DetectorJobSpec(JobSpec):
-    required: ClassVar[dict[str, str]] = {"features": "the feature names its agents provide"}
-
+    #: no features: the numeric features every agent taking part announces (resolved when the job starts)
     features: list[str] = field(default_factory=list)
     #: text fields one-hot encoded with a vocabulary the statistics phase agrees (e.g. Zeek's proto, service,
     #: conn_state) and flag-string fields whose letters become columns (Zeek's history): models.encoding
@@ -31,8 +29,8 @@ class DetectorJobSpec(JobSpec):
     device_trim: float = Guard.device_trim
 
     def check_family(self) -> None:
-        check(2 <= len(self.features) <= 1000, "features", f"a {self.family} job needs 2 to 1000 feature names its "
-              "agents provide")
+        check(not self.features or 2 <= len(self.features) <= 1000, "features", f"a {self.family} job needs 2 to "
+              "1000 feature names its agents provide (or none: those the online agents share)")
         check(len(set(self.features)) == len(self.features) and all(0 < len(f) <= 128 for f in self.features),
               "features", "must be distinct non-empty names of at most 128 characters")
         check(len(self.categorical) + len(self.flags) <= 16, "categorical", "at most 16 text fields")
@@ -46,6 +44,19 @@ class DetectorJobSpec(JobSpec):
         check(0 < self.influence <= 1e6, "influence", "must be in (0, 10^6] (how much one device may raise a "
               "feature's pooled variance, as a factor minus 1)")
         check(0 <= self.device_trim < 0.5, "device_trim", "must be in [0, 0.5)")
+
+    def validate(self) -> None:
+        if self.features:
+            super().validate()
+        else:  # the algorithm's settings are checked once the agents' features are known (with_features)
+            self.check_common()
+            self.check_family()
+
+    def with_features(self, features: list[str]) -> None:
+        """Name the features a job that named none trains on (those its agents share), and check again: the
+        algorithm's settings may depend on them (a PCA rank below their number). SettingError otherwise."""
+        self.features = list(features)
+        self.validate()
 
     def schema(self) -> RecordSchema:
         """The fields a device reports counts of in the statistics phase (models.encoding)."""

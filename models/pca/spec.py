@@ -53,6 +53,6 @@ class PCAJobSpec(DetectorJobSpec):
         if self.kernel == "rff":
             check(self.rank < self.kernel_features, "rank",
                   f"({self.rank}) must be smaller than kernel_features ({self.kernel_features})")
-        else:
+        elif self.features:  # none named: checked when the job starts with the agents' features
             check(self.rank < len(self.features), "rank",
                   f"({self.rank}) must be smaller than the number of features ({len(self.features)})")

@@ -84,7 +84,7 @@ PCA3 = {"type": "pca", "features": ["a", "b", "c"]}  # gmm is the default family
     ({"type": "recsys", "items": [1, 2, 3], "algorithm": "fedmm", "rank": 1}, "body.algorithm", "recsys job"),
     ({**PCA3, "rounds": "many"}, "body.rounds", "valid integer"),
     ({**PCA3, "colour": "red"}, "body.colour", "Extra inputs are not permitted"),
-    ({}, "body.features", "needs the feature names"),
+    ({"features": ["a"]}, "body.features", "at least 2"),
     ({**PCA3, "rank": 1, "algorithm_params": {"rho": 3}}, "body.algorithm_params.rho",
      "not a parameter of fedmm"),
     ({**PCA3, "rank": 1, "algorithm": "fedpg", "algorithm_params": {"local_steps": 2.5}},
