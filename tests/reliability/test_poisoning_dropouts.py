@@ -91,7 +91,8 @@ def test_poisoning_by_a_tenth_of_the_agents(coordinator, setting):
 
 def test_a_third_of_the_sampled_agents_never_answering(coordinator, setting):
     data, ref = setting["data"], setting["ref"]
-    Z, rounds = run_job(coordinator, "flaky-1", data, rounds=20, deadline=0.4)
+    # the deadline leaves honest answers time on a loaded machine (CI beside other work): only the flaky ones drop
+    Z, rounds = run_job(coordinator, "flaky-1", data, rounds=20, deadline=1.5)
     dropouts = sum(r.metrics["dropouts"] for r in rounds)
     sampled = sum(r.metrics["sampled"] for r in rounds)
     assert 0.15 < dropouts / sampled < 0.45
