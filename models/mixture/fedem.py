@@ -88,14 +88,6 @@ def broadcast_of(m: Mixture, stage: int, shared: np.ndarray | None = None) -> St
 SUPPORT_SHARE = 0.005
 
 
-def holdings(X: np.ndarray, means: np.ndarray) -> np.ndarray:
-    """The components a device's records support (K,): those its records fall in (nearest mean) with at least
-    SUPPORT_SHARE of them. What the device keeps as personal components when the fleet does not share them."""
-    if len(X) == 0:
-        return np.zeros(len(means), bool)
-    return np.bincount(nearest(X, means), minlength=len(means)) / len(X) >= SUPPORT_SHARE
-
-
 def shared_components(support: np.ndarray, devices: int, min_support: int) -> np.ndarray:
     """Which components become normal for the fleet: those at least `min_support` devices support (fewer for a
     fleet too small to have that many: at most half of its devices). 0 shares every component."""
@@ -212,6 +204,8 @@ class FedEM(FederatedAlgorithm):
                               weight)
         slot = server["slot"][ids]
         old = slot > 0
+        if "H_rows" not in server:  # a job saved before support was counted: its devices count from now on
+            server["H_rows"] = np.zeros_like(server["R_rows"])
         rows = client_rows(server, ids, ("R_rows", "S1_rows", "S2_rows", "H_rows"))
         server["H_rows"][rows] = R >= SUPPORT_SHARE
         for name, new in (("R", R), ("S1", S1), ("S2", S2)):
@@ -227,7 +221,7 @@ class FedEM(FederatedAlgorithm):
                                               self.shared(server)))
 
     def shared(self, server: State) -> np.ndarray:
-        """The components enough devices support, from every device's last upload (`holdings` of its records):
+        """The components enough devices support, from every device's last upload (SUPPORT_SHARE of its records):
         support, not volume, makes normal. A device that trains honestly on poisoned traffic supports its
         attack components alone; they stay out of the fleet's model (that device keeps them as its own)."""
         n = int(server["rows"])
