@@ -13,6 +13,7 @@ from fedsentry.runs.pca import prepare, simulate
 from models.families import DEFAULT_DETECTOR, DETECTORS, algorithm_default, spec_default
 from models.kernel import DEFAULT_COMPONENTS, KERNELS, MAX_COMPONENTS, MIN_COMPONENTS
 from models.mixture import ALGORITHMS as MIXTURE_ALGORITHMS
+from models.mixture.rogues import DATA_ATTACKS
 from models.partition import PARTITIONS
 from models.pca import ALGORITHMS
 from models.robust import TRIM_CRITERIA
@@ -59,6 +60,11 @@ def add_data_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--data-dir", help="where named datasets live (default $FEDSENTRY_DATA_DIR or ../shared/data)")
     g.add_argument("--contamination", type=share, default=0.0,
                    help="mix this share of attack rows into the training records (default 0)")
+    g.add_argument("--adversaries", type=int, default=0, metavar="K",
+                   help="gmm: the first K devices are rogues (--attack); test attacks reach the honest devices")
+    g.add_argument("--attack", choices=DATA_ATTACKS, default="compliant",
+                   help="compliant: a rogue trains honestly on its normal records plus 300 attack records of the "
+                   "three commonest kinds and uploads their true statistics (default)")
 
 
 def add_kernel_args(p: argparse.ArgumentParser) -> None:

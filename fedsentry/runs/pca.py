@@ -13,6 +13,7 @@ from fedsentry.data import datasets
 from fedsentry.errors import UsageError
 from fedsentry.output import progress
 from fedsentry.runs.params import flag_params
+from models.mixture.rogues import compliant_rogues
 from models.partition import partition
 from models.pca import FEDERATED
 from models.pca.spec import PCAJobSpec
@@ -53,7 +54,14 @@ def prepare(args: argparse.Namespace):
         feature = data.feature_names.index(args.partition_feature)
     idx = partition(split.X_train, args.clients, args.partition, np.random.default_rng(args.seed), feature,
                     args.alpha)
-    return data, split, [split.X_train[i] for i in idx]
+    parts = [split.X_train[i] for i in idx]
+    adversaries = getattr(args, "adversaries", 0)
+    if adversaries:
+        if getattr(args, "detector", "gmm") != "gmm" or not 0 < adversaries < args.clients:
+            raise UsageError(f"--adversaries {adversaries}: fewer than --clients ({args.clients}), with the gmm "
+                             "detector")
+        parts = compliant_rogues(parts, split.X_test[split.y_test == 1], adversaries, seed=args.seed)
+    return data, split, parts
 
 
 def algorithm_params(args: argparse.Namespace) -> dict[str, Any]:
@@ -107,7 +115,8 @@ def mixture_simulation(args: argparse.Namespace, algorithm: str, data, split, pa
         else:
             result = simulate_mixture(parts, split.X_test, split.y_test, data.feature_names, algorithm, rounds,
                                       fraction, quantile, args.seed, chosen, args.holdout, on_round,
-                                      test_devices=devices_seeing(parts, split.X_test, split.y_test, args.seed))
+                                      test_devices=devices_seeing(parts, split.X_test, split.y_test, args.seed,
+                                                                  first_honest=getattr(args, "adversaries", 0)))
     except ValueError as e:
         raise UsageError(str(e)) from None
     finally:
@@ -118,6 +127,7 @@ def mixture_simulation(args: argparse.Namespace, algorithm: str, data, split, pa
         result["model"] = model
     result.update(detector="gmm", dataset=data.name, clients=len(parts), fraction=fraction, partition=args.partition,
                   seed=args.seed, quantile=quantile, holdout=args.holdout, contamination=args.contamination,
+                  adversaries=getattr(args, "adversaries", 0), attack=getattr(args, "attack", None),
                   subspace_distance=None, n_features=len(data.feature_names), n_train=len(split.X_train),
                   n_test=len(split.X_test), attack_share_test=float(split.y_test.mean()))
     return result

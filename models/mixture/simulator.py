@@ -108,18 +108,21 @@ def simulate_mixture(
     return out
 
 
-def devices_seeing(parts: list[np.ndarray], X_test: np.ndarray, y_test: np.ndarray, seed: int = 0) -> np.ndarray:
+def devices_seeing(parts: list[np.ndarray], X_test: np.ndarray, y_test: np.ndarray, seed: int = 0,
+                   first_honest: int = 0) -> np.ndarray:
     """Which device sees each test record, for an evaluation that scores as the devices do: a normal record
     comes from the device whose training records hold its nearest neighbour (it is that device's kind of
     traffic; whatever the partition), an attack reaches a device drawn at random (the attacker does not pick
-    the one device that holds its traffic as normal). Nearest in signed-log1p units, a chunk at a time."""
+    the one device that holds its traffic as normal; with `first_honest`, one of the devices from there on: the
+    rogues before it keep their own attacks normal, by construction). Nearest in signed-log1p units, a chunk at
+    a time."""
     logged = [signed_log1p(p, np.ones(p.shape[1], bool)) for p in parts]
     pooled = np.vstack(logged)
     owner = np.repeat(np.arange(len(parts)), [len(p) for p in parts])
     scale = pooled.std(axis=0) + 1e-12
     P = pooled / scale
     p2 = (P**2).sum(axis=1)
-    out = np.random.default_rng(seed + 7919).integers(0, len(parts), len(X_test))
+    out = np.random.default_rng(seed + 7919).integers(first_honest, len(parts), len(X_test))
     normal = np.flatnonzero(np.asarray(y_test) == 0)
     T = signed_log1p(X_test[normal], np.ones(X_test.shape[1], bool)) / scale
     for i in range(0, len(T), 512):

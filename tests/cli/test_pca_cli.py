@@ -139,3 +139,14 @@ def test_bad_mixture_settings_name_their_flag(flags, message):
     out = fedsentry("simulate", "pca", "--detector", "gmm", "--dataset", "synthetic", "--clients", "5", "--rounds", "2",
                     *flags)
     assert out.returncode == 2 and message in out.stderr
+
+
+def test_simulate_with_compliant_rogues_reports_them_and_refuses_what_it_cannot_do():
+    r = simulate("--clients", "11", "--adversaries", "1", "--attack", "compliant")
+    assert r["adversaries"] == 1 and r["attack"] == "compliant" and r["detector"] == "gmm"
+    assert r["shared_components"] < r["components"]  # the rogue's attack components stay out of the fleet's model
+    assert r["recall"] > 0.6
+    for args, message in ((["--adversaries", "20", "--clients", "20"], "--adversaries 20"),
+                          (["--detector", "pca", "--adversaries", "1"], "with the gmm detector")):
+        out = fedsentry("simulate", "pca", "--dataset", "synthetic", *args)
+        assert out.returncode == 2 and message in out.stderr, out.stderr

@@ -10,7 +10,7 @@ import pytest
 
 from fedsentry.data import datasets
 from models.mixture.fedem import FedEM, shared_components
-from models.mixture.gmm import kmeans
+from models.mixture.rogues import compliant_rogues
 from models.mixture.simulator import devices_seeing, simulate_mixture
 from models.partition import partition
 
@@ -25,14 +25,7 @@ def fleet(n_devices: int, rogues: int, seed: int = 0, attack_rows: int = 300):
     split = datasets.train_test_split(data, seed=seed)
     idx = partition(split.X_train, n_devices, "noniid", np.random.default_rng(seed))
     parts = [split.X_train[i] for i in idx]
-    attacks = split.X_test[split.y_test == 1]
-    T = np.sign(attacks) * np.log1p(np.abs(attacks))
-    T = (T - T.mean(axis=0)) / (T.std(axis=0) + 1e-9)
-    _, kind = kmeans(T, 8, np.random.default_rng(1))
-    common = attacks[np.isin(kind, np.argsort(-np.bincount(kind))[:3])]
-    for r in range(rogues):
-        parts[r] = np.vstack([parts[r], common[np.random.default_rng(10 + r).choice(len(common), attack_rows)]])
-    return data, split, parts
+    return data, split, compliant_rogues(parts, split.X_test[split.y_test == 1], rogues, attack_rows)
 
 
 def run(n_devices: int, rogues: int, min_support: int) -> dict:
