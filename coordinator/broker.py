@@ -85,6 +85,7 @@ class EmbeddedBroker:
         else:
             self.dir = Path(tempfile.mkdtemp(prefix="fedsentry-broker-"))  # mode 0700
         saved = self._saved()
+        self._any_port = not port and not saved.get("port")  # ours to choose again if another process takes it
         self.port = port or saved.get("port") or free_port()
         self.url = f"mqtt://127.0.0.1:{self.port}"
         self.username, self.password = COORDINATOR_USER, saved.get("password") or secrets.token_urlsafe(24)
@@ -158,14 +159,26 @@ class EmbeddedBroker:
     def start(self) -> EmbeddedBroker:
         for name in ("amqtt", "transitions"):  # amqtt logs every probe of its port as a failed session
             logging.getLogger(name).setLevel(logging.ERROR)
-        config = self.config(self._write_secrets())
+        passwd = self._write_secrets()
         self._thread.start()
 
-        async def _start() -> None:
+        async def _start(config: dict[str, Any]) -> None:
             self._broker = _size_limited_broker(self.max_packet)(config)
             await self._broker.start()
 
-        asyncio.run_coroutine_threadsafe(_start(), self._loop).result(timeout=30)
+        for attempt in range(5):  # a free port can be taken between choosing and binding it (tests beside load)
+            try:
+                asyncio.run_coroutine_threadsafe(_start(self.config(passwd)), self._loop).result(timeout=30)
+                break
+            except Exception as e:  # amqtt wraps the bind error in its own
+                if not self._any_port or attempt == 4 or "address already in use" not in str(e).lower() + str(
+                        e.__cause__).lower():
+                    raise
+                self._broker = None
+                self.port = free_port()
+                self.url = f"mqtt://127.0.0.1:{self.port}"
+                if self.persistent:
+                    self._write_secrets()
         wait_for_port(self.port)
         log.info("embedded MQTT broker on %s", self.url)
         return self

@@ -34,7 +34,11 @@ def test_default_demo_is_the_mixture_and_matches_simulate(tmp_path):
 
 
 def test_demo_matches_simulate_on_the_embedded_broker(tmp_path):
-    demo = run("demo", "--agents", "4", *SETTINGS, "--db", f"sqlite:///{tmp_path}/d.db", "--json", "-", cwd=tmp_path)
+    from coordinator.broker import free_port
+
+    # a port of its own (not 8000, which another demo beside this test may hold: then 'stopped' cannot be told)
+    demo = run("demo", "--agents", "4", *SETTINGS, "--db", f"sqlite:///{tmp_path}/d.db", "--json", "-",
+               "--port", str(free_port()), cwd=tmp_path)
     sim = run("simulate", "pca", "--clients", "4", *SETTINGS, "--json", "-", cwd=tmp_path)
     assert demo["rounds_completed"] == 6 and demo["agents"] == 4 and demo["alerts_stored"] > 0
     assert demo["records_scored"] == sim["n_test"]

@@ -153,3 +153,21 @@ def test_serve_on_a_busy_port_says_so_first_and_names_the_flag(tmp_path):
     assert out.returncode == 2
     first = out.stderr.strip().splitlines()[0]
     assert first.startswith("fedsentry: error: port") and "in use" in first and "--port" in first, out.stderr
+
+
+def test_a_port_taken_before_the_embedded_broker_binds_it_is_chosen_again():
+    import socket
+
+    broker = EmbeddedBroker(devices=["dev-a"])
+    taken = broker.port
+    with socket.socket() as thief:  # another process listens on the chosen port first
+        thief.bind(("127.0.0.1", taken))
+        thief.listen()
+        broker.start()
+        try:
+            assert broker.port != taken and broker.url.endswith(f":{broker.port}")
+            client, reason = connect(broker, "dev-a", broker.passwords["dev-a"])
+            assert not reason.is_failure  # ours answers, on its own port
+            close(client)
+        finally:
+            broker.stop()
