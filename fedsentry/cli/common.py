@@ -35,14 +35,23 @@ def share(text: str) -> float:
     return v
 
 
-def positive_int(text: str) -> int:
+def whole_number(text: str, least: int) -> int:
     try:
         v = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {text}")
+    if v < least:
+        raise argparse.ArgumentTypeError(f"must be at least {least}, got {text}" if least else
+                                         f"must be 0 or more, got {text}")
     return v
+
+
+def positive_int(text: str) -> int:
+    return whole_number(text, 1)
+
+
+def non_negative_int(text: str) -> int:
+    return whole_number(text, 0)
 
 
 def positive_float(text: str) -> float:

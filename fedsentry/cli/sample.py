@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from fedsentry.cli.common import positive_int
+from fedsentry.cli.common import non_negative_int, positive_int
 from fedsentry.errors import UsageError
 
 
@@ -20,23 +20,13 @@ def _devices(text: str) -> int:
     return n
 
 
-def _seed(text: str) -> int:
-    try:
-        n = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if n < 0:
-        raise argparse.ArgumentTypeError(f"must be 0 or more, got {text}")
-    return n
-
-
 def register(groups: dict[str, Any], verbs: Any) -> None:
     p = verbs.add_parser("sample", help="write a small labelled traffic set (CSV and Zeek conn.log) for agents")
     p.add_argument("--out", required=True, metavar="DIR",
                    help="folder to write into (created if needed; files of an earlier sample are replaced)")
     p.add_argument("--devices", type=_devices, default=3, metavar="K", help="number of devices (default 3)")
-    p.add_argument("--seed", type=_seed, default=0, metavar="N", help="seed: the same seed writes the same bytes "
-                   "(default 0)")
+    p.add_argument("--seed", type=non_negative_int, default=0, metavar="N",
+                   help="seed: the same seed writes the same bytes (default 0)")
     p.set_defaults(func=run_sample)
 
 
