@@ -18,8 +18,8 @@ from models.mixture.detector import MixtureDetector
 from models.mixture.fedem import FedEM, shared_of, standardised_moments
 from models.mixture.spec import MixtureJobSpec
 from models.preprocessing import Preprocessor
-from models.screening import Federation, exceedance_threshold
-from models.threshold import EDGES
+from models.screening import Federation, exceedance_threshold, fleet_tail
+from models.threshold import EDGES, Tail
 
 
 class MixtureJob(DetectorJob):
@@ -29,6 +29,7 @@ class MixtureJob(DetectorJob):
     threshold_extras = ("nll",)
 
     spec: MixtureJobSpec
+    tail: Tail | None = None  # set with the threshold, published with the model
 
     def algorithm(self) -> FedEM:
         return cast(FedEM, super().algorithm())
@@ -77,6 +78,8 @@ class MixtureJob(DetectorJob):
         return {"holdout_nll": float(value)}
 
     def threshold_from(self, histograms: list[tuple[np.ndarray, np.ndarray]], weights: np.ndarray) -> float:
+        """The fleet's threshold, and the tail each device shrinks its own threshold toward it with."""
+        self.tail = fleet_tail(histograms, weights, self.spec.quantile, self.spec.device_trim, self.spec.holdout)
         return exceedance_threshold(histograms, weights, self.spec.quantile, self.spec.device_trim)
 
     def detector(self, pre: Preprocessor, threshold: float) -> MixtureDetector:
@@ -85,4 +88,4 @@ class MixtureJob(DetectorJob):
         if not EDGES[0] < threshold < EDGES[-1]:
             raise ValueError(f"threshold {threshold!r} outside the score grid ({EDGES[0]:g}..{EDGES[-1]:g})")
         return MixtureDetector.from_model(self.algorithm().consensus(self.broadcast), pre, threshold,
-                                          shared_of(self.broadcast), quantile=self.spec.quantile)
+                                          shared_of(self.broadcast), self.tail, quantile=self.spec.quantile)

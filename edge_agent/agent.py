@@ -161,6 +161,12 @@ class Agent:
             threshold = self.scorer.calibrate(take_rows(self.buffer.batch(), held))
             log.info("agent=%s calibrated threshold %.4g (federation's %.4g) on %d held-out records",
                      self.cfg.agent_id, threshold, self.scorer.federation_threshold, int(held.sum()))
+        elif (tail := getattr(self.scorer.detector, "tail_", None)) is not None and len(self.buffer.X):
+            held = holdout_mask(len(self.buffer.X), tail.holdout)  # the records it held out in training
+            with contextlib.suppress(SchemaError):  # records without the model's columns: the fleet's threshold
+                threshold = self.scorer.shrink(take_rows(self.buffer.batch(), held))
+                log.info("agent=%s threshold %.4g (federation's %.4g, shrunk toward it from %d held-out records)",
+                         self.cfg.agent_id, threshold, self.scorer.federation_threshold, int(held.sum()))
 
     def rest(self) -> None:
         """After training work: an agent that does not learn from its traffic lets go of its training records

@@ -15,7 +15,7 @@ import numpy as np
 
 from edge_agent.sources import Batch, encode_batch, flows, select
 from models.encoding import FeatureEncoder
-from models.threshold import device_threshold
+from models.threshold import device_threshold, shrunk_threshold
 from wire.model import Detector, detector_from_envelope
 from wire.protocol import Envelope
 
@@ -125,6 +125,18 @@ class Scorer:
         assert self.detector is not None
         scores = np.asarray(self.detector.score_samples(self.matrix(batch)))
         self.detector.threshold_ = device_threshold(self.federation_threshold, scores, self.detector.quantile)
+        return self.detector.threshold_
+
+    def shrink(self, held: Batch) -> float:
+        """This device's own threshold, shrunk toward the federation's (`models.threshold.shrunk_threshold`) from
+        the scores of its held-out training records, for a model that publishes the fleet's tail (a mixture);
+        the federation's threshold otherwise. Returns the threshold in force."""
+        assert self.detector is not None
+        tail = getattr(self.detector, "tail_", None)
+        if tail is not None and len(held.X):
+            scores = np.asarray(self.detector.score_samples(self.matrix(held)))
+            self.detector.threshold_ = shrunk_threshold(scores, self.federation_threshold, tail,
+                                                        self.detector.quantile)
         return self.detector.threshold_
 
     def matrix(self, batch: Batch) -> np.ndarray:

@@ -50,7 +50,8 @@ def f1_score(y_true: ArrayLike, y_pred: ArrayLike) -> float:
     return 2 * tp / denom if denom else 0.0
 
 
-def detection_report(y_true: ArrayLike, scores: ArrayLike, threshold: float) -> dict[str, float]:
+def detection_report(y_true: ArrayLike, scores: ArrayLike, threshold: float | np.ndarray) -> dict[str, float]:
+    """Ranking figures of the scores, and those of flagging above the threshold (one, or one per record)."""
     pred = np.asarray(scores) > threshold
     y = np.asarray(y_true).astype(bool)
     return {

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from models.aggregation import trimmed_weighted_mean, winsorized_weighted_mean
-from models.threshold import EDGES, quantile_from_histogram
+from models.threshold import EDGES, TAIL_SPAN, TAIL_STEP, Tail, quantile_from_histogram
 
 #: |signed_log1p(x)| for every finite float64 x is below this: a larger transformed value is a lie
 LOG_BOUND = 710.0
@@ -168,6 +168,40 @@ def exceedance_threshold(histograms: list[tuple[np.ndarray, np.ndarray]], weight
     and so promise less than it flags). Unlike the mean of per-device
     quantiles, it keeps the promised false-positive rate when devices' error scales differ (non-i.i.d.
     traffic scored by a detector that fits each region closely)."""
+    used, curve, _ = exceedance_curve(histograms, weight, trim)
+    return crossing(used, curve, 1 - q)
+
+
+def fleet_tail(histograms: list[tuple[np.ndarray, np.ndarray]], weight: np.ndarray, q: float, trim: float,
+               holdout: float) -> Tail:
+    """What each device needs to shrink its own threshold toward the fleet's (`models.threshold.
+    shrunk_threshold`): the fleet's exceedance curve at levels a factor 16 either side of 1 - q, and how much
+    that curve counts for against a device's own records. The weight is the empirical-Bayes (beta-binomial
+    method of moments) prior strength of the devices' shares above the fleet's threshold: the more their
+    shares differ beyond what their record counts explain, the more each device's own records count. It is
+    kept between 1 / (1 - q) records' worth (one expected exceedance: a handful of records never decides
+    alone) and 16 times that (a device whose own records flag far more than promised moves even when the
+    fleet as a whole does not differ, as a lone odd device in a small fleet). The spread is a winsorised
+    weighted one, so one device cannot make every other device trust its own records more."""
+    used, curve, dense = exceedance_curve(histograms, weight, trim)
+    levels = (1 - q) * 2.0 ** (np.arange(TAIL_SPAN, -TAIL_SPAN - 1, -1) / TAIL_STEP)
+    levels = levels[levels < 1]
+    thresholds = np.array([crossing(used, curve, level) for level in levels])
+    fleet = crossing(used, curve, 1 - q)
+    n = dense.sum(axis=1)
+    rates = dense[:, EDGES[used] >= fleet].sum(axis=1) / n  # each device's share of records above the threshold
+    w = np.asarray(weight, dtype=float)[np.array([int(np.sum(c)) > 0 for _, c in histograms], dtype=bool)]
+    m1, m2, chance = winsorized_weighted_mean(np.c_[rates, rates**2, 1 / n], w, trim)
+    p = float(np.sum(rates * n) / np.sum(n))
+    spread = m2 - m1**2 - p * (1 - p) * chance  # between-device variance beyond sampling noise
+    estimate = p * (1 - p) / spread - 1 if spread > 0 and p > 0 else np.inf
+    return Tail(thresholds, levels, float(np.clip(estimate, 1 / (1 - q), TAIL_SPAN / (1 - q))), holdout)
+
+
+def exceedance_curve(histograms: list[tuple[np.ndarray, np.ndarray]], weight: np.ndarray,
+                     trim: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The grid bins some device has errors in, the winsorised weighted mean over devices of the share of each
+    device's records above each of them, and the devices' dense counts (devices with records only)."""
     some = np.array([int(np.sum(c)) > 0 for _, c in histograms], dtype=bool)
     if not some.any():
         raise ValueError("no errors to take a quantile of")
@@ -177,11 +211,15 @@ def exceedance_threshold(histograms: list[tuple[np.ndarray, np.ndarray]], weight
         dense[row, np.searchsorted(used, b)] = c
     # share of each device's records in bins above each used bin
     above = 1.0 - np.cumsum(dense, axis=1) / dense.sum(axis=1, keepdims=True)
-    curve = winsorized_weighted_mean(above, np.asarray(weight, dtype=float)[some], trim)
-    i = int(np.searchsorted(-curve, -(1 - q), side="left"))  # first bin whose exceedance is <= 1 - q
+    return used, winsorized_weighted_mean(above, np.asarray(weight, dtype=float)[some], trim), dense
+
+
+def crossing(used: np.ndarray, curve: np.ndarray, level: float) -> float:
+    """The error at which an exceedance curve over grid bins falls to `level`, interpolated geometrically."""
+    i = int(np.searchsorted(-curve, -level, side="left"))  # first bin whose exceedance is <= level
     i = min(i, len(used) - 1)
     before = curve[i - 1] if i > 0 else 1.0
-    frac = (before - (1 - q)) / (before - curve[i]) if before > curve[i] else 1.0
+    frac = (before - level) / (before - curve[i]) if before > curve[i] else 1.0
     lo, hi = EDGES[used[i]], EDGES[used[i] + 1]
     return float(lo * (hi / lo) ** float(np.clip(frac, 0.0, 1.0)))
 

@@ -6,6 +6,9 @@ resolution is the same at every scale); the server sums the counts and reads off
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Any
+
 import numpy as np
 
 #: log-spaced bin edges shared by every client: 1e-8 .. 1e8 with 0.45 % relative bin width
@@ -72,3 +75,57 @@ def device_threshold(federation: float, scores: np.ndarray, q: float, bound: flo
     own = quantile_from_histogram(error_histogram(scores), q)
     return float(np.clip(own, federation / bound, federation * bound))
 
+
+
+#: the fleet's tail is published at exceedance levels (1 - q) * 2^(j / TAIL_STEP) for j = -TAIL_SPAN .. TAIL_SPAN
+#: (a factor 16 either side of the promised false-positive rate): what a device's own threshold may move within
+TAIL_SPAN, TAIL_STEP = 16, 4
+
+
+@dataclass(frozen=True)
+class Tail:
+    """The fleet's exceedance curve near its threshold (`models.screening.fleet_tail`): `thresholds`
+    ascending, `exceedances` the (winsorised) share of the devices' held-out records above each, and `prior`
+    how many records that curve counts for beside a device's own. `holdout` is the share of its records a
+    device held out in training, the records its own curve comes from."""
+
+    thresholds: np.ndarray
+    exceedances: np.ndarray
+    prior: float
+    holdout: float
+
+    def to_meta(self) -> dict[str, Any]:
+        return {"thresholds": [float(t) for t in self.thresholds], "exceedances": [float(e) for e in self.exceedances],
+                "prior": self.prior, "holdout": self.holdout}
+
+    @classmethod
+    def from_meta(cls, meta: dict[str, Any]) -> Tail:
+        t, e = np.asarray(meta["thresholds"], dtype=float), np.asarray(meta["exceedances"], dtype=float)
+        prior = float(meta.get("prior", 0))
+        if (t.ndim != 1 or t.shape != e.shape or len(t) < 2 or not np.all(np.isfinite(t)) or np.any(t <= 0)
+                or np.any(np.diff(t) < 0) or not np.all((e > 0) & (e < 1)) or np.any(np.diff(e) > 0)
+                or not (np.isfinite(prior) and prior > 0)
+                or not 0 < float(meta.get("holdout", 0)) < 1):
+            raise ValueError("tail: thresholds must ascend and be positive, exceedances descend within (0, 1), "
+                             "prior be positive, holdout within (0, 1)")
+        return cls(t, e, prior, float(meta["holdout"]))
+
+
+def shrunk_threshold(scores: np.ndarray, fleet: float, tail: Tail | None, q: float) -> float:
+    """A device's own threshold, shrunk toward the fleet's: where the posterior mean of its exceedance,
+    (n * own share above t + prior * fleet's share above t) / (n + prior), falls to 1 - q. A device with few
+    held-out records, or in a fleet whose devices differ no more than chance allows, stays near the fleet's
+    threshold; a device whose own normal traffic scores high (or low) moves its threshold as far as its records
+    justify, and never past the ends of the published tail (the fleet's threshold at 16 times and 1/16 of the
+    promised rate), so no device can switch its detector off or flag everything."""
+    scores = np.asarray(scores, dtype=float)
+    if tail is None or not len(scores):
+        return float(fleet)
+    lo, hi = tail.thresholds[0], tail.thresholds[-1]
+    grid = np.concatenate([[lo], EDGES[(lo < EDGES) & (hi > EDGES)], [hi]])
+    n = len(scores)
+    own = 1.0 - np.searchsorted(np.sort(scores), grid, side="right") / n
+    fleet_share = np.exp(np.interp(np.log(grid), np.log(tail.thresholds), np.log(tail.exceedances)))
+    post = (n * own + tail.prior * fleet_share) / (n + tail.prior)
+    below = np.flatnonzero(post <= 1 - q)
+    return float(grid[below[0]] if len(below) else hi)

@@ -133,6 +133,11 @@ def run_simulate(args: argparse.Namespace) -> int:
              "seconds_per_round=%.5f", args.detector, result["algorithm"], result["dataset"], result["auc_roc"],
              result["average_precision"], result["f1"], result["recall"], result["false_positive_rate"],
              result["seconds_per_round"])
+    spread = result.get("device_false_positive_rate")
+    if spread:
+        log.info("devices' false-positive rates: min %.4f median %.4f max %.4f (%d above 3 %%; the median device saw "
+                 "%d normal test records)", spread["min"], spread["median"], spread["max"], spread["above_3_percent"],
+                 spread["normal_records_median"])
     write_json(result, args.json)
     return 0
 

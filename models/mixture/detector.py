@@ -35,7 +35,7 @@ from models.mixture.gmm import (
 )
 from models.mixture.spec import MixtureJobSpec
 from models.preprocessing import Moments, Preprocessor, global_standardisation, signed_log1p
-from models.threshold import federated_quantile
+from models.threshold import Tail, federated_quantile
 
 MODEL_VERSION = 1
 
@@ -67,11 +67,14 @@ class MixtureDetector(ThresholdedDetector):
 
     @classmethod
     def from_model(cls, mixture: Mixture, preprocessor: Preprocessor, threshold: float,
-                   shared: np.ndarray | None = None, **params: Any) -> MixtureDetector:
+                   shared: np.ndarray | None = None, tail: Tail | None = None, **params: Any) -> MixtureDetector:
         """A detector for a trained mixture. `shared`: the components normal for the whole fleet (the others,
-        supported by too few devices, count only for a device that holds records in them: `personalise`)."""
+        supported by too few devices, count only for a device that holds records in them: `personalise`).
+        `tail`: the fleet's exceedance curve, from which each device shrinks its own threshold
+        (`models.threshold.shrunk_threshold`)."""
         det = cls(components=mixture.n_components, **params)
         det._set(mixture, preprocessor, threshold, shared)
+        det.tail_ = tail
         return det
 
     def personalise(self, records: np.ndarray | Iterable[np.ndarray]) -> MixtureDetector:
@@ -107,6 +110,7 @@ class MixtureDetector(ThresholdedDetector):
             raise ValueError(problem)
         self.mixture_, self.preprocessor_ = m, pre
         self.threshold_ = float(threshold)
+        self.tail_: Tail | None = None
         self.feature_names_ = list(pre.feature_names)
         self.floor_ = m.floor()
         self.shared_ = np.ones(m.n_components, bool) if shared is None else np.asarray(shared, bool)
@@ -161,7 +165,7 @@ class MixtureDetector(ThresholdedDetector):
         return ({"weights": m.weights, "means": m.means, "prec_chol": m.prec_chol,
                  "shared": self.shared_.astype(np.float64), **self.preprocessor_.wire_arrays()},
                 {"detector": "gmm", **self.preprocessor_.wire_meta(), "threshold": self.threshold_,
-                 "quantile": self.quantile})
+                 "quantile": self.quantile, **({"tail": self.tail_.to_meta()} if self.tail_ is not None else {})})
 
     @classmethod
     def from_wire(cls, arrays: dict[str, np.ndarray], meta: dict[str, Any]) -> MixtureDetector:
@@ -170,7 +174,8 @@ class MixtureDetector(ThresholdedDetector):
                     np.asarray(arrays["prec_chol"], float))
         quantile = float(meta.get("quantile", MixtureJobSpec.quantile))
         shared = np.asarray(arrays["shared"]) > 0.5 if "shared" in arrays else None
-        return cls.from_model(m, pre, float(meta["threshold"]), shared, quantile=quantile)
+        tail = Tail.from_meta(meta["tail"]) if meta.get("tail") is not None else None
+        return cls.from_model(m, pre, float(meta["threshold"]), shared, tail, quantile=quantile)
 
     def to_dict(self) -> dict[str, Any]:
         arrays, meta = self.to_wire()

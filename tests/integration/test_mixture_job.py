@@ -4,6 +4,7 @@ score with the promoted mixture and their alerts carry its explanations."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from coordinator.db import Alert, ModelVersion, Round, unpack
 from edge_agent.sources import Batch
@@ -39,6 +40,15 @@ def test_deployed_mixture_equals_the_simulators_and_alerts_explain(broker, coord
     np.testing.assert_allclose(stored["prec_chol"], m.prec_chol, rtol=1e-6, atol=1e-6)
     assert abs(threshold - sim["threshold"]) < 1e-6 * sim["threshold"]
     assert abs(mv.info["holdout_nll"] - sim["holdout_nll"]) < 1e-4 * (1 + abs(sim["holdout_nll"]))
+
+    # each agent shrinks its own threshold toward the fleet's from its held-out records, as the simulator does
+    own = sim["device_threshold"]["each"]
+    assert len(set(own)) > 1  # the devices' thresholds do differ here
+    for i in range(N):
+        agent = fleet.agents[f"dev-{i}"]
+        wait_until(lambda a=agent: a.scorer.model_job == "g1", 10, f"dev-{i} loads the model")
+        assert agent.scorer.federation_threshold == pytest.approx(threshold, rel=1e-12)
+        assert agent.scorer.detector.threshold_ == pytest.approx(own[i], rel=1e-9)
 
     # agents score with the promoted mixture; a late agent's alerts carry the responsible component's
     # explanation: observed and expected values in original units
