@@ -365,7 +365,8 @@ class Agent:
         scores, alerts = self.scorer.score(X, batch)
         if self._scores:
             labels = batch.labels if batch.labels is not None else np.full(len(scores), np.nan)
-            self._scores.writelines(f"{s:.9g},{lab:g}\n" for s, lab in zip(scores, labels))
+            threshold = self.scorer.detector.threshold_ if self.scorer.detector is not None else float("nan")
+            self._scores.writelines(f"{s:.9g},{lab:g},{threshold:.9g}\n" for s, lab in zip(scores, labels))
             self._scores.flush()
         self.commit(alerts)
         self.counters["records"] += len(X)  # counted once its alerts are committed

@@ -31,6 +31,9 @@ def test_default_demo_is_the_mixture_and_matches_simulate(tmp_path):
     assert demo["records_scored"] == sim["n_test"]
     assert abs(demo["auc_roc"] - sim["auc_roc"]) < 1e-6 and demo["mixture_mean_difference"] < 1e-6
     assert abs(demo["threshold"] - sim["threshold"]) < 1e-6 * sim["threshold"]
+    # each agent flags at its own threshold, shrunk toward the fleet's, exactly as the simulator's devices
+    assert demo["recall"] == sim["recall"] == demo["simulate_recall"]
+    assert demo["false_positive_rate"] == sim["false_positive_rate"]
 
 
 def test_demo_matches_simulate_on_the_embedded_broker(tmp_path):
