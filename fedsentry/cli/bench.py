@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import argparse
 from typing import Any
 
-from fedsentry.bench import agent_memory, api, fleet, rounds
+from fedsentry.bench import agent_memory, api, detection, fleet, rounds
 from fedsentry.cli.common import positive_int
 
 
@@ -13,6 +14,35 @@ def register(groups: dict[str, Any], verbs: Any) -> None:
     register_api(groups)
     register_rounds(groups)
     register_agent_memory(groups)
+    register_detection(groups)
+
+
+def register_detection(groups: dict[str, Any]) -> None:
+    p = groups["bench"].add_parser("detection", help="the default detector as `simulate pca` runs it, on every "
+                                   "dataset present, over partitions and seeds (the README's detection table)")
+    p.add_argument("--datasets", nargs="+", choices=detection.NAMED, metavar="NAME",
+                   help="named datasets (default: synthetic and each of nsl-kdd, ton-iot that is present)")
+    p.add_argument("--partitions", nargs="+", choices=("iid", "noniid", "dirichlet"),
+                   default=["iid", "noniid", "dirichlet"], help="partitions (default iid noniid dirichlet)")
+    p.add_argument("--seeds", type=positive_int, default=5, help="seeds 0..N-1 per partition (default 5)")
+    p.add_argument("--data-dir", help="where named datasets live")
+    p.add_argument("--readme", metavar="PATH", help="rewrite the table between this README's "
+                   "<!-- detection-table --> markers")
+    p.add_argument("--out", default="benchmarks/results", help="folder for detection.md (default benchmarks/results)")
+    p.add_argument("--json", metavar="PATH", help="write the results as JSON (- for stdout)")
+    p.set_defaults(func=run_detection)
+
+
+def run_detection(args: argparse.Namespace) -> int:
+    from fedsentry.cli import build_parser
+    from fedsentry.cli.pca import default_algorithm, resolve_detector
+
+    def simulate_args(argv: list[str]) -> tuple[argparse.Namespace, str]:
+        sim = build_parser(argv).parse_args(argv)
+        resolve_detector(sim)
+        return sim, sim.algorithm or default_algorithm(sim.detector)
+
+    return detection.run(args, simulate_args)
 
 
 def register_agent_memory(groups: dict[str, Any]) -> None:
