@@ -130,6 +130,20 @@ class JobDetail(JobOut):
     rounds: list[RoundOut]
 
 
+class InfluenceOut(BaseModel):
+    device: str
+    refused: int = Field(description="rounds whose answer from this device was refused")
+    capped: int = Field(description="rounds in which its weight or upload was capped")
+    kept_out: int = Field(description="rounds in which components only it (or too few devices) supports were kept "
+                                      "out of the shared model")
+    rounds_affected: int
+    rounds_answered: int
+    last_round: int
+    reasons: dict[str, str] = Field(description="the latest reason of each kind")
+    flagged: bool = Field(description="refused, capped or kept out repeatedly: at least 3 rounds, and more than "
+                                      "half of those it answered")
+
+
 class Page(BaseModel):
     items: list[Any]
     next_cursor: str | None = None

@@ -26,6 +26,7 @@ from models.params import SettingError
 from models.preprocessing import Preprocessor
 from models.screening import (
     Federation,
+    capped_counts,
     capped_weights,
     check_histogram,
     check_summary,
@@ -91,12 +92,25 @@ class DetectorJob(JobRunner):
 
     def round_metrics(self, before: dict[str, np.ndarray]) -> dict[str, Any]:
         """What a closed training round reports, given the broadcast before it (the algorithm's refusal counters
-        as they moved in this round, and whatever the family adds)."""
-        return {f"{name}_uploads": int(float(self.server.get(key, 0)) - self._counters_before.get(key, 0.0))
-                for key, name in self.counters.items()}
+        as they moved in this round, which devices they moved for and why, and whatever the family adds)."""
+        out: dict[str, Any] = {f"{name}_uploads": int(float(self.server.get(key, 0))
+                                                     - self._counters_before.get(key, 0.0))
+                               for key, name in self.counters.items()}
+        influence: dict[str, dict[str, str]] = {}
+        for key, (kind, why) in self.counter_influence.items():
+            for i in np.asarray(self.server.get(f"{key}_ids", ()), dtype=int):
+                influence.setdefault(kind, {})[self.participants[i]] = why
+        if influence:
+            out["influence"] = influence
+        return out
 
     #: server counters of uploads the algorithm refused or shrank -> the round metric's name (without _uploads)
     counters: ClassVar[dict[str, str]] = {"rejected": "implausible", "shrunk": "shrunk"}
+    #: the same counters -> what the operator sees for each device they moved for (models.influence)
+    counter_influence: ClassVar[dict[str, tuple[str, str]]] = {
+        "rejected": ("refused", "statistics no honest device could send (beyond the bounds its statistics "
+                                "phase set, or not positive semi-definite)"),
+        "shrunk": ("capped", "upload scaled down to the size its statistics phase admits")}
 
     def histogram_count(self, sender: str) -> float:
         """How many records a device's threshold histogram must hold."""
@@ -218,11 +232,19 @@ class DetectorJob(JobRunner):
         self.rng = np.random.default_rng(self.spec.seed)
         self.start_algorithm(fed, counts, total, sumsq)
         self.info["init_blob"] = pack(self.broadcast).hex()
-        return {"records": int(counts.sum()), "weight_capped": int(np.count_nonzero(fed.weight < counts / counts.mean()
-                                                                                     * (1 - 1e-9)))}
+        counted = capped_counts(counts, self.spec.guard())
+        # capped: its share of the weight cut by more than 1 % (equal devices of a small fleet share exactly)
+        capped = np.flatnonzero(counted / counted.sum() < 0.99 * counts / counts.sum())
+        out: dict[str, Any] = {"records": int(counts.sum()), "weight_capped": len(capped)}
+        if len(capped):
+            out["influence"] = {"capped": {answered[i]: f"weight capped: {int(counts[i])} records claimed, counted "
+                                           f"as {counted[i]:.0f}" for i in capped}}
+        return out
 
     def close_train(self, answered: list[str]) -> dict[str, Any]:
         self._counters_before = {k: float(self.server.get(k, 0)) for k in self.counters}
+        for k in self.counters:  # which devices this round's refusals are for (set by the algorithm's update)
+            self.server.pop(f"{k}_ids", None)
         alg = self.algorithm()
         ids, weights = self.weights(answered)
         uploads = {k: np.stack([self.pending[a].arrays[k] for a in answered]) for k in

@@ -56,6 +56,7 @@ class JobRunner(ABC):
         self.broadcast: dict[str, np.ndarray] = {}
         self.pending: dict[str, Envelope] = {}
         self.declined: dict[str, str] = {}  # this round's agents that said they cannot take part, and why
+        self.refused: dict[str, str] = {}  # this round's agents whose answer was refused on arrival, and why
         self.sampled: list[str] = []
         self.started_at = self.deadline = 0.0
         self.rng: np.random.Generator | None = None
@@ -129,6 +130,7 @@ class JobRunner(ABC):
 
     def begin(self, phase: str, rnd: int, sampled: list[str]) -> None:
         self.phase, self.round, self.sampled, self.pending, self.declined = phase, rnd, sampled, {}, {}
+        self.refused = {}
         self.started_at = time.monotonic()
         self.deadline = self.started_at + self.deadline_s
         arrays, meta = self.content(phase)
@@ -176,11 +178,16 @@ class JobRunner(ABC):
             reason = env.meta.get("reason")
             if not isinstance(reason, str) or env.sender in self.pending:
                 raise ProtocolError("decline", "a decline carries its reason as text, instead of an answer")
-            self.declined[env.sender] = "".join(c if c.isprintable() else " " for c in reason)[:MAX_REASON]
+            self.declined[env.sender] = printable(reason)
             log.warning("job=%s round=%s agent=%s declined: %s", self.job_id, self.round, env.sender,
                         self.declined[env.sender])
             return
-        self.validate(env)  # the content first: garbage is reported as such even when it repeats an answer
+        try:
+            self.validate(env)  # the content first: garbage is reported as such even when it repeats an answer
+        except ProtocolError as e:
+            if env.sender not in self.pending:  # what the operator sees for this device in this round
+                self.refused[env.sender] = printable(f"{e.reason}: {e.detail}")
+            raise
         if env.sender in self.pending:
             raise ProtocolError("duplicate", f"{env.sender} already answered round {self.round}")
         self.pending[env.sender] = env
@@ -198,6 +205,8 @@ class JobRunner(ABC):
         if self.declined:
             metrics["declined"] = dict(self.declined)
         metrics.update(self.close(answered))
+        if self.refused:
+            metrics.setdefault("influence", {}).setdefault("refused", {}).update(self.refused)
         if self.phase == "failed":
             return True
         self.save(Round(job_id=self.job_id, round=self.round, phase=self.phase, sampled=self.sampled,
@@ -254,6 +263,11 @@ class JobRunner(ABC):
             job = s.get(Job, self.job_id)
             for k, v in fields.items():
                 setattr(job, k, v)
+
+
+def printable(text: str) -> str:
+    """A device's words as the operator may see them: printable characters, at most MAX_REASON of them."""
+    return "".join(c if c.isprintable() else " " for c in text)[:MAX_REASON]
 
 
 def _jsonable(o: Any) -> Any:

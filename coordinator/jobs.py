@@ -4,6 +4,7 @@ the demo."""
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
@@ -67,3 +68,38 @@ def cancel_job(session: Session, job_id: str) -> Job:
         raise JobStateError(f"job {job_id!r} is {job.status}; only pending or running jobs can be cancelled")
     job.status, job.phase = "cancelled", "cancelled"
     return job
+
+
+#: rounds in which a device is refused, capped or kept out before the operator's view flags it
+REPEATED = 3
+INFLUENCE_KINDS = ("refused", "capped", "kept_out")
+
+
+def influence(rounds: list[Round]) -> list[dict[str, Any]]:
+    """Per device of a job, how often it was refused, capped or kept out of the shared model (from each round's
+    metrics), the latest reason of each kind, and whether it is flagged: kept out, refused or capped in at least
+    REPEATED rounds and in more than half of the rounds it answered. Devices never affected are left out; the
+    most affected come first."""
+    answered: dict[str, int] = {}
+    seen: dict[str, dict[str, Any]] = {}
+    for r in rounds:
+        for name in r.answered or ():
+            answered[name] = answered.get(name, 0) + 1
+        metrics = r.metrics if isinstance(r.metrics, dict) else {}
+        for kind, devices in (metrics.get("influence") or {}).items():
+            if kind not in INFLUENCE_KINDS or not isinstance(devices, dict):
+                continue
+            for name, why in devices.items():
+                d = seen.setdefault(name, {"device": name, **{k: 0 for k in INFLUENCE_KINDS}, "reasons": {},
+                                           "last_round": 0, "rounds": set()})
+                d[kind] += 1
+                d["rounds"].add(r.round)
+                d["reasons"][kind] = why
+                d["last_round"] = max(d["last_round"], r.round)
+    out = []
+    for name, d in seen.items():
+        times = len(d.pop("rounds"))
+        d["rounds_affected"], d["rounds_answered"] = times, answered.get(name, 0)
+        d["flagged"] = bool(times >= REPEATED and times > d["rounds_answered"] / 2)
+        out.append(d)
+    return sorted(out, key=lambda d: (not d["flagged"], -d["rounds_affected"], d["device"]))

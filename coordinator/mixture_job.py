@@ -60,9 +60,30 @@ class MixtureJob(DetectorJob):
 
     def round_metrics(self, before: dict[str, np.ndarray]) -> dict[str, Any]:
         weights = self.broadcast["pi"]
-        return {**super().round_metrics(before), "stage": ["seeding", "em", "k-means"][int(self.broadcast["stage"])],
-                "components_used": int(np.count_nonzero(weights > 1e-4)),
-                "mean_shift": float(np.abs(self.broadcast["means"] - before["means"]).max())}
+        out = {**super().round_metrics(before), "stage": ["seeding", "em", "k-means"][int(self.broadcast["stage"])],
+               "components_used": int(np.count_nonzero(weights > 1e-4)),
+               "mean_shift": float(np.abs(self.broadcast["means"] - before["means"]).max())}
+        kept_out = self.kept_out()
+        if kept_out:
+            out.setdefault("influence", {})["kept_out"] = kept_out
+        return out
+
+    def kept_out(self) -> dict[str, str]:
+        """This round's devices whose own traffic forms components too few devices support (the support rule,
+        models.mixture.fedem.shared_components): those stay out of the fleet's model, personal to the devices
+        holding them. An honest device with unusual traffic shows here too; one that shows round after round
+        while few others do is what the operator looks at (coordinator.jobs.influence)."""
+        if "H_rows" not in self.server or "shared" not in self.broadcast:
+            return {}
+        index, shared = self.index(), np.asarray(self.broadcast["shared"]) > 0.5
+        out = {}
+        for name in self.pending:
+            row = int(self.server["slot"][index[name]]) - 1
+            alone = int(np.count_nonzero((self.server["H_rows"][row] > 0) & ~shared)) if row >= 0 else 0
+            if alone:
+                out[name] = (f"{alone} of its components too few devices support (the support rule): kept out "
+                             "of the shared model, its own")
+        return out
 
     def histogram_count(self, sender: str) -> float:
         return float(self.info["held"][self.index()[sender]])

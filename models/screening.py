@@ -51,6 +51,12 @@ DEFAULT_GUARD = Guard()
 def capped_weights(counts: np.ndarray, guard: Guard) -> np.ndarray:
     """Each device's weight (mean 1 over the federation): its count, capped at `count_cap` times the
     median count, then no device above `max_share` of the total (water-filling; the share is at least 1/n)."""
+    w = capped_counts(counts, guard)
+    return w / w.mean() if len(w) else w
+
+
+def capped_counts(counts: np.ndarray, guard: Guard) -> np.ndarray:
+    """The records each device is counted for (`capped_weights` before scaling to mean 1)."""
     w = np.minimum(np.asarray(counts, dtype=float), guard.count_cap * np.median(counts)) if len(counts) else \
         np.zeros(0)
     n = len(w)
@@ -64,7 +70,7 @@ def capped_weights(counts: np.ndarray, guard: Guard) -> np.ndarray:
         if ws[j] <= share * total * (1 + 1e-12):
             w[order[:j]] = share * total
             break
-    return w / w.mean()
+    return w
 
 
 def value_bound(log_transform: bool) -> float:

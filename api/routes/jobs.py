@@ -10,7 +10,7 @@ from sqlalchemy.orm import Session
 
 from api.deps import admin, caller, get_db
 from api.pagination import CURSOR, decode_cursor, encode_cursor
-from api.schemas import ID_PATTERN, JobCreate, JobDetail, JobOut, Page, RoundOut
+from api.schemas import ID_PATTERN, InfluenceOut, JobCreate, JobDetail, JobOut, Page, RoundOut
 from coordinator import jobs as coordinator_jobs
 from coordinator.db import Job
 
@@ -64,6 +64,17 @@ def get_job(job_id: str = JOB_ID, db: Session = Depends(get_db)) -> JobDetail:
     return JobDetail(**job_out(job).model_dump(), rounds=[
         RoundOut(round=r.round, phase=r.phase, sampled=len(r.sampled or ()), answered=len(r.answered or ()),
                  seconds=r.seconds, metrics=_dict(r.metrics)) for r in rounds])
+
+
+@router.get("/{job_id}/influence", response_model=list[InfluenceOut], dependencies=[Depends(caller)])
+def get_influence(job_id: str = JOB_ID, db: Session = Depends(get_db)) -> list[InfluenceOut]:
+    """The devices this job refused, capped or kept out of the shared model, how often and why; `flagged` when
+    it happened repeatedly (at least 3 rounds and more than half of those the device answered)."""
+    try:
+        coordinator_jobs.get_job(db, job_id)
+    except coordinator_jobs.JobNotFoundError as e:
+        raise HTTPException(404, str(e)) from None
+    return [InfluenceOut(**d) for d in coordinator_jobs.influence(coordinator_jobs.job_rounds(db, job_id))]
 
 
 @router.post("/{job_id}/cancel", response_model=JobOut, dependencies=[Depends(admin)])

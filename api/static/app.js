@@ -205,7 +205,20 @@ async function loadSide() {
     $("#conv-job").textContent = state.job;
     $("#conv-figure").hidden = false;
     $("#convergence").src = `/charts/jobs/${encodeURIComponent(state.job)}/convergence.svg?t=${Date.now()}`;
+    await loadInfluence(state.job);
   }
+}
+
+// which devices the job refused, capped or kept out of the shared model; flagged: repeatedly
+async function loadInfluence(job) {
+  const rows = await api(`/api/v1/jobs/${encodeURIComponent(job)}/influence`);
+  $("#influence-job").textContent = job;
+  $("#influence-box").hidden = rows.length === 0;
+  $("#influence tbody").innerHTML = rows.map((d) =>
+    `<tr class="${d.flagged ? "flagged" : ""}"><td data-label="device">${esc(d.device)}${d.flagged ? ' <span class="badge" title="refused, capped or kept out in at least 3 rounds and more than half of those it answered">flagged</span>' : ""}</td>` +
+    `<td data-label="refused">${d.refused}</td><td data-label="capped">${d.capped}</td>` +
+    `<td data-label="kept out">${d.kept_out}</td><td data-label="rounds answered">${d.rounds_answered}</td>` +
+    `<td data-label="latest reason">${esc(Object.values(d.reasons).join("; "))}</td></tr>`).join("");
 }
 
 // ---- acknowledgements --------------------------------------------------------------------------------------

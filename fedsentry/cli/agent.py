@@ -55,8 +55,8 @@ def register(groups: dict[str, Any], verbs: Any) -> None:
     p.add_argument("--wait-for-model", action="store_true", help="hold the traffic until a model is there")
     p.add_argument("--exit-after-replay", action="store_true",
                    help="exit when the input is done and the coordinator has confirmed every alert")
-    p.add_argument("--scores-out", metavar="F", help="evaluation only: append every record's score, label (nan when the input has none) "
-                   "and the threshold it was scored at here, as CSV")
+    p.add_argument("--scores-out", metavar="F", help="evaluation only: append every record's score, label (nan "
+                   "when the input has none) and the threshold it was scored at here, as CSV")
     learn = p.add_mutually_exclusive_group()
     learn.add_argument("--learn", dest="learn", action="store_true", default=None,
                        help="keep a reservoir sample (50,000 records) of the traffic read as training records for "

@@ -393,11 +393,12 @@ def run_job_list(args: argparse.Namespace) -> int:
 
 
 def run_job_show(args: argparse.Namespace) -> int:
-    from coordinator.jobs import JobNotFoundError, get_job, job_rounds
+    from coordinator.jobs import JobNotFoundError, get_job, influence, job_rounds
 
     with _job_sessions(args.db)() as s:
         try:
-            job = _job_dict(get_job(s, args.id), job_rounds(s, args.id))
+            rounds = job_rounds(s, args.id)
+            job = {**_job_dict(get_job(s, args.id), rounds), "influence": influence(rounds)}
         except JobNotFoundError as e:
             raise UsageError(f"{e} (see `fedsentry job list`)") from None
     if args.json:
@@ -412,10 +413,15 @@ def run_job_show(args: argparse.Namespace) -> int:
     if job["rounds"]:
         print(table(["ROUND", "PHASE", "SAMPLED", "ANSWERED", "SECONDS", "METRICS"],
                     [[r["round"], r["phase"], r["sampled"], r["answered"], f"{r['seconds']:.2f}",
-                      " ".join(f"{k}={_short(v)}" for k, v in sorted(r["metrics"].items()))]
+                      " ".join(f"{k}={_short(v)}" for k, v in sorted(r["metrics"].items()) if k != "influence")]
                      for r in job["rounds"]]))
     else:
         print("no rounds yet")
+    if job["influence"]:
+        print("devices refused, capped or kept out of the shared model (FLAGGED: repeatedly):")
+        print(table(["DEVICE", "REFUSED", "CAPPED", "KEPT OUT", "ANSWERED", "FLAGGED", "LATEST REASON"],
+                    [[d["device"], d["refused"], d["capped"], d["kept_out"], d["rounds_answered"],
+                      "yes" if d["flagged"] else "", "; ".join(d["reasons"].values())] for d in job["influence"]]))
     return 0
 
 

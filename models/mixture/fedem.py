@@ -196,6 +196,7 @@ class FedEM(FederatedAlgorithm):
         if "mean_sq" in server and len(ids):
             ok = self.consistent(R, S1, S2, server["mean"][ids], server["mean_sq"][ids], seeding)
             server["rejected"] = server["rejected"] + np.count_nonzero(~ok)
+            server["rejected_ids"] = ids[~ok]  # this round's
             ids, weight, R, S1, S2 = ids[ok], weight[ok], R[ok], S1[ok], S2[ok]
         if len(ids) == 0:  # nobody (acceptable) answered: the mixture stays as it is
             return server, self.current(server)

@@ -166,6 +166,7 @@ class FedMM(PCAAlgorithm):
             keep = f > 0
             server["rejected"] = server["rejected"] + np.count_nonzero(~keep)
             server["shrunk"] = server.get("shrunk", np.zeros(())) + np.count_nonzero(keep & (f < 1))
+            server["rejected_ids"], server["shrunk_ids"] = ids[~keep], ids[keep & (f < 1)]  # this round's
             ids, S, weight = ids[keep], S[keep] * f[keep][:, None, None], weight[keep]
             if len(ids) == 0:
                 return server, {"Q": Q}
