@@ -147,6 +147,26 @@ def check_histogram(bins: np.ndarray, counts: np.ndarray, claimed: float, n_bins
     return None
 
 
+def admitted_summaries(summaries: list[tuple[int, np.ndarray, np.ndarray]], guard: Guard,
+                       bound: float) -> list[tuple[int, np.ndarray, np.ndarray]]:
+    """The devices' (count, sum, sum of squares) when every one passes `check_summary` (the coordinator refuses a
+    device that fails it); ValueError naming the first that does not (for simulations, whose devices cannot
+    leave the fleet)."""
+    for i, (n, total, sumsq) in enumerate(summaries):
+        problem = check_summary(float(n), total, sumsq, guard, bound)
+        if problem:
+            raise ValueError(f"device {i}'s statistics are refused: {problem}")
+    return summaries
+
+
+def admitted_histograms(histograms: list[tuple[np.ndarray, np.ndarray]], claimed: list[int],
+                        weight: np.ndarray) -> tuple[list[tuple[np.ndarray, np.ndarray]], np.ndarray]:
+    """The histograms that pass `check_histogram` against each device's claimed record count, and their devices'
+    weights: what a threshold is taken from (the coordinator refuses the others' answers)."""
+    ok = [check_histogram(np.asarray(b), np.asarray(c), claim) is None for (b, c), claim in zip(histograms, claimed)]
+    return [h for h, k in zip(histograms, ok) if k], np.asarray(weight)[np.array(ok, dtype=bool)]
+
+
 def device_quantile(bins: np.ndarray, counts: np.ndarray, q: float, n_bins: int = len(EDGES) - 1) -> float:
     dense = np.zeros(n_bins)
     dense[bins] = counts

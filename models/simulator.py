@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from models.attacks import poison
+from models.attacks import NO_ADVERSARIES, Adversaries
 from models.detector import PCADetector
 from models.federated import State, put, take
 from models.kernel import DEFAULT_COMPONENTS, KERNELS, RandomFourierFeatures
@@ -27,11 +27,14 @@ from models.rounds import run_round, sample_clients
 from models.screening import (
     DEFAULT_GUARD,
     Guard,
+    admitted_histograms,
+    admitted_summaries,
     federation_statistics,
     robust_threshold,
     stack_summaries,
+    value_bound,
 )
-from models.threshold import error_histogram, quantile_from_histogram
+from models.threshold import EDGES, error_histogram, quantile_from_histogram, sparse_histogram
 
 
 @dataclass
@@ -59,7 +62,8 @@ class ClientData:
 
 def prepare_clients(parts: list[np.ndarray], feature_names: list[str], log_transform: bool = True,
                     trim: float = 0.0, trim_by: str = "distance", guard: Guard = DEFAULT_GUARD,
-                    lift: RandomFourierFeatures | None = None) -> ClientData:
+                    lift: RandomFourierFeatures | None = None,
+                    adversaries: Adversaries = NO_ADVERSARIES) -> ClientData:
     """Federated statistics phase: each client's count, sum and sum of squares give the global
     standardisation, its weight and its trace bound (models.screening, as the coordinator computes
     them); each client then computes its own second moment around the global mean (over the records a
@@ -67,13 +71,18 @@ def prepare_clients(parts: list[np.ndarray], feature_names: list[str], log_trans
 
     With a lift, each client maps its standardised records through it and C_i is their uncentred second
     moment; the upload bounds are then the map's a-priori ones (diag(C_i) <= 2/D, tr(C_i) <= 2), which is
-    all the coordinator knows too (the statistics phase precedes the lift)."""
+    all the coordinator knows too (the statistics phase precedes the lift).
+
+    The adversaries' claims (models.attacks: inflate) pass the coordinator's checks (models.screening) or the
+    run stops saying why."""
     parts = [as_device_records(P) for P in parts]  # as the devices' training buffers hold them
     d = parts[0].shape[1]
     mask = np.full(d, log_transform)
     T = [signed_log1p(P, mask) for P in parts]
     moments = [Moments.of(t) for t in T]
-    fed = federation_statistics(*stack_summaries([m.summary() for m in moments]), guard)
+    claims = adversaries.summaries([m.summary() for m in moments], guard.max_records)
+    fed = federation_statistics(*stack_summaries(admitted_summaries(claims, guard, value_bound(log_transform))),
+                                guard)
     mean, scale = fed.mean, fed.scale
     pre = Preprocessor(list(feature_names), mask, mean, scale)
     X = [(t - mean) / scale for t in T]
@@ -94,18 +103,19 @@ def prepare_clients(parts: list[np.ndarray], feature_names: list[str], log_trans
 
 
 def federated_threshold(clients: ClientData, Z: np.ndarray, quantile: float, trim: float = 0.0,
-                        guard: Guard = DEFAULT_GUARD) -> float:
+                        guard: Guard = DEFAULT_GUARD, adversaries: Adversaries = NO_ADVERSARIES) -> float:
     """The label-free threshold from per-client histograms of the (kept) training errors (errors never
-    pooled), combined as the coordinator does (models.screening.robust_threshold)."""
+    pooled), checked and combined as the coordinator does (models.screening.robust_threshold)."""
     histograms = []
     for i in range(len(clients.X)):
         X = clients.kept(i)
         if trim > 0 and clients.keep is None:  # residual trim: each client drops its worst share
             X = X[residual_mask(X, Z, trim)]
-        counts = error_histogram(residuals(X, Z))
-        nz = np.flatnonzero(counts)
-        histograms.append((nz, counts[nz]))
-    return robust_threshold(histograms, clients.weight, quantile, guard.device_trim)
+        histograms.append(sparse_histogram(residuals(X, Z)))
+    claimed = [int(c.sum()) for _, c in histograms]
+    histograms = adversaries.histograms(histograms, len(EDGES) - 1)
+    kept, weight = admitted_histograms(histograms, claimed, clients.weight)
+    return robust_threshold(kept, weight, quantile, guard.device_trim)
 
 
 @dataclass
@@ -115,6 +125,7 @@ class FederatedRun:
     seconds_per_round: float
     upload_bytes_per_client_round: int
     broadcast: State = field(repr=False, default_factory=dict)
+    rejected: int = 0  # uploads the server refused (an algorithm that checks them)
 
 
 def run_federated(
@@ -129,17 +140,20 @@ def run_federated(
     byzantine: float = 0.0,
     attack: str = "random",
     dropout: float = 0.0,
+    adversaries: Adversaries = NO_ADVERSARIES,
 ) -> FederatedRun:
     """Drive an algorithm for `rounds` rounds with a fraction of the clients sampled each round.
 
-    byzantine: share of the clients that send poisoned uploads (models.attacks) every round they are
-    sampled; dropout: share of the sampled clients that never answer (chosen afresh each round)."""
+    byzantine: share of the clients (drawn at random) that send poisoned uploads (models.attacks.poison, kind
+    `attack`) every round they are sampled; adversaries: the first clients and their attack (models.attacks);
+    dropout: share of the sampled clients that never answer (chosen afresh each round)."""
     rng = np.random.default_rng(seed)
     chaos = np.random.default_rng(seed + 7919)  # attacks and dropouts do not disturb the sampling
     N = len(clients.X)
     residual_trim = trim > 0 and clients.keep is None
     # only a residual trim rewrites C_i (a copy of a lifted C is N D^2 numbers: 800 MB for D = 1000)
-    data = {"C": clients.C.copy() if residual_trim else clients.C, "weight": clients.weight}
+    data = {"C": adversaries.second_moments(clients.C.copy() if residual_trim else clients.C),
+            "weight": clients.weight}
     C = data["C"]
     pooled = clients.pooled
     server, broadcast = algorithm.init_server(N, rng)
@@ -148,6 +162,7 @@ def run_federated(
     history: list[dict[str, float]] = []
     train_time = 0.0
     bad = set(chaos.choice(N, int(round(byzantine * N)), replace=False).tolist()) if byzantine > 0 else set()
+    poisoner = Adversaries(attack=attack) if bad else adversaries
     for r in range(1, rounds + 1):
         idx = sample_clients(rng, N, fraction)
         if dropout > 0:
@@ -156,10 +171,10 @@ def run_federated(
             Zc = algorithm.consensus(broadcast)
             for i in idx:
                 C[i] = second_moment(clients.X[i][residual_mask(clients.X[i], Zc, trim)])
-        evil = np.array([i in bad for i in idx], dtype=bool)
+        evil = np.array([i in bad for i in idx], dtype=bool) if bad else adversaries.among(idx)
         t0 = time.perf_counter()
         done = run_round(algorithm, server, broadcast, idx, take(state, idx), take(data, idx), clients.weight[idx],
-                         tamper=_poisoner(evil, broadcast, attack, chaos) if evil.any() else None)
+                         tamper=poisoner.tamper(evil, broadcast, chaos))
         server, broadcast = done.server, done.broadcast
         put(state, idx, done.states)
         train_time += time.perf_counter() - t0
@@ -171,18 +186,7 @@ def run_federated(
         if on_round:
             on_round(entry)
     return FederatedRun(algorithm.consensus(broadcast), history, train_time / max(rounds, 1),
-                        algorithm.upload_bytes(), broadcast)
-
-
-def _poisoner(evil: np.ndarray, broadcast: State, attack: str, rng: np.random.Generator):
-    """Replace the uploads of the clients flagged in evil with poisoned ones (models.attacks)."""
-    def tamper(uploads: State) -> State:
-        fake = poison(take(uploads, evil), broadcast, attack, rng)
-        out = {k: v.copy() for k, v in uploads.items()}
-        for k in out:
-            out[k][evil] = fake[k]
-        return out
-    return tamper
+                        algorithm.upload_bytes(), broadcast, int(server.get("rejected", 0)))
 
 
 def _objective(pooled: np.ndarray, Z: np.ndarray) -> float:
@@ -208,8 +212,12 @@ def simulate_pca(
     kernel: str = "none",
     kernel_features: int = DEFAULT_COMPONENTS,
     kernel_gamma: float | None = None,
+    adversaries: Adversaries = NO_ADVERSARIES,
 ) -> dict[str, Any]:
     """Train one algorithm on partitioned training records and evaluate it on labelled test records.
+
+    adversaries: the first devices and their attack (models.attacks; their records, for a data attack, are
+    already in `train_parts`).
 
     kernel="rff": kernel PCA through `kernel_features` random Fourier features of width `kernel_gamma`
     (None: models.kernel.default_gamma), the map seeded with `seed`, as a job with these settings."""
@@ -220,7 +228,8 @@ def simulate_pca(
     lift = None
     if kernel == "rff":
         lift = RandomFourierFeatures(len(feature_names), kernel_features, kernel_gamma, seed)
-    clients = prepare_clients(train_parts, feature_names, trim=trim, trim_by=trim_by, lift=lift)
+    clients = prepare_clients(train_parts, feature_names, trim=trim, trim_by=trim_by, lift=lift,
+                              adversaries=adversaries)
     d = clients.C.shape[1]
     if not 1 <= rank < d:
         what = "kernel features" if lift else "number of features"
@@ -251,17 +260,18 @@ def simulate_pca(
         out.update(rounds=1, history=[entry], seconds_per_round=spr, upload_bytes_per_client_round=0)
         return {**out, **avg, "subspace_distance": entry["subspace_distance"]}
     alg = make_algorithm(algorithm, d, rank, **(params or {}))
-    run = run_federated(alg, clients, rounds, fraction, seed, trim, reference, on_round)
+    run = run_federated(alg, clients, rounds, fraction, seed, trim, reference, on_round, adversaries=adversaries)
     out.update(rounds=rounds, history=run.history, seconds_per_round=run.seconds_per_round,
-               upload_bytes_per_client_round=run.upload_bytes_per_client_round)
-    return {**out, **_evaluate(clients, run.Z, X_test, y_test, quantile, trim),
+               upload_bytes_per_client_round=run.upload_bytes_per_client_round, rejected_uploads=run.rejected)
+    return {**out, **_evaluate(clients, run.Z, X_test, y_test, quantile, trim, adversaries=adversaries),
             "subspace_distance": subspace_distance(run.Z, reference)}
 
 
 def _evaluate(clients: ClientData, Z: np.ndarray, X_test: np.ndarray, y_test: np.ndarray, quantile: float,
-              trim: float = 0.0, own: int | None = None) -> dict[str, float]:
+              trim: float = 0.0, own: int | None = None,
+              adversaries: Adversaries = NO_ADVERSARIES) -> dict[str, float]:
     if own is None:
-        threshold = federated_threshold(clients, Z, quantile, trim)
+        threshold = federated_threshold(clients, Z, quantile, trim, adversaries=adversaries)
     else:
         threshold = quantile_from_histogram(error_histogram(residuals(clients.kept(own), Z)), quantile)
     det = PCADetector.from_model(Z, clients.preprocessor, threshold, clients.lift, quantile=quantile)

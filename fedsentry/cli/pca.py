@@ -6,14 +6,14 @@ import argparse
 import logging
 from typing import Any
 
-from fedsentry.cli.common import add_federation_args, positive_float, positive_int, share, unit_open
+from fedsentry.cli.common import add_federation_args, non_negative_int, positive_float, positive_int, share, unit_open
 from fedsentry.data import datasets
 from fedsentry.output import write_json
 from fedsentry.runs.pca import prepare, simulate
+from models.attacks import ATTACKS
 from models.families import DEFAULT_DETECTOR, DETECTORS, algorithm_default, spec_default
 from models.kernel import DEFAULT_COMPONENTS, KERNELS, MAX_COMPONENTS, MIN_COMPONENTS
 from models.mixture import ALGORITHMS as MIXTURE_ALGORITHMS
-from models.mixture.rogues import DATA_ATTACKS
 from models.partition import PARTITIONS
 from models.pca import ALGORITHMS
 from models.robust import TRIM_CRITERIA
@@ -47,6 +47,17 @@ def register(groups: dict[str, Any], verbs: Any) -> None:
     bench.add_argument("--quick", action="store_true", help="fewer scoring repetitions (for tests)")
     bench.set_defaults(func=run_bench)
 
+    robust = groups["bench"].add_parser("robustness", help="each attack x {gmm, pca} x {1 of 11, 2 of 21 devices "
+                                        "attacking}: attacks caught and AUC, clean and attacked (docs/robustness.md)")
+    robust.add_argument("--dataset", action="append", help=f"named dataset, repeatable: {', '.join(datasets.DATASETS)} "
+                        "(default synthetic)")
+    robust.add_argument("--data-dir", help="where named datasets live (default $FEDSENTRY_DATA_DIR or ../shared/data)")
+    robust.add_argument("--attacks", nargs="+", metavar="NAME", help=f"only these ({', '.join(ATTACKS)}; default all)")
+    add_federation_args(robust, rounds=60, clients=False)
+    robust.add_argument("--out", default="benchmarks/results", help="folder for robustness.md")
+    robust.add_argument("--json", metavar="PATH", help="write all results as JSON (- for stdout)")
+    robust.set_defaults(func=run_robustness)
+
 
 def add_data_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("data (one of --dataset, --normal/--abnormal, --csv)")
@@ -60,11 +71,16 @@ def add_data_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--data-dir", help="where named datasets live (default $FEDSENTRY_DATA_DIR or ../shared/data)")
     g.add_argument("--contamination", type=share, default=0.0,
                    help="mix this share of attack rows into the training records (default 0)")
-    g.add_argument("--adversaries", type=int, default=0, metavar="K",
-                   help="gmm: the first K devices are rogues (--attack); test attacks reach the honest devices")
-    g.add_argument("--attack", choices=DATA_ATTACKS, default="compliant",
-                   help="compliant: a rogue trains honestly on its normal records plus 300 attack records of the "
-                   "three commonest kinds and uploads their true statistics (default)")
+    g.add_argument("--adversaries", type=non_negative_int, default=0, metavar="K",
+                   help="the first K devices attack (--attack); test attacks reach the honest devices")
+    g.add_argument("--attack", choices=ATTACKS, help="what the adversaries do (docs/robustness.md). compliant "
+                   "(default): train honestly on their normal records plus 300 attack records of the three commonest "
+                   "kinds and upload true statistics; inflate: the same records, claiming the most records the "
+                   "statistics phase admits; max-variance: all of a device's variance on one direction, within the "
+                   "checks; non-psd: second moments with a +1e4 off-diagonal entry, sums and diagonal consistent "
+                   "(gmm, or pca with fedmm); threshold: every held-out error in the top histogram bin; random, "
+                   "scaled, rotated (pca): the honest upload replaced by noise, x1000, or turned away from the "
+                   "consensus")
 
 
 def add_kernel_args(p: argparse.ArgumentParser) -> None:
@@ -93,6 +109,9 @@ def add_pca_args(p: argparse.ArgumentParser) -> None:
                    f"{algorithm_default('gmm', 'hard_rounds')}: k-means rounds throughout)")
     g.add_argument("--no-seed-rows", action="store_true", help="gmm: do not keep each device's seeding clusters as "
                    "its first control-variate row (README)")
+    g.add_argument("--min-support", type=non_negative_int, help="gmm (fedem): devices that must support a "
+                   "component for it to join the fleet's model; the others stay personal (default "
+                   f"{algorithm_default('gmm', 'min_support')}; at most half a small fleet; 0 turns the rule off)")
     g.add_argument("--holdout", type=share, default=spec_default("gmm", "holdout"), help="gmm: share of each "
                    "device's records held out of training; the threshold is read from their scores (default "
                    f"{spec_default('gmm', 'holdout')})")
@@ -144,6 +163,15 @@ def run_simulate(args: argparse.Namespace) -> int:
 
 def default_algorithm(detector: str) -> str:
     return "fedem" if detector == "gmm" else "fedpg"
+
+
+def run_robustness(args: argparse.Namespace) -> int:
+    from fedsentry.bench import robustness
+
+    defaults = argparse.ArgumentParser(add_help=False)  # what `simulate pca` takes when given no flags
+    for add in (add_data_args, add_federation_args, add_pca_args, add_kernel_args):
+        add(defaults)
+    return robustness.run(args, defaults.parse_args([]))
 
 
 def run_bench(args: argparse.Namespace) -> int:

@@ -13,6 +13,7 @@ from fedsentry.data import datasets
 from fedsentry.errors import UsageError
 from fedsentry.output import progress
 from fedsentry.runs.params import flag_params
+from models.attacks import ROGUE_DATA, Adversaries, not_applicable
 from models.mixture.rogues import compliant_rogues
 from models.partition import partition
 from models.pca import FEDERATED
@@ -55,19 +56,35 @@ def prepare(args: argparse.Namespace):
     idx = partition(split.X_train, args.clients, args.partition, np.random.default_rng(args.seed), feature,
                     args.alpha)
     parts = [split.X_train[i] for i in idx]
-    adversaries = getattr(args, "adversaries", 0)
-    if adversaries:
-        if getattr(args, "detector", "gmm") != "gmm" or not 0 < adversaries < args.clients:
-            raise UsageError(f"--adversaries {adversaries}: fewer than --clients ({args.clients}), with the gmm "
-                             "detector")
-        parts = compliant_rogues(parts, split.X_test[split.y_test == 1], adversaries, seed=args.seed)
+    adv = adversaries(args)
+    if adv.count and adv.attack in ROGUE_DATA:
+        parts = compliant_rogues(parts, split.X_test[split.y_test == 1], args.adversaries, seed=args.seed)
     return data, split, parts
+
+
+def adversaries(args: argparse.Namespace, algorithm: str | None = None) -> Adversaries:
+    """The first --adversaries K devices and their --attack (compliant when K is given alone), checked against
+    the detector and algorithm: an attack that means nothing for them is refused saying why."""
+    k, attack = getattr(args, "adversaries", 0), getattr(args, "attack", None)
+    if not k:
+        if attack:
+            raise UsageError(f"--attack {attack} needs --adversaries K (how many devices attack)")
+        return Adversaries()
+    if not 0 < k < args.clients:
+        raise UsageError(f"--adversaries {k}: must be between 1 and --clients - 1 ({args.clients - 1})")
+    detector = getattr(args, "detector", "gmm")
+    algorithm = algorithm or getattr(args, "algorithm", None) or ("fedem" if detector == "gmm" else "fedpg")
+    args.attack = attack or "compliant"
+    why = not_applicable(args.attack, detector, algorithm)
+    if why:
+        raise UsageError(f"--attack {args.attack} with --detector {detector}: {why}")
+    return Adversaries(k, args.attack, args.seed)
 
 
 def algorithm_params(args: argparse.Namespace) -> dict[str, Any]:
     if getattr(args, "detector", "pca") == "gmm":
         return {"components": args.components, "reg": args.reg, "hard_rounds": args.hard_rounds,
-                "seed_rows": False if args.no_seed_rows else None}
+                "seed_rows": False if args.no_seed_rows else None, "min_support": getattr(args, "min_support", None)}
     return {"rho": args.rho, "local_steps": args.local_steps, "lr": args.lr, "oversample": args.oversample,
             "bits": args.bits}
 
@@ -78,20 +95,23 @@ def mixture_simulation(args: argparse.Namespace, algorithm: str, data, split, pa
     """`simulate` for the Gaussian-mixture detector (models.mixture.simulator)."""
     from models.mixture import ALGORITHMS as MIXTURE
     from models.mixture import FEDERATED as MIXTURE_FEDERATED
+    from models.mixture.anchors import ANCHORS
     from models.mixture.fedem import FedEM
     from models.mixture.simulator import devices_seeing, select_mixture, simulate_mixture
     from models.mixture.spec import MixtureJobSpec
 
-    if algorithm not in MIXTURE:
+    if algorithm not in (*MIXTURE, *ANCHORS):  # anchors: bench robustness only
         raise UsageError(f"--algorithm {algorithm} is not a gmm algorithm (choose from {', '.join(MIXTURE)})")
     if args.trim:
         raise UsageError("--trim applies to the pca detector only")
+    if getattr(args, "min_support", None) is not None and algorithm != "fedem":
+        raise UsageError(f"--min-support is FedEM's support rule: --algorithm {algorithm} has no devices to count")
     if not 0.05 <= args.holdout <= 0.5:
         raise UsageError(f"--holdout: must be in [0.05, 0.5] (the share of each device's records its threshold is "
                          f"read from), got {args.holdout}")
     rounds, fraction = overrides.get("rounds", args.rounds), overrides.get("fraction", args.fraction)
     quantile = args.quantile or MixtureJobSpec.quantile
-    cls = MIXTURE_FEDERATED.get(algorithm, FedEM)
+    cls = {**MIXTURE_FEDERATED, **ANCHORS}.get(algorithm, FedEM)
     chosen = flag_params(cls, {**algorithm_params(args), **(params or {})}, algorithm, strict)
     bar = progress(1 if algorithm == "centralized" else rounds + 1, f"gmm {algorithm}")
 
@@ -116,7 +136,8 @@ def mixture_simulation(args: argparse.Namespace, algorithm: str, data, split, pa
             result = simulate_mixture(parts, split.X_test, split.y_test, data.feature_names, algorithm, rounds,
                                       fraction, quantile, args.seed, chosen, args.holdout, on_round,
                                       test_devices=devices_seeing(parts, split.X_test, split.y_test, args.seed,
-                                                                  first_honest=getattr(args, "adversaries", 0)))
+                                                                  first_honest=getattr(args, "adversaries", 0)),
+                                      adversaries=adversaries(args, algorithm))
     except ValueError as e:
         raise UsageError(str(e)) from None
     finally:
@@ -147,6 +168,8 @@ def simulate(args: argparse.Namespace, algorithm: str, data, split, parts, param
 
     if getattr(args, "detector", "pca") == "gmm":
         return mixture_simulation(args, algorithm, data, split, parts, params, strict, **overrides)
+    if getattr(args, "min_support", None) is not None:
+        raise UsageError("--min-support is FedEM's support rule: it applies to --detector gmm")
     settings = {"rounds": args.rounds, "fraction": args.fraction, "trim": args.trim, "trim_by": args.trim_by,
                 **overrides}
     bar = progress(1 if algorithm in ("centralized", "local") else settings["rounds"], algorithm)
@@ -162,7 +185,8 @@ def simulate(args: argparse.Namespace, algorithm: str, data, split, parts, param
                               args.seed,
                               settings["trim"],
                               flag_params(FEDERATED.get(algorithm), {**algorithm_params(args), **(params or {})},
-                                          algorithm, strict), on_round, settings["trim_by"], **kernel_settings(args))
+                                          algorithm, strict), on_round, settings["trim_by"], **kernel_settings(args),
+                              adversaries=adversaries(args, algorithm))
     except ValueError as e:
         raise UsageError(str(e)) from None
     finally:
@@ -171,7 +195,8 @@ def simulate(args: argparse.Namespace, algorithm: str, data, split, parts, param
     result.update(dataset=data.name, clients=len(parts), fraction=settings["fraction"], partition=args.partition,
                   seed=args.seed, quantile=args.quantile or PCAJobSpec.quantile, trim=settings["trim"],
                   trim_by=settings["trim_by"],
-                  contamination=args.contamination,
+                  contamination=args.contamination, adversaries=getattr(args, "adversaries", 0),
+                  attack=getattr(args, "attack", None),
                   n_features=len(data.feature_names), n_train=len(split.X_train), n_test=len(split.X_test),
                   attack_share_test=float(split.y_test.mean()))
     return result

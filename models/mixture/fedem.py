@@ -216,10 +216,14 @@ class FedEM(FederatedAlgorithm):
                 server[name] = server[name] - table[rows[old]].sum(axis=0)
             table[rows] = new * w
             server[name] = server[name] + table[rows].sum(axis=0)
-        m = m_step(server["R"], server["S1"], server["S2"], self.reg)
+        m = self.aggregate(server)
         server["em_round"] = server["em_round"] + 1
         return self.keep(server, broadcast_of(m, 2 if int(server["em_round"]) < self.hard_rounds else 1,
                                               self.shared(server)))
+
+    def aggregate(self, server: State) -> Mixture:
+        """The M-step of every device's last statistics, summed (weighted by the devices' shares)."""
+        return m_step(server["R"], server["S1"], server["S2"], self.reg)
 
     def shared(self, server: State) -> np.ndarray:
         """The components enough devices support, from every device's last upload (SUPPORT_SHARE of its records):

@@ -1,15 +1,12 @@
 """Devices that tell no lie: they train on traffic that includes an attacker's and upload true statistics (a
 compromised camera, a device the attacker owns). What the support rule (models.mixture.fedem) stands against;
-`fedsentry simulate pca --adversaries K --attack compliant` and the tests measure it."""
+`fedsentry simulate pca --adversaries K --attack compliant` (and inflate, models.attacks) and the tests measure it."""
 
 from __future__ import annotations
 
 import numpy as np
 
 from models.mixture.gmm import kmeans
-
-#: attacks by devices that tell no lie
-DATA_ATTACKS = ("compliant",)
 
 
 def compliant_rogues(parts: list[np.ndarray], attacks: np.ndarray, rogues: int, rows: int = 300,

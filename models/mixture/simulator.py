@@ -18,18 +18,20 @@ from typing import Any
 import numpy as np
 
 from models.aggregation import winsorized_weighted_mean
+from models.attacks import NO_ADVERSARIES, Adversaries
 from models.federated import take
 from models.metrics import detection_report
 from models.mixture import FEDERATED
+from models.mixture.anchors import ANCHORS
 from models.mixture.detector import MixtureDetector, fit_em
 from models.mixture.fedem import FedEM, device_seed, shared_of
 from models.mixture.gmm import Mixture
 from models.mixture.spec import MixtureJobSpec
 from models.preprocessing import RECORD_DTYPE, as_device_records, signed_log1p
 from models.rounds import run_round, sample_clients
-from models.screening import Guard, exceedance_threshold, fleet_tail
+from models.screening import Guard, admitted_histograms, exceedance_threshold, fleet_tail
 from models.simulator import prepare_clients
-from models.threshold import holdout_mask, shrunk_threshold, sparse_histogram
+from models.threshold import EDGES, holdout_mask, shrunk_threshold, sparse_histogram
 
 
 def split_holdout(parts: list[np.ndarray], share: float) -> tuple[list[np.ndarray], list[np.ndarray]]:
@@ -61,6 +63,7 @@ def simulate_mixture(
     on_round: Callable[[dict[str, float]], None] | None = None,
     guard: Guard | None = None,
     test_devices: np.ndarray | None = None,
+    adversaries: Adversaries = NO_ADVERSARIES,
 ) -> dict[str, Any]:
     """Train a mixture on partitioned training records (federated, or "centralized": pooled EM) and
     evaluate it on labelled test records at the label-free threshold.
@@ -68,14 +71,17 @@ def simulate_mixture(
     Each device scores with the fleet's components and its own (models.mixture.detector.personalise): its
     held-out records for the threshold, as the agents do, and the test records it sees, `test_devices[j]`
     the device that sees test record j (-1 or None: a device with no components of its own). The result
-    gives each device's false-positive rate on its normal test records (min, median, max)."""
+    gives each device's false-positive rate on its normal test records (min, median, max).
+
+    adversaries: the first devices and their attack (models.attacks; their records, for a data attack, are
+    already in `train_parts`); every phase checks what they send as the coordinator does."""
     guard = guard or MixtureJobSpec(features=list(feature_names)).guard()
     train_parts = [as_device_records(p) for p in train_parts]  # as the devices' buffers hold them
     fit_parts, held_parts = split_holdout(train_parts, holdout)
-    clients = prepare_clients(fit_parts, feature_names, guard=guard)
+    clients = prepare_clients(fit_parts, feature_names, guard=guard, adversaries=adversaries)
     d = len(feature_names)
     params = dict(params or {})
-    alg = FedEM(d, **params) if algorithm == "centralized" else FEDERATED[algorithm](d, **params)
+    alg = FedEM(d, **params) if algorithm == "centralized" else {**FEDERATED, **ANCHORS}[algorithm](d, **params)
     out: dict[str, Any] = {"algorithm": algorithm, "components": alg.components, "reg": alg.reg}
     t0 = time.perf_counter()
     if algorithm == "centralized":
@@ -85,16 +91,18 @@ def simulate_mixture(
         shared = None
         out.update(rounds=1, seconds_per_round=time.perf_counter() - t0, upload_bytes_per_client_round=None)
     else:
-        mixture, shared, history = run_mixture(alg, clients.X, clients.weight, rounds, fraction, seed, on_round)
+        mixture, shared, history = run_mixture(alg, clients.X, clients.weight, rounds, fraction, seed, on_round,
+                                               adversaries)
         out.update(rounds=rounds, seconds_per_round=(time.perf_counter() - t0) / rounds,
-                   upload_bytes_per_client_round=alg.upload_bytes())
+                   upload_bytes_per_client_round=alg.upload_bytes(), rejected_uploads=int(history[-1]["rejected"]))
     det = MixtureDetector.from_model(mixture, clients.preprocessor, 1.0, shared, quantile=quantile)
     devices = [copy.copy(det).personalise(p) for p in train_parts]  # the fleet's components and the device's own
     scores = [np.asarray(dev.score_samples(h)) for dev, h in zip(devices, held_parts)]
-    histograms = [sparse_histogram(s) for s in scores]
-    threshold = exceedance_threshold(histograms, clients.weight, quantile, guard.device_trim)
+    histograms = adversaries.histograms([sparse_histogram(s) for s in scores], len(EDGES) - 1)
+    kept, weight = admitted_histograms(histograms, [len(s) for s in scores], clients.weight)
+    threshold = exceedance_threshold(kept, weight, quantile, guard.device_trim)
     det.threshold_ = threshold
-    det.tail_ = fleet_tail(histograms, clients.weight, quantile, guard.device_trim, holdout)
+    det.tail_ = fleet_tail(kept, weight, quantile, guard.device_trim, holdout)
     own = np.array([shrunk_threshold(s, threshold, det.tail_, quantile) for s in scores])  # as each device sets it
     where = np.full(len(X_test), -1) if test_devices is None else np.asarray(test_devices)
     test_scores = np.empty(len(X_test))
@@ -155,11 +163,13 @@ def devices_seeing(parts: list[np.ndarray], X_test: np.ndarray, y_test: np.ndarr
 
 
 def run_mixture(alg: FedEM, X: list[np.ndarray], weight: np.ndarray, rounds: int, fraction: float, seed: int,
-                on_round: Callable[[dict[str, float]], None] | None = None
-                ) -> tuple[Mixture, np.ndarray, list[dict[str, float]]]:
+                on_round: Callable[[dict[str, float]], None] | None = None,
+                adversaries: Adversaries = NO_ADVERSARIES) -> tuple[Mixture, np.ndarray, list[dict[str, float]]]:
     """The rounds of a federated mixture job: the seeding round with every device (as the job's seed phase),
-    then `rounds` rounds of the coordinator's sampling and the devices' client steps."""
+    then `rounds` rounds of the coordinator's sampling and the devices' client steps (the adversaries'
+    uploads tampered with, models.attacks)."""
     rng = np.random.default_rng(seed)
+    chaos = np.random.default_rng(seed + 7919)  # attacks do not disturb the sampling
     N = len(X)
     server, broadcast = alg.init_server(N, rng)
     server = alg.attach_bounds(server, *device_moments(X))
@@ -169,7 +179,8 @@ def run_mixture(alg: FedEM, X: list[np.ndarray], weight: np.ndarray, rounds: int
     everyone = np.arange(N)
     for r in range(rounds + 1):
         idx = everyone if r == 0 else sample_clients(rng, N, fraction)
-        done = run_round(alg, server, broadcast, idx, take(state, idx), take(data, idx), weight[idx])
+        done = run_round(alg, server, broadcast, idx, take(state, idx), take(data, idx), weight[idx],
+                         tamper=adversaries.tamper(adversaries.among(idx), broadcast, chaos))
         server, broadcast = done.server, done.broadcast
         entry = {"round": r, "rejected": float(server["rejected"]),
                  "train_nll": float(np.mean(done.states["nll"])) if int(broadcast["stage"]) == 1 else float("nan")}

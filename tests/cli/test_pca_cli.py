@@ -146,7 +146,35 @@ def test_simulate_with_compliant_rogues_reports_them_and_refuses_what_it_cannot_
     assert r["adversaries"] == 1 and r["attack"] == "compliant" and r["detector"] == "gmm"
     assert r["shared_components"] < r["components"]  # the rogue's attack components stay out of the fleet's model
     assert r["recall"] > 0.6
-    for args, message in ((["--adversaries", "20", "--clients", "20"], "--adversaries 20"),
-                          (["--detector", "pca", "--adversaries", "1"], "with the gmm detector")):
-        out = fedsentry("simulate", "pca", "--dataset", "synthetic", *args)
-        assert out.returncode == 2 and message in out.stderr, out.stderr
+    out = fedsentry("simulate", "pca", "--dataset", "synthetic", "--adversaries", "20", "--clients", "20")
+    assert out.returncode == 2 and "--adversaries 20: must be between 1 and --clients - 1 (19)" in out.stderr
+
+
+@pytest.mark.parametrize(("flags", "message"), [
+    (["--attack", "threshold"], "--attack threshold needs --adversaries K"),
+    (["--adversaries", "1", "--attack", "rotated"], "--attack rotated with --detector gmm: rotated turns a PCA upload"),
+    (["--adversaries", "1", "--attack", "non-psd", "--detector", "pca"],
+     "--attack non-psd with --detector pca: non-psd needs uploads of second moments the server can check: fedpg"),
+    (["--adversaries", "1", "--attack", "random", "--detector", "pca", "--algorithm", "centralized"],
+     "--algorithm centralized has no federation"),
+    (["--attack", "flood", "--adversaries", "1"], "argument --attack: invalid choice: 'flood'"),
+    (["--min-support", "-1"], "argument --min-support"),
+    (["--min-support", "2000"], "--min-support: min_support must be between 0 (every component shared) and 1000"),
+    (["--min-support", "2", "--detector", "pca"],
+     "--min-support is FedEM's support rule: it applies to --detector gmm"),
+    (["--min-support", "2", "--algorithm", "centralized", "--detector", "gmm"], "--algorithm centralized has no "
+     "devices to count"),
+])
+def test_bad_attack_and_support_flags_say_which_and_why(flags, message, capsys):
+    from fedsentry.cli import main
+
+    assert main(["simulate", "pca", "--dataset", "synthetic", "--clients", "11", "--rounds", "2", *flags]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_min_support_zero_shares_every_component_and_attacks_run_for_pca():
+    r = simulate("--clients", "11", "--min-support", "0", "--rounds", "5")
+    assert r["shared_components"] == r["components"]
+    p = simulate("--detector", "pca", "--algorithm", "fedmm", "--clients", "11", "--adversaries", "2", "--attack",
+                 "non-psd", "--fraction", "0.5")
+    assert p["attack"] == "non-psd" and p["adversaries"] == 2 and p["rejected_uploads"] > 0
