@@ -15,7 +15,7 @@ import numpy as np
 from coordinator.detector_job import DetectorJob
 from models.aggregation import winsorized_weighted_mean
 from models.mixture.detector import MixtureDetector
-from models.mixture.fedem import FedEM, shared_of, standardised_moments
+from models.mixture.fedem import FedEM, colluders, shared_of, standardised_moments
 from models.mixture.spec import MixtureJobSpec
 from models.preprocessing import Preprocessor
 from models.screening import Federation, exceedance_threshold, fleet_tail
@@ -100,8 +100,10 @@ class MixtureJob(DetectorJob):
 
     def threshold_from(self, histograms: list[tuple[np.ndarray, np.ndarray]], weights: np.ndarray) -> float:
         """The fleet's threshold, and the tail each device shrinks its own threshold toward it with."""
-        self.tail = fleet_tail(histograms, weights, self.spec.quantile, self.spec.device_trim, self.spec.holdout)
-        return exceedance_threshold(histograms, weights, self.spec.quantile, self.spec.device_trim)
+        together = colluders(self.algorithm().min_support)
+        self.tail = fleet_tail(histograms, weights, self.spec.quantile, self.spec.device_trim, self.spec.holdout,
+                               together)
+        return exceedance_threshold(histograms, weights, self.spec.quantile, self.spec.device_trim, together)
 
     def detector(self, pre: Preprocessor, threshold: float) -> MixtureDetector:
         if int(self.broadcast["stage"]) == 0:

@@ -31,11 +31,12 @@ def trimmed_mean(X: np.ndarray, trim: float = 0.2) -> np.ndarray:
     return S[k:n - k].mean(axis=0)
 
 
-def trim_count(n: int, trim: float) -> int:
-    """Devices left out on each side: floor(trim n), at least one once there are three."""
+def trim_count(n: int, trim: float, at_least: int = 1) -> int:
+    """Devices left out on each side: floor(trim n), at least `at_least` (the devices that may act together)
+    once there are three, never the majority."""
     if trim <= 0 or n < 3:
         return 0
-    return min(max(1, int(np.floor(trim * n))), (n - 1) // 2)
+    return min(max(at_least, int(np.floor(trim * n))), (n - 1) // 2)
 
 
 def trimmed_weighted_mean(X: np.ndarray, w: np.ndarray, trim: float) -> np.ndarray:
@@ -51,17 +52,17 @@ def trimmed_weighted_mean(X: np.ndarray, w: np.ndarray, trim: float) -> np.ndarr
     return (kept * wk).sum(axis=0) / wk.sum(axis=0)
 
 
-def _devices(X: np.ndarray, w: np.ndarray, trim: float) -> tuple[np.ndarray, np.ndarray, int, int]:
+def _devices(X: np.ndarray, w: np.ndarray, trim: float, at_least: int = 1) -> tuple[np.ndarray, np.ndarray, int, int]:
     X = np.asarray(X, dtype=float)
-    return X, np.asarray(w, dtype=float), X.shape[0], trim_count(X.shape[0], trim)
+    return X, np.asarray(w, dtype=float), X.shape[0], trim_count(X.shape[0], trim, at_least)
 
 
-def winsorized_weighted_mean(X: np.ndarray, w: np.ndarray, trim: float) -> np.ndarray:
+def winsorized_weighted_mean(X: np.ndarray, w: np.ndarray, trim: float, at_least: int = 1) -> np.ndarray:
     """Per coordinate (axis 0 is the device), the weighted mean after clipping every value into the range
     of the devices left once the k lowest and k highest are set aside (k = `trim_count`): one device moves
     it by at most its weight share times the others' spread, and, unlike trimming, a skewed but honest
     spread keeps its mean (the extremes are pulled in, not dropped)."""
-    X, w, n, k = _devices(X, w, trim)
+    X, w, n, k = _devices(X, w, trim, at_least)
     if k == 0:
         return np.tensordot(w / w.sum(), X, axes=1)
     ordered = np.sort(X, axis=0)

@@ -186,20 +186,22 @@ def robust_threshold(histograms: list[tuple[np.ndarray, np.ndarray]], weight: np
 
 
 def exceedance_threshold(histograms: list[tuple[np.ndarray, np.ndarray]], weight: np.ndarray, q: float,
-                         trim: float) -> float:
+                         trim: float, colluders: int = 1) -> float:
     """The label-free threshold as the error at which a winsorised weighted mean over devices of the share
     of each device's records above it falls to 1 - q: the pooled q-quantile when no device stands out, and
     one device moves it at most as far as the others' exceedance curves allow (a trimmed mean would drop
     the honest devices with the most errors above each threshold, a skew non-i.i.d. traffic always has,
     and so promise less than it flags). Unlike the mean of per-device
     quantiles, it keeps the promised false-positive rate when devices' error scales differ (non-i.i.d.
-    traffic scored by a detector that fits each region closely)."""
-    used, curve, _ = exceedance_curve(histograms, weight, trim)
+    traffic scored by a detector that fits each region closely). At least `colluders` devices are winsorised
+    at each side: that many devices sending their records all at the top (or the bottom) of the grid move it
+    no further than the honest devices' curves allow."""
+    used, curve, _ = exceedance_curve(histograms, weight, trim, colluders)
     return crossing(used, curve, 1 - q)
 
 
 def fleet_tail(histograms: list[tuple[np.ndarray, np.ndarray]], weight: np.ndarray, q: float, trim: float,
-               holdout: float) -> Tail:
+               holdout: float, colluders: int = 1) -> Tail:
     """What each device needs to shrink its own threshold toward the fleet's (`models.threshold.
     shrunk_threshold`): the fleet's exceedance curve at levels a factor 16 either side of 1 - q, and how much
     that curve counts for against a device's own records. The weight is the empirical-Bayes (beta-binomial
@@ -209,7 +211,7 @@ def fleet_tail(histograms: list[tuple[np.ndarray, np.ndarray]], weight: np.ndarr
     alone) and 16 times that (a device whose own records flag far more than promised moves even when the
     fleet as a whole does not differ, as a lone odd device in a small fleet). The spread is a winsorised
     weighted one, so one device cannot make every other device trust its own records more."""
-    used, curve, dense = exceedance_curve(histograms, weight, trim)
+    used, curve, dense = exceedance_curve(histograms, weight, trim, colluders)
     levels = (1 - q) * 2.0 ** (np.arange(TAIL_SPAN, -TAIL_SPAN - 1, -1) / TAIL_STEP)
     levels = levels[levels < 1]
     thresholds = np.array([crossing(used, curve, level) for level in levels])
@@ -217,7 +219,7 @@ def fleet_tail(histograms: list[tuple[np.ndarray, np.ndarray]], weight: np.ndarr
     n = dense.sum(axis=1)
     rates = dense[:, EDGES[used] >= fleet].sum(axis=1) / n  # each device's share of records above the threshold
     w = np.asarray(weight, dtype=float)[np.array([int(np.sum(c)) > 0 for _, c in histograms], dtype=bool)]
-    m1, m2, chance = winsorized_weighted_mean(np.c_[rates, rates**2, 1 / n], w, trim)
+    m1, m2, chance = winsorized_weighted_mean(np.c_[rates, rates**2, 1 / n], w, trim, colluders)
     p = float(np.sum(rates * n) / np.sum(n))
     spread = m2 - m1**2 - p * (1 - p) * chance  # between-device variance beyond sampling noise
     estimate = p * (1 - p) / spread - 1 if spread > 0 and p > 0 else np.inf
@@ -225,7 +227,7 @@ def fleet_tail(histograms: list[tuple[np.ndarray, np.ndarray]], weight: np.ndarr
 
 
 def exceedance_curve(histograms: list[tuple[np.ndarray, np.ndarray]], weight: np.ndarray,
-                     trim: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+                     trim: float, colluders: int = 1) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The grid bins some device has errors in, the winsorised weighted mean over devices of the share of each
     device's records above each of them, and the devices' dense counts (devices with records only)."""
     some = np.array([int(np.sum(c)) > 0 for _, c in histograms], dtype=bool)
@@ -237,7 +239,7 @@ def exceedance_curve(histograms: list[tuple[np.ndarray, np.ndarray]], weight: np
         dense[row, np.searchsorted(used, b)] = c
     # share of each device's records in bins above each used bin
     above = 1.0 - np.cumsum(dense, axis=1) / dense.sum(axis=1, keepdims=True)
-    return used, winsorized_weighted_mean(above, np.asarray(weight, dtype=float)[some], trim), dense
+    return used, winsorized_weighted_mean(above, np.asarray(weight, dtype=float)[some], trim, colluders), dense
 
 
 def crossing(used: np.ndarray, curve: np.ndarray, level: float) -> float:

@@ -96,6 +96,13 @@ def shared_components(support: np.ndarray, devices: int, min_support: int) -> np
     return np.asarray(support) >= min(min_support, max(1, devices // 2))
 
 
+def colluders(min_support: int) -> int:
+    """How many devices the fleet's statistics assume may act together: fewer than the support rule's
+    `min_support` (s colluders defeat a rule of s supporters by construction), at least one. The threshold
+    winsorises that many devices at each side (models.screening.exceedance_threshold)."""
+    return max(1, min_support - 1)
+
+
 class FedEM(FederatedAlgorithm):
     name = "fedem"
 

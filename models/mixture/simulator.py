@@ -24,7 +24,7 @@ from models.metrics import detection_report
 from models.mixture import FEDERATED
 from models.mixture.anchors import ANCHORS
 from models.mixture.detector import MixtureDetector, fit_em
-from models.mixture.fedem import FedEM, device_seed, shared_of
+from models.mixture.fedem import FedEM, colluders, device_seed, shared_of
 from models.mixture.gmm import Mixture
 from models.mixture.spec import MixtureJobSpec
 from models.preprocessing import RECORD_DTYPE, as_device_records, signed_log1p
@@ -100,9 +100,10 @@ def simulate_mixture(
     scores = [np.asarray(dev.score_samples(h)) for dev, h in zip(devices, held_parts)]
     histograms = adversaries.histograms([sparse_histogram(s) for s in scores], len(EDGES) - 1)
     kept, weight = admitted_histograms(histograms, [len(s) for s in scores], clients.weight)
-    threshold = exceedance_threshold(kept, weight, quantile, guard.device_trim)
+    together = colluders(alg.min_support)
+    threshold = exceedance_threshold(kept, weight, quantile, guard.device_trim, together)
     det.threshold_ = threshold
-    det.tail_ = fleet_tail(kept, weight, quantile, guard.device_trim, holdout)
+    det.tail_ = fleet_tail(kept, weight, quantile, guard.device_trim, holdout, together)
     own = np.array([shrunk_threshold(s, threshold, det.tail_, quantile) for s in scores])  # as each device sets it
     where = np.full(len(X_test), -1) if test_devices is None else np.asarray(test_devices)
     test_scores = np.empty(len(X_test))
