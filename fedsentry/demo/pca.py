@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from fedsentry.demo.stack import Stack, keep_serving, write_csv
+from fedsentry.errors import UsageError
 from wire.mqtt import redact_url
 
 
@@ -34,9 +35,15 @@ def demo(args: argparse.Namespace) -> dict[str, Any]:
     from models.mixture.simulator import devices_seeing
 
     args.clients = args.agents
+    if getattr(args, "adversaries", 0) and (args.attack or "compliant") != "compliant":
+        raise UsageError(f"--attack {args.attack}: the demo runs the unchanged agent program, so only compliant "
+                         "rogues (agents whose training traffic holds attacks) apply; the other attacks forge "
+                         "uploads: measure them with `fedsentry simulate pca` or `fedsentry bench robustness`")
     data, split, parts = prepare(args)
     # each agent replays the test traffic a device like it sees: normal records like its own, attacks at random
-    seen_by = devices_seeing(parts, split.X_test, split.y_test, args.seed)
+    # (with --adversaries K: to the honest agents; the rogues keep their own attacks normal by construction)
+    seen_by = devices_seeing(parts, split.X_test, split.y_test, args.seed,
+                             first_honest=getattr(args, "adversaries", 0))
     test_parts = [np.flatnonzero(seen_by == i) for i in range(args.agents)]
     label = f"{args.agents} agents, {args.algorithm}, {args.rounds} rounds on {data.name}"
     with Stack(args.broker, args.db, label, args.agents, args.host, args.port,

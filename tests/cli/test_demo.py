@@ -36,6 +36,21 @@ def test_default_demo_is_the_mixture_and_matches_simulate(tmp_path):
     assert demo["false_positive_rate"] == sim["false_positive_rate"]
 
 
+def test_a_compliant_rogue_among_real_agents_does_what_the_simulator_says(tmp_path):
+    """Issue 22: the compliant rogue is the unchanged agent program fed attack traffic as training records;
+    over MQTT it gives what `simulate --adversaries 1 --attack compliant` gives, test attacks reaching the
+    honest agents. Attacks that forge uploads need a modified agent and are refused, saying where to run them."""
+    settings = ["--dataset", "synthetic", "--rounds", "5", "--fraction", "0.5", "--seed", "2", "--components", "4",
+                "--adversaries", "1", "--attack", "compliant"]
+    demo = run("demo", "--agents", "5", *settings, "--db", f"sqlite:///{tmp_path}/d.db", "--json", "-", cwd=tmp_path)
+    sim = run("simulate", "pca", "--clients", "5", *settings, "--json", "-", cwd=tmp_path)
+    assert sim["adversaries"] == 1 and demo["mixture_mean_difference"] < 1e-6
+    assert demo["recall"] == sim["recall"] and abs(demo["auc_roc"] - sim["auc_roc"]) < 1e-6
+    out = subprocess.run([sys.executable, "-m", "fedsentry.cli", "demo", "--agents", "5", "--adversaries", "1",
+                          "--attack", "non-psd"], capture_output=True, text=True, cwd=tmp_path, timeout=60)
+    assert out.returncode == 2 and "--attack non-psd" in out.stderr and "bench robustness" in out.stderr
+
+
 def test_demo_matches_simulate_on_the_embedded_broker(tmp_path):
     from coordinator.broker import free_port
 
