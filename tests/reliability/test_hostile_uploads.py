@@ -60,6 +60,23 @@ def forger(kind: str, scale: float, seed: int):
     return forge
 
 
+def drive(loop, participants) -> None:
+    """Run a loopback job to its end; an answer refused at the door (a ProtocolError with a reason) leaves the
+    round to its deadline."""
+    loop.runner.start(sorted(p.id for p in participants))
+    while loop.runner.phase not in ("finished", "failed"):
+        message = loop.outbox.pop()
+        for p in participants:
+            reply = p.on_round(decode(message))
+            if reply is not None:
+                try:
+                    loop.runner.accept(decode(reply.encode()))
+                except Exception as e:
+                    assert type(e).__name__ == "ProtocolError", e
+        while not loop.runner.tick() and not loop.outbox:
+            time.sleep(0.01)
+
+
 KINDS = ["random", "scaled", "negative", "nonfinite", "offdiagonal"]
 CASES = [("gmm", "fedem", {"components": 4}), ("pca", "fedmm", {}), ("pca", "fedpg", {}), ("pca", "fedpe", {})]
 
@@ -85,18 +102,7 @@ def test_hostile_uploads_never_crash_a_job(tmp_path_factory, fleet, family, algo
         loop = Loopback(tmp, family, algorithm, {"features": features, "rounds": 4, "fraction": 0.5, "seed": 1,
                                                  "min_agents": len(parts), "algorithm_params": params, "deadline": 0.05,
                                                  **({"rank": 2} if family == "pca" else {})}, participants)
-        loop.runner.start(sorted(p.id for p in participants))
-        while loop.runner.phase not in ("finished", "failed"):
-            message = loop.outbox.pop()
-            for p in participants:
-                reply = p.on_round(decode(message))
-                if reply is not None:
-                    try:
-                        loop.runner.accept(decode(reply.encode()))
-                    except Exception as e:  # refused at the door: a ProtocolError with a reason
-                        assert type(e).__name__ == "ProtocolError", e
-            while not loop.runner.tick() and not loop.outbox:  # a refused answer: the deadline closes the round
-                time.sleep(0.01)
+        drive(loop, participants)
         assert loop.runner.phase == "finished", (kind, exponent, loop.runner.phase)
         with loop.sessions() as s:
             rounds = s.query(Round).filter_by(job_id="loop").all()

@@ -5,9 +5,6 @@ envelopes, a real SQLite database), the API over the same database."""
 
 from __future__ import annotations
 
-import contextlib
-import time
-
 import numpy as np
 from fastapi.testclient import TestClient
 
@@ -20,8 +17,7 @@ from fedsentry.cli import main
 from models.mixture.rogues import compliant_rogues
 from models.synthetic import generate_traffic
 from tests.integration.test_loopback import Loopback, pca_participants
-from tests.reliability.test_hostile_uploads import Hostile, forger
-from wire.protocol import ProtocolError, decode
+from tests.reliability.test_hostile_uploads import Hostile, drive, forger
 
 ROUNDS = 8
 
@@ -30,16 +26,7 @@ def run_job(tmp_path, participants, features, params=None):
     loop = Loopback(tmp_path, "gmm", "fedem", {"features": features, "rounds": ROUNDS, "fraction": 1.0, "seed": 1,
                                                "min_agents": len(participants), "deadline": 0.05,
                                                "algorithm_params": params or {"components": 8}}, participants)
-    loop.runner.start(sorted(p.id for p in participants))
-    while loop.runner.phase not in ("finished", "failed"):
-        message = loop.outbox.pop()
-        for p in participants:
-            reply = p.on_round(decode(message))
-            if reply is not None:
-                with contextlib.suppress(ProtocolError):  # refused at the door: the round records it
-                    loop.runner.accept(decode(reply.encode()))
-        while not loop.runner.tick() and not loop.outbox:
-            time.sleep(0.01)
+    drive(loop, participants)
     assert loop.runner.phase == "finished"
     with loop.sessions() as s:
         return s.query(Round).filter_by(job_id="loop").order_by(Round.round).all()
