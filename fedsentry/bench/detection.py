@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import re
+import shlex
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -33,7 +34,10 @@ def run(args: argparse.Namespace, simulate_args: Callable[[list[str]], tuple[arg
     from fedsentry.runs.pca import prepare, simulate
 
     if args.readme:  # a README it cannot write to is refused before the runs, not after
+        if args.simulate:
+            raise UsageError("--readme takes the defaults' table: leave out --simulate (its runs go to --out/--json)")
         rewrite_readme(Path(args.readme), None)
+    extra = shlex.split(args.simulate or "")
     names = args.datasets or [n for n in NAMED if n == "synthetic" or
                               datasets.shared_data_available(n, args.data_dir)]
     runs: list[dict[str, Any]] = []
@@ -43,6 +47,7 @@ def run(args: argparse.Namespace, simulate_args: Callable[[list[str]], tuple[arg
                 argv = ["simulate", "pca", "--dataset", name, "--partition", partition, "--seed", str(seed)]
                 if args.data_dir:
                     argv += ["--data-dir", args.data_dir]
+                argv += extra
                 sim_args, algorithm = simulate_args(argv)
                 t0 = time.perf_counter()
                 data, split, parts = prepare(sim_args)
@@ -52,7 +57,7 @@ def run(args: argparse.Namespace, simulate_args: Callable[[list[str]], tuple[arg
                              "recall": r["recall"], "false_positive_rate": r["false_positive_rate"],
                              "devices": r["device_false_positive_rate"], "fleet_threshold": r["fleet_threshold"],
                              "seconds": time.perf_counter() - t0})
-    result = {"command": command(args), "runs": runs, "summary": summarise(runs)}
+    result = {"command": command(args), "simulate": args.simulate, "runs": runs, "summary": summarise(runs)}
     text = markdown(result)
     write_results(args.out, "detection.md", text, result, args.json)
     if args.readme:
@@ -68,6 +73,8 @@ def command(args: argparse.Namespace) -> str:
         out += " --partitions " + " ".join(args.partitions)
     if args.seeds != 5:
         out += f" --seeds {args.seeds}"
+    if args.simulate:
+        out += f" --simulate {shlex.quote(args.simulate)}"
     return out + (f" --readme {args.readme}" if args.readme else "")
 
 
@@ -105,12 +112,13 @@ def markdown(result: dict[str, Any]) -> str:
         f = (lambda v: f"{100 * v:.{digits}f} %") if pct else (lambda v: f"{v:.{digits}f}")
         return f"{f(s['median'])} ({f(s['min'])}–{f(s['max'])})"
 
-    runs = result["runs"]
+    runs, extra = result["runs"], result.get("simulate")
     parts = sorted({r["partition"] for r in runs})
     seeds = sorted({r["seed"] for r in runs})
     first = runs[0] if runs else {"clients": "–", "fraction": "–", "rounds": "–"}
     lines = [
-        f"Default detector (gmm, fedem, every default), `fedsentry simulate pca --dataset D --partition P --seed S` "
+        f"Default detector (gmm, fedem, every default{', then ' + extra if extra else ''}), "
+        f"`fedsentry simulate pca --dataset D --partition P --seed S{' ' + extra if extra else ''}` "
         f"for P in {', '.join(parts)} and S in {seeds[0] if seeds else '–'}..{seeds[-1] if seeds else '–'}: "
         f"{first['clients']} clients, {first['fraction']} sampled per round, {first['rounds']} rounds. "
         "Median (least–most) over each dataset's runs, at the label-free threshold with each device's own "

@@ -26,6 +26,8 @@ def register_detection(groups: dict[str, Any]) -> None:
                    default=["iid", "noniid", "dirichlet"], help="partitions (default iid noniid dirichlet)")
     p.add_argument("--seeds", type=positive_int, default=5, help="seeds 0..N-1 per partition (default 5)")
     p.add_argument("--data-dir", help="where named datasets live")
+    p.add_argument("--simulate", metavar="FLAGS", help="more `simulate pca` flags for every run, quoted (e.g. "
+                   "--simulate '--min-support 6'): to compare a setting with the defaults; not with --readme")
     p.add_argument("--readme", metavar="PATH", help="rewrite the table between this README's "
                    "<!-- detection-table --> markers")
     p.add_argument("--out", default="benchmarks/results", help="folder for detection.md (default benchmarks/results)")

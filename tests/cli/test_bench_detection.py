@@ -41,6 +41,8 @@ def test_a_readme_without_markers_is_refused_and_left_alone(tmp_path):
     out = fedsentry("bench", "detection", "--datasets", "synthetic", "--partitions", "iid", "--seeds", "1", "--out",
                     str(tmp_path), "--readme", str(readme), cwd=tmp_path)
     assert out.returncode == 2 and "markers" in out.stderr and readme.read_text() == "no markers here\n"
+    out = fedsentry("bench", "detection", "--simulate", "--min-support 6", "--readme", str(readme), cwd=tmp_path)
+    assert out.returncode == 2 and "--readme takes the defaults" in out.stderr
 
 
 def test_the_project_readme_holds_a_generated_table():
