@@ -152,10 +152,13 @@ class Agent:
         personalise = getattr(self.scorer.detector, "personalise", None)
         if personalise is not None and self.buffer.seen:  # this device's own components count for it (a mixture)
             # training records that lack the model's columns: it scores with the fleet's components
+            # (those it trained on: the held-out ones, which its own threshold comes from, stay unseen)
             with contextlib.suppress(SchemaError):
                 batch = self.buffer.batch()
-                personalise(self.scorer.matrix(take_rows(batch, slice(i, i + 4096)))
-                            for i in range(0, len(batch.X), 4096))
+                tail = getattr(self.scorer.detector, "tail_", None)
+                rows = np.flatnonzero(~holdout_mask(len(batch.X), tail.holdout if tail else 0.0))
+                personalise(self.scorer.matrix(take_rows(batch, rows[i: i + 4096]))
+                            for i in range(0, len(rows), 4096))
         if self.cfg.calibrate and len(self.buffer.X):
             held = holdout_mask(len(self.buffer.X), CALIBRATION_HOLDOUT)
             threshold = self.scorer.calibrate(take_rows(self.buffer.batch(), held))

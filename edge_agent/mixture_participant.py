@@ -68,8 +68,9 @@ class MixtureParticipant(DetectorParticipant):
         in: models.mixture.detector.personalise), as it will score its traffic."""
         broadcast = self.broadcast(env)
         det = MixtureDetector.from_model(self.algorithm(env.meta).consensus(broadcast), pre, 1.0, shared_of(broadcast))
-        batch = self.buffer.batch()  # every record of the device, as the agent personalises when it loads the model
-        det.personalise(self.columns(take_rows(batch, slice(i, i + 4096)), env.meta)
-                        for i in range(0, len(batch.X), 4096))
+        batch = self.buffer.batch()  # the records it trained on, as the agent personalises when it loads the model
+        rows = np.flatnonzero(self.training_rows(env.meta))
+        det.personalise(self.columns(take_rows(batch, rows[i: i + 4096]), env.meta)
+                        for i in range(0, len(rows), 4096))
         return np.asarray(det.score_samples(self.columns(take_rows(self.buffer.batch(), self._held(env.meta)),
                                                          env.meta)))

@@ -96,7 +96,8 @@ def simulate_mixture(
         out.update(rounds=rounds, seconds_per_round=(time.perf_counter() - t0) / rounds,
                    upload_bytes_per_client_round=alg.upload_bytes(), rejected_uploads=int(history[-1]["rejected"]))
     det = MixtureDetector.from_model(mixture, clients.preprocessor, 1.0, shared, quantile=quantile)
-    devices = [copy.copy(det).personalise(p) for p in train_parts]  # the fleet's components and the device's own
+    # the fleet's components and the device's own (from the records it trained on, not those held out)
+    devices = [copy.copy(det).personalise(p) for p in fit_parts]
     scores = [np.asarray(dev.score_samples(h)) for dev, h in zip(devices, held_parts)]
     histograms = adversaries.histograms([sparse_histogram(s) for s in scores], len(EDGES) - 1)
     kept, weight = admitted_histograms(histograms, [len(s) for s in scores], clients.weight)

@@ -17,6 +17,9 @@ N = 5
 def test_deployed_mixture_equals_the_simulators_and_alerts_explain(broker, coordinator, fleet, traffic):
     data, split = traffic
     parts = parts_for(split, N)
+    # one device whose traffic drifted: its held-out records (every fifth) are noisy, so its threshold is its own
+    parts[1] = parts[1].copy()
+    parts[1][4::5] *= np.exp(np.random.default_rng(0).normal(0, 1.0, parts[1][4::5].shape))
     for i, p in enumerate(parts):
         fleet.add(f"dev-{i}", p, data.feature_names)
     wait_until(lambda: len(coordinator.online_devices("gmm")) == N, what="agents online for gmm jobs")
@@ -43,7 +46,7 @@ def test_deployed_mixture_equals_the_simulators_and_alerts_explain(broker, coord
 
     # each agent shrinks its own threshold toward the fleet's from its held-out records, as the simulator does
     own = sim["device_threshold"]["each"]
-    assert len(set(own)) > 1  # the devices' thresholds do differ here
+    assert own[1] == max(own) > threshold  # the drifted device's own threshold (within the published tail)
     for i in range(N):
         agent = fleet.agents[f"dev-{i}"]
         wait_until(lambda a=agent: a.scorer.model_job == "g1", 10, f"dev-{i} loads the model")
