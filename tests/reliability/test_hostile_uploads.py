@@ -128,3 +128,40 @@ def test_statistics_no_records_could_have_are_refused_and_honest_float32_ones_ke
     mean, mean_sq = S1.sum(axis=1), S2[..., [0, 4, 7, 9]].sum(axis=1)  # the device's own claims: consistent
     assert alg.consistent(R, S1, S2, mean, mean_sq, False).all()
     assert not alg.consistent(R, S1, forged, mean, mean_sq, False).any()
+
+
+@pytest.mark.parametrize("algorithm", ["fedmc-admm", "fedmavg", "altgdmin"])
+def test_hostile_item_updates_never_crash_a_recommendation_job(tmp_path_factory, algorithm):
+    """The recommendation family through the same runner: one device's training uploads forged (issue 22's
+    property test covers every family's server step)."""
+    from models.families import family
+    from models.recsys.data import split_users, train_test_split
+    from models.recsys.synthetic import generate_ratings
+    from tests.integration.test_loopback import _shard
+
+    data = generate_ratings(n_users=60, n_items=40, seed=4)
+    train, test = train_test_split(data, 0.2, seed=0)
+    parts = split_users(train.n_users, 5, "random", np.random.default_rng(0))
+
+    @settings(max_examples=6, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
+    @given(kind=st.sampled_from(["random", "scaled", "negative", "nonfinite"]), exponent=st.integers(-30, 30),
+           seed=st.integers(0, 2**16))
+    def check(kind, exponent, seed):
+        from edge_agent.store import AgentStore
+
+        tmp = tmp_path_factory.mktemp("hostile-recsys")
+        participants = [family("recsys").load_participant()(f"rs-{i}", AgentStore(tmp / f"rs-{i}"),
+                                                            _shard(train, users), _shard(test, users))
+                        for i, users in enumerate(parts)]
+        participants[0] = Hostile(participants[0], forger(kind, 10.0**exponent, seed))
+        loop = Loopback(tmp, "recsys", algorithm, {"items": train.item_ids.tolist(), "rank": 2, "rounds": 4,
+                                                   "fraction": 0.6, "seed": 1, "deadline": 0.05}, participants)
+        drive(loop, participants)
+        assert loop.runner.phase == "finished", (kind, exponent, loop.runner.phase)
+        with loop.sessions() as s:
+            from coordinator.db import ModelVersion
+
+            arrays = unpack(s.query(ModelVersion).filter_by(job_id="loop").one().arrays)
+        assert all(np.isfinite(v).all() for v in arrays.values())
+
+    check()
