@@ -149,25 +149,34 @@ class Agent:
         self.scorer.load(env)
         self.model_bytes = env.encode()
         self.report_model("loaded")
-        personalise = getattr(self.scorer.detector, "personalise", None)
-        if personalise is not None and self.buffer.seen:  # this device's own components count for it (a mixture)
-            # training records that lack the model's columns: it scores with the fleet's components
-            # (those it trained on: the held-out ones, which its own threshold comes from, stay unseen)
-            with contextlib.suppress(SchemaError):
-                batch = self.buffer.batch()
-                tail = getattr(self.scorer.detector, "tail_", None)
-                rows = np.flatnonzero(~holdout_mask(len(batch.X), tail.holdout if tail else 0.0))
-                personalise(self.scorer.matrix(take_rows(batch, rows[i: i + 4096]))
-                            for i in range(0, len(rows), 4096))
-        if self.cfg.calibrate and len(self.buffer.X):
-            held = holdout_mask(len(self.buffer.X), CALIBRATION_HOLDOUT)
-            threshold = self.scorer.calibrate(take_rows(self.buffer.batch(), held))
-            log.info("agent=%s calibrated threshold %.4g (federation's %.4g) on %d held-out records",
-                     self.cfg.agent_id, threshold, self.scorer.federation_threshold, int(held.sum()))
-        elif (tail := getattr(self.scorer.detector, "tail_", None)) is not None and len(self.buffer.X):
-            held = holdout_mask(len(self.buffer.X), tail.holdout)  # the records it held out in training
-            with contextlib.suppress(SchemaError):  # records without the model's columns: the fleet's threshold
-                threshold = self.scorer.shrink(take_rows(self.buffer.batch(), held))
+        if self.buffer.seen:
+            self.fit_to_device()
+            self.rest()  # the training records go back to disk (when not learning) and their memory to the system
+
+    def fit_to_device(self) -> None:
+        """The loaded model made this device's own, from its training records (read a chunk at a time): a
+        mixture's own components, from the records it trained on (training records without the model's columns:
+        the fleet's components), and its threshold, from the scores of those it held out: shrunk toward the
+        fleet's (a model publishing the fleet's tail), or with --calibrate its own quantile."""
+        detector = self.scorer.detector
+        batch = self.buffer.batch()
+        tail = getattr(detector, "tail_", None)
+        held = holdout_mask(len(batch.X), CALIBRATION_HOLDOUT if self.cfg.calibrate else
+                            tail.holdout if tail is not None else 0.0)
+
+        def chunks(rows: np.ndarray):
+            return (take_rows(batch, rows[i: i + 4096]) for i in range(0, len(rows), 4096))
+
+        with contextlib.suppress(SchemaError):  # records without the model's columns: the fleet's threshold
+            personalise = getattr(detector, "personalise", None)
+            if personalise is not None:
+                personalise(self.scorer.matrix(b) for b in chunks(np.flatnonzero(~held)))
+            if self.cfg.calibrate:
+                threshold = self.scorer.calibrate(chunks(np.flatnonzero(held)))
+                log.info("agent=%s calibrated threshold %.4g (federation's %.4g) on %d held-out records",
+                         self.cfg.agent_id, threshold, self.scorer.federation_threshold, int(held.sum()))
+            elif tail is not None and held.any():
+                threshold = self.scorer.shrink(chunks(np.flatnonzero(held)))
                 log.info("agent=%s threshold %.4g (federation's %.4g, shrunk toward it from %d held-out records)",
                          self.cfg.agent_id, threshold, self.scorer.federation_threshold, int(held.sum()))
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -118,26 +119,32 @@ class Scorer:
         self.encoder = FeatureEncoder.from_dict(encoding) if encoding else None
         self.model_job, self.model_version = env.job, int(env.meta["version"])
 
-    def calibrate(self, batch: Batch) -> float:
+    def calibrate(self, held: Iterable[Batch]) -> float:
         """Per-device calibration (`models.threshold.device_threshold`): the threshold becomes this device's own
-        quantile of the scores of `batch` (records the model did not train on), within a factor 2 of the
-        federation's. Returns the threshold in force."""
+        quantile of the scores of `held` (batches of records the model did not train on), within a factor 2 of
+        the federation's. Returns the threshold in force."""
         assert self.detector is not None
-        scores = np.asarray(self.detector.score_samples(self.matrix(batch)))
-        self.detector.threshold_ = device_threshold(self.federation_threshold, scores, self.detector.quantile)
+        self.detector.threshold_ = device_threshold(self.federation_threshold, self.scores_of(held),
+                                                    self.detector.quantile)
         return self.detector.threshold_
 
-    def shrink(self, held: Batch) -> float:
+    def shrink(self, held: Iterable[Batch]) -> float:
         """This device's own threshold, shrunk toward the federation's (`models.threshold.shrunk_threshold`) from
-        the scores of its held-out training records, for a model that publishes the fleet's tail (a mixture);
-        the federation's threshold otherwise. Returns the threshold in force."""
+        the scores of its held-out training records (batches), for a model that publishes the fleet's tail (a
+        mixture); the federation's threshold otherwise. Returns the threshold in force."""
         assert self.detector is not None
         tail = getattr(self.detector, "tail_", None)
-        if tail is not None and len(held.X):
-            scores = np.asarray(self.detector.score_samples(self.matrix(held)))
-            self.detector.threshold_ = shrunk_threshold(scores, self.federation_threshold, tail,
-                                                        self.detector.quantile)
+        if tail is not None:
+            scores = self.scores_of(held)
+            if len(scores):
+                self.detector.threshold_ = shrunk_threshold(scores, self.federation_threshold, tail,
+                                                            self.detector.quantile)
         return self.detector.threshold_
+
+    def scores_of(self, batches: Iterable[Batch]) -> np.ndarray:
+        assert self.detector is not None
+        parts = [np.atleast_1d(self.detector.score_samples(self.matrix(b))) for b in batches]
+        return np.concatenate(parts) if parts else np.zeros(0)
 
     def matrix(self, batch: Batch) -> np.ndarray:
         """A batch in the model's columns (encoded as the job agreed); SchemaError when it lacks a field."""

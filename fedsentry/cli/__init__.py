@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import logging
 import sys
 from collections.abc import Sequence
@@ -75,8 +77,20 @@ def _leaves(parser: argparse.ArgumentParser):
             yield from _leaves(sub)
 
 
+def dump_stacks_on_sigusr1() -> None:
+    """`kill -USR1 PID` prints every thread's stack on stderr (where a process seems stuck, what it waits on)."""
+    import faulthandler
+    import signal
+
+    if hasattr(signal, "SIGUSR1") and not faulthandler.is_enabled():
+        with contextlib.suppress(ValueError, RuntimeError, io.UnsupportedOperation, AttributeError):
+            faulthandler.register(signal.SIGUSR1, file=sys.stderr, all_threads=True)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     try:
+        if argv is None:  # this process is the command (not a caller passing its own arguments)
+            dump_stacks_on_sigusr1()
         argv = sys.argv[1:] if argv is None else list(argv)
         args = build_parser(argv).parse_args(argv)
         logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, stream=sys.stderr,

@@ -108,12 +108,13 @@ def broker_from_file(path: str) -> str:
 
 def run_agent(args: argparse.Namespace) -> int:
     from edge_agent.agent import Agent, AgentConfig, training_source
-    from edge_agent.memory import MIN_BUDGET
+    from edge_agent.memory import MIN_BUDGET, settle_allocator
     from edge_agent.sources import SchemaError, ZeekFollower, csv_source, json_lines
     from edge_agent.store import AgentStore
     from wire.mqtt import parse_broker_url, redact_url
     from wire.protocol import check_id
 
+    settle_allocator()  # this process is an agent: chunk temporaries go back to the system when freed
     if args.broker_file:
         args.broker = broker_from_file(args.broker_file)
     if not args.broker:

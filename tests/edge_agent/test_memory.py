@@ -44,12 +44,13 @@ def test_a_budget_too_small_for_an_agent_is_refused_with_the_figure(capsys):
 def test_a_real_agent_stays_within_its_budget_through_a_training_job():
     """`fedsentry bench agent-memory --memory-budget 100` as a test: one agent process given 50,000 records
     (nsl-kdd where the shared data is, synthetic otherwise), the default detector and a 100 MiB budget, its
-    VmHWM read from /proc through the whole job. The scoring figure is bounded at what it measures today (about
-    65 MiB: README), above the issue's 50 MiB target."""
+    VmHWM read from /proc through the whole job. The scoring figure is bounded a little above what it measures
+    today (about 60 MiB: README), itself above the issue's 50 MiB target: without the agent's fixed mmap
+    threshold (edge_agent.memory.settle_allocator) it measured 71 MiB."""
     from fedsentry.bench.agent_memory import measure
 
     r = measure(records=50_000, budget="100")
     print(r)
     assert r["agent_exit"] == 0
     assert r["training_peak_mib"] <= 100, r
-    assert r["scoring_rss_max_mib"] <= 72, r
+    assert r["scoring_rss_max_mib"] <= 68, r
