@@ -112,6 +112,15 @@ def demo_env(tmp_path) -> dict[str, str]:
     return {**os.environ, "TMPDIR": str(tmp_path / "tmp"), "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
 
 
+def ctrl_c_reaches_it() -> None:
+    """In the child before it runs: SIGINT back to its default, so that Python turns it into KeyboardInterrupt.
+    A suite started in the background (`cmd &` in a script, as CI may run it) hands its children SIGINT ignored,
+    and a demo started so keeps serving through Ctrl-C, as a background job should."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def work_folders(tmp_path) -> list:
     return sorted((tmp_path / "tmp").glob("fedsentry-demo-*"))
 
@@ -193,7 +202,8 @@ def test_keep_serving_keeps_the_agents_online_for_a_new_job(tmp_path):
     with open(tmp_path / "err.txt", "w") as err:
         proc = subprocess.Popen([sys.executable, "-m", "fedsentry.cli", "demo", "--agents", "3", *QUICK,
                                  "--keep-serving", "--host", "127.0.0.1", "--port", str(port), "--db", db],
-                                stdout=subprocess.DEVNULL, stderr=err, cwd=tmp_path, env=demo_env(tmp_path))
+                                stdout=subprocess.DEVNULL, stderr=err, cwd=tmp_path, env=demo_env(tmp_path),
+                                preexec_fn=ctrl_c_reaches_it)
     try:
         end = time.monotonic() + 240
         while "serving until interrupted" not in (tmp_path / "err.txt").read_text():
