@@ -18,7 +18,7 @@ from models.mixture.detector import MixtureDetector
 from models.mixture.fedem import FedEM, colluders, shared_of, standardised_moments
 from models.mixture.spec import MixtureJobSpec
 from models.preprocessing import Preprocessor
-from models.screening import Federation, exceedance_threshold, fleet_tail
+from models.screening import Federation, fleet_tail
 from models.threshold import EDGES, Tail
 
 
@@ -100,10 +100,9 @@ class MixtureJob(DetectorJob):
 
     def threshold_from(self, histograms: list[tuple[np.ndarray, np.ndarray]], weights: np.ndarray) -> float:
         """The fleet's threshold, and the tail each device shrinks its own threshold toward it with."""
-        together = colluders(self.algorithm().min_support)
-        self.tail = fleet_tail(histograms, weights, self.spec.quantile, self.spec.device_trim, self.spec.holdout,
-                               together)
-        return exceedance_threshold(histograms, weights, self.spec.quantile, self.spec.device_trim, together)
+        threshold, self.tail = fleet_tail(histograms, weights, self.spec.quantile, self.spec.device_trim,
+                                          self.spec.holdout, colluders(self.algorithm().min_support))
+        return threshold
 
     def detector(self, pre: Preprocessor, threshold: float) -> MixtureDetector:
         if int(self.broadcast["stage"]) == 0:

@@ -240,8 +240,7 @@ class Agent:
                 self.counters["rejected"] += 1
                 log.warning("agent=%s rejected model: %s", self.cfg.agent_id, e)
                 return
-            self.store.save_bytes("model.bin", self.model_bytes)
-            self.rest()
+            self.store.save_bytes("model.bin", self.model_bytes)  # (load_model rested the buffer already)
             self._score_waiting()  # what was read before this model: scored now, not with the next record
             log.info("agent=%s model job=%s version=%s loaded", self.cfg.agent_id, env.job, env.meta.get("version"))
         elif env.kind == "round":

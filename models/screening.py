@@ -201,16 +201,17 @@ def exceedance_threshold(histograms: list[tuple[np.ndarray, np.ndarray]], weight
 
 
 def fleet_tail(histograms: list[tuple[np.ndarray, np.ndarray]], weight: np.ndarray, q: float, trim: float,
-               holdout: float, colluders: int = 1) -> Tail:
-    """What each device needs to shrink its own threshold toward the fleet's (`models.threshold.
-    shrunk_threshold`): the fleet's exceedance curve at levels a factor 16 either side of 1 - q, and how much
-    that curve counts for against a device's own records. The weight is the empirical-Bayes (beta-binomial
-    method of moments) prior strength of the devices' shares above the fleet's threshold: the more their
-    shares differ beyond what their record counts explain, the more each device's own records count. It is
-    kept between 1 / (1 - q) records' worth (one expected exceedance: a handful of records never decides
-    alone) and 16 times that (a device whose own records flag far more than promised moves even when the
-    fleet as a whole does not differ, as a lone odd device in a small fleet). The spread is a winsorised
-    weighted one, so one device cannot make every other device trust its own records more."""
+               holdout: float, colluders: int = 1) -> tuple[float, Tail]:
+    """The fleet's threshold (`exceedance_threshold`, read from the same curve) and what each device needs to
+    shrink its own threshold toward it (`models.threshold.shrunk_threshold`): the fleet's exceedance curve at
+    levels a factor 16 either side of 1 - q, and how much that curve counts for against a device's own records.
+    The weight is the empirical-Bayes (beta-binomial method of moments) prior strength of the devices' shares
+    above the fleet's threshold: the more their shares differ beyond what their record counts explain, the
+    more each device's own records count. It is kept between 1 / (1 - q) records' worth (one expected
+    exceedance: a handful of records never decides alone) and 16 times that (a device whose own records flag
+    far more than promised moves even when the fleet as a whole does not differ, as a lone odd device in a
+    small fleet). The spread is a winsorised weighted one, so one device cannot make every other device trust
+    its own records more."""
     used, curve, dense = exceedance_curve(histograms, weight, trim, colluders)
     levels = (1 - q) * 2.0 ** (np.arange(TAIL_SPAN, -TAIL_SPAN - 1, -1) / TAIL_STEP)
     levels = levels[levels < 1]
@@ -223,7 +224,7 @@ def fleet_tail(histograms: list[tuple[np.ndarray, np.ndarray]], weight: np.ndarr
     p = float(np.sum(rates * n) / np.sum(n))
     spread = m2 - m1**2 - p * (1 - p) * chance  # between-device variance beyond sampling noise
     estimate = p * (1 - p) / spread - 1 if spread > 0 and p > 0 else np.inf
-    return Tail(thresholds, levels, float(np.clip(estimate, 1 / (1 - q), TAIL_SPAN / (1 - q))), holdout)
+    return fleet, Tail(thresholds, levels, float(np.clip(estimate, 1 / (1 - q), TAIL_SPAN / (1 - q))), holdout)
 
 
 def exceedance_curve(histograms: list[tuple[np.ndarray, np.ndarray]], weight: np.ndarray,

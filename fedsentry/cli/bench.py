@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import shlex
 from typing import Any
 
 from fedsentry.bench import agent_memory, api, detection, fleet, rounds
 from fedsentry.cli.common import positive_int
+from fedsentry.errors import UsageError
 
 
 def register(groups: dict[str, Any], verbs: Any) -> None:
@@ -40,10 +42,19 @@ def run_detection(args: argparse.Namespace) -> int:
     from fedsentry.cli.pca import default_algorithm, resolve_detector
 
     def simulate_args(argv: list[str]) -> tuple[argparse.Namespace, str]:
-        sim = build_parser(argv).parse_args(argv)
+        try:
+            sim = build_parser(argv).parse_args(argv)
+        except UsageError as e:  # what --simulate added: named, before any run
+            raise UsageError(f"--simulate {args.simulate!r}: {e}") from None
         resolve_detector(sim)
         return sim, sim.algorithm or default_algorithm(sim.detector)
 
+    if args.simulate:
+        try:
+            flags = shlex.split(args.simulate)
+        except ValueError as e:
+            raise UsageError(f"--simulate {args.simulate!r}: {e} (quote it as one argument)") from None
+        simulate_args(["simulate", "pca", *flags])
     return detection.run(args, simulate_args)
 
 

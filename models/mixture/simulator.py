@@ -29,7 +29,7 @@ from models.mixture.gmm import Mixture
 from models.mixture.spec import MixtureJobSpec
 from models.preprocessing import RECORD_DTYPE, as_device_records, signed_log1p
 from models.rounds import run_round, sample_clients
-from models.screening import Guard, admitted_histograms, exceedance_threshold, fleet_tail
+from models.screening import Guard, admitted_histograms, fleet_tail
 from models.simulator import prepare_clients
 from models.threshold import EDGES, holdout_mask, shrunk_threshold, sparse_histogram
 
@@ -101,10 +101,8 @@ def simulate_mixture(
     scores = [np.asarray(dev.score_samples(h)) for dev, h in zip(devices, held_parts)]
     histograms = adversaries.histograms([sparse_histogram(s) for s in scores], len(EDGES) - 1)
     kept, weight = admitted_histograms(histograms, [len(s) for s in scores], clients.weight)
-    together = colluders(alg.min_support)
-    threshold = exceedance_threshold(kept, weight, quantile, guard.device_trim, together)
+    threshold, det.tail_ = fleet_tail(kept, weight, quantile, guard.device_trim, holdout, colluders(alg.min_support))
     det.threshold_ = threshold
-    det.tail_ = fleet_tail(kept, weight, quantile, guard.device_trim, holdout, together)
     own = np.array([shrunk_threshold(s, threshold, det.tail_, quantile) for s in scores])  # as each device sets it
     where = np.full(len(X_test), -1) if test_devices is None else np.asarray(test_devices)
     test_scores = np.empty(len(X_test))

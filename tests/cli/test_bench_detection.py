@@ -43,6 +43,10 @@ def test_a_readme_without_markers_is_refused_and_left_alone(tmp_path):
     assert out.returncode == 2 and "markers" in out.stderr and readme.read_text() == "no markers here\n"
     out = fedsentry("bench", "detection", "--simulate", "--min-support 6", "--readme", str(readme), cwd=tmp_path)
     assert out.returncode == 2 and "--readme takes the defaults" in out.stderr
+    for bad, says in (("--bogus 3", "unrecognized arguments: --bogus"), ("--reg '1", "No closing quotation")):
+        out = fedsentry("bench", "detection", "--simulate", bad, "--out", str(tmp_path), cwd=tmp_path)
+        assert out.returncode == 2 and f"--simulate {bad!r}" in out.stderr and says in out.stderr, out.stderr
+        assert "Traceback" not in out.stderr
 
 
 def test_the_project_readme_holds_a_generated_table():

@@ -22,7 +22,9 @@ def fleet(rng, devices=40, n=400, odd=()):
 def tail_of(scores, trim=0.01):
     hists = [sparse_histogram(s) for s in scores]
     w = np.ones(len(scores))
-    return exceedance_threshold(hists, w, Q, trim), fleet_tail(hists, w, Q, trim, 0.2)
+    threshold, tail = fleet_tail(hists, w, Q, trim, 0.2)
+    assert threshold == exceedance_threshold(hists, w, Q, trim)  # the same curve, read once
+    return threshold, tail
 
 
 def test_a_device_whose_traffic_scores_high_raises_its_threshold_and_flags_about_the_promised_share():
