@@ -92,6 +92,28 @@ def test_counts_are_flagged_records_over_time(any_app, analyst):
     assert svg.status_code == 200 and "UTC: 291</title>" in svg.text  # 5-minute buckets
 
 
+def test_time_windows_include_since_and_exclude_until(any_app, analyst):
+    """[since, until): an alert stamped exactly `until` belongs to the next window, in every view that filters."""
+    client, keys = analyst
+    t0 = (datetime.now(timezone.utc).replace(minute=0, second=0, microsecond=0) - timedelta(hours=3)).timestamp()
+    t1 = t0 + 3600
+    at_since, inside, at_until = _alert(t0), _alert(t0 + 60), _alert(t1)
+    ingest(any_app, "dev-a", [at_since, inside, at_until])
+    ingest(any_app, "dev-b", [_update(t1, "dst_bytes+duration", t1 - 30, 5, "C9")])  # an incident update at until
+    window = {"since": datetime.fromtimestamp(t0, timezone.utc).isoformat(),
+              "until": datetime.fromtimestamp(t1, timezone.utc).isoformat()}
+    h = bearer(keys["viewer"])
+    listed = client.get("/api/v1/anomalies", params={**window, "limit": 500}, headers=h).json()["items"]
+    assert sorted(a["id"] for a in listed) == sorted(a["id"] for a in (at_since, inside))
+    counts = client.get("/api/v1/anomalies/counts", params={**window, "buckets": 2}, headers=h).json()
+    assert (counts["alerts"], counts["records"]) == (2, 2)
+    assert client.get("/api/v1/incidents", params=window, headers=h).json()["items"] == []
+    later = {"since": window["until"], "until": datetime.fromtimestamp(t1 + 60, timezone.utc).isoformat()}
+    listed = client.get("/api/v1/anomalies", params={**later, "limit": 500}, headers=h).json()["items"]
+    assert {a["device_id"] for a in listed} == {"dev-a", "dev-b"} and at_until["id"] in {a["id"] for a in listed}
+    assert len(client.get("/api/v1/incidents", params=later, headers=h).json()["items"]) == 1
+
+
 def test_acknowledge_with_who_and_why_undo_and_bulk(any_app, analyst):
     client, keys = analyst
     alerts = [_alert(NOW - i) for i in range(30)]

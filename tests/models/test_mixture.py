@@ -113,6 +113,40 @@ def test_full_participation_is_pooled_em_from_the_merged_seed():
     np.testing.assert_allclose(fed.prec_chol, m.prec_chol, atol=1e-7)
 
 
+def test_the_aggregate_is_every_devices_last_statistics_weighted_by_its_share():
+    """Each round's mixture is the M-step of sum_i w_i S_i over every device's last upload (stale for those not
+    sampled), with the weights the round was given: a device's share counts, in seeding and after."""
+    X = as_device_records(blobs(1200))
+    parts = [X[i::4] for i in range(4)]
+    alg = FedEM(X.shape[1], components=3, reg=1e-3, float32=False, hard_rounds=1)
+    server, bc = alg.init_server(4, np.random.default_rng(0))
+    data = device_data(parts, seed=0)
+    w = np.array([3.0, 1.0, 0.5, 2.0])
+    _, up = alg.client_update({}, data, bc)
+    server, bc = alg.server_update(server, np.arange(4), up, w)  # seeding: every device
+    last = {}
+    for ids in (np.arange(4), np.array([0, 2]), np.array([1]), np.array([3, 0])):  # a k-means round, then EM
+        sub = {k: [v[i] for i in ids] if k == "X" else np.asarray(v)[ids] for k, v in data.items()}
+        _, up = alg.client_update({}, sub, bc)
+        for j, i in enumerate(ids):
+            last[int(i)] = [np.asarray(up[k][j], float) for k in ("R", "S1", "S2")]
+        server, bc = alg.server_update(server, ids, up, w[ids])
+        if len(last) < 4:
+            continue
+        total = [sum(w[i] * last[i][t] for i in range(4)) for t in range(3)]
+        expected = m_step(*total, reg=1e-3)
+        np.testing.assert_allclose(alg.consensus(bc).means, expected.means, atol=1e-9)
+        np.testing.assert_allclose(alg.consensus(bc).weights, expected.weights, atol=1e-9)
+    # seeding with equal weights gives another mixture: the weights are not decoration
+    seeded = []
+    for weights in (w, np.ones(4)):
+        fresh = FedEM(X.shape[1], components=3, reg=1e-3, float32=False, hard_rounds=1)
+        s0, b0 = fresh.init_server(4, np.random.default_rng(0))
+        _, up = fresh.client_update({}, data, b0)
+        seeded.append(fresh.consensus(fresh.server_update(s0, np.arange(4), up, weights)[1]).weights)
+    assert not np.allclose(*seeded, atol=1e-3)
+
+
 def test_uploads_must_add_up_to_the_devices_own_statistics():
     X = blobs()
     parts = [X[:300], X[300:]]

@@ -1,0 +1,80 @@
+"""The coordinator acknowledges an MQTT message only after the database committed what it carried.
+
+Devices keep alerts until the coordinator confirms them, so an end-to-end test cannot tell an early broker
+acknowledgement from a late one: the device would send again. Here the sender is a plain MQTT client that
+never resends, the coordinator is a real process caught (by its own stack dump) inside the commit of the
+alert, which a lock on the database holds open, and it is killed there. Only the broker's redelivery of the
+unacknowledged message, to the next coordinator with the same session, can store the alert."""
+
+from __future__ import annotations
+
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+import uuid
+
+import paho.mqtt.client as mqtt
+
+from coordinator.db import Alert, make_engine, migrate
+from coordinator.service import Coordinator
+from tests.integration.conftest import wait_until
+from wire.mqtt import parse_broker_url
+from wire.protocol import Envelope, agent_topic
+
+
+
+def publisher(url: str) -> mqtt.Client:
+    b = parse_broker_url(url)
+    c = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id="plain-sender", protocol=mqtt.MQTTv311)
+    c.connect(b.host, b.port)
+    c.loop_start()
+    return c
+
+
+def stacks(proc: subprocess.Popen, log: str) -> str:
+    """The coordinator's threads' stacks (fedsentry processes dump them on SIGUSR1)."""
+    proc.send_signal(signal.SIGUSR1)
+    time.sleep(0.3)
+    with open(log) as f:
+        return f.read()
+
+
+def test_a_coordinator_killed_before_its_commit_gets_the_alert_again_from_the_broker(broker, tmp_path):
+    db_file = tmp_path / "c.db"
+    db = f"sqlite:///{db_file}"
+    engine = make_engine(db)
+    migrate(engine)
+    engine.dispose()
+    log = str(tmp_path / "coordinator.log")
+    with open(log, "w") as err:
+        proc = subprocess.Popen([sys.executable, "-m", "fedsentry.cli", "coordinator", "--broker", broker.url,
+                                 "--db", db], stdout=subprocess.DEVNULL, stderr=err)
+    sender = publisher(broker.url)
+    lock = sqlite3.connect(db_file, timeout=30, isolation_level=None)
+    try:
+        wait_until(lambda: "coordinator connected" in open(log).read(), 60, "the coordinator to connect")
+        lock.execute("BEGIN EXCLUSIVE")  # every write of the coordinator now waits (up to its 30 s timeout)
+        alert = {"id": uuid.uuid4().hex, "ts": time.time(), "score": 5.0, "threshold": 1.0, "count": 1,
+                 "explanation": [{"feature": "src_bytes", "share": 1.0, "value": 9.0, "expected": 1.0}]}
+        env = Envelope("alert", "job-1", 1, "dev-1", {}, alert)
+        sender.publish(agent_topic("dev-1", "alerts"), env.encode(), qos=1).wait_for_publish(10)
+        wait_until(lambda: "_flush_alerts" in stacks(proc, log), 20, "the coordinator to be storing the alert")
+        proc.kill()  # inside the commit: a crash between receiving and storing
+        proc.wait(10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        lock.execute("ROLLBACK") if lock.in_transaction else None
+        lock.close()
+        sender.loop_stop()
+        sender.disconnect()
+    c = Coordinator(broker.url, db).start()  # the same client id (the default), so the same broker session
+    try:
+        def stored() -> bool:
+            with c.sessions() as s:
+                return s.get(Alert, alert["id"]) is not None
+        wait_until(stored, 30, "the broker's redelivery to be stored")
+    finally:
+        c.close()
