@@ -234,8 +234,10 @@ class JobRunner(ABC):
         federation (the algorithm's row tables) are written as chunks, only those holding changed rows."""
         if self.rng is not None:
             self.info["rng"] = self.rng.bit_generator.state
-        tables = [k for k in self.algorithm().row_tables if k in self.server] if self.server else []
-        self.info["row_tables"] = row_tables.describe(self.server, tables)
+        alg = self.algorithm()
+        tables = [k for k in alg.row_tables if k in self.server] if self.server else []
+        lengths = alg.table_lengths(self.server) if self.server else {}
+        self.info["row_tables"] = row_tables.describe(self.server, tables, lengths)
         small = {k: v for k, v in self.server.items() if k not in tables}
         with self.sessions.begin() as s:
             s.merge(rnd)
@@ -247,7 +249,7 @@ class JobRunner(ABC):
                 s.merge(JobState(job_id=self.job_id, round=self.round, phase=self.phase,
                                  participants=self.participants, counts=self.counts, info=_jsonable(self.info),
                                  server=pack(small), broadcast=pack(self.broadcast)))
-            row_tables.store(s, self.job_id, row_tables.changed(self.server, tables, self.touched))
+            row_tables.store(s, self.job_id, row_tables.changed(self.server, tables, self.touched, lengths))
             if rnd.answered:  # one statement for every device that answered
                 s.execute(update(Device).where(Device.id.in_(list(rnd.answered)))
                           .values(rounds=Device.rounds + 1, last_seen=utcnow()))

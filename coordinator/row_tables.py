@@ -31,19 +31,23 @@ def dirty_chunks(arr: np.ndarray, rows: np.ndarray | None) -> list[tuple[int, by
     return [(int(c), np.ascontiguousarray(arr[int(c) * per:(int(c) + 1) * per]).tobytes()) for c in chunks]
 
 
-def changed(server: Mapping[str, np.ndarray], tables: list[str],
-            touched: Mapping[str, np.ndarray] | None) -> list[tuple[str, int, bytes]]:
-    """(array, chunk, bytes) to write for these row tables: all chunks when touched is None (the first
-    save), otherwise the chunks of the touched rows."""
+def changed(server: Mapping[str, np.ndarray], tables: list[str], touched: Mapping[str, np.ndarray] | None,
+            lengths: Mapping[str, int] | None = None) -> list[tuple[str, int, bytes]]:
+    """(array, chunk, bytes) to write for these row tables: all chunks in use when touched is None (the first
+    save), otherwise the chunks of the touched rows. `lengths`: the rows in use of tables allocated beyond."""
     empty = np.zeros(0, dtype=np.int64)
+    lengths = lengths or {}
     return [(k, c, data) for k in tables
-            for c, data in dirty_chunks(server[k], None if touched is None else touched.get(k, empty))]
+            for c, data in dirty_chunks(server[k][: lengths.get(k, len(server[k]))],
+                                        None if touched is None else touched.get(k, empty))]
 
 
-def describe(server: Mapping[str, np.ndarray], tables: list[str]) -> dict[str, dict[str, Any]]:
-    """What rebuilding the tables needs besides their chunks: length, dtype and row shape."""
-    return {k: {"length": len(server[k]), "dtype": server[k].dtype.str, "row": list(server[k].shape[1:])}
-            for k in tables}
+def describe(server: Mapping[str, np.ndarray], tables: list[str],
+             lengths: Mapping[str, int] | None = None) -> dict[str, dict[str, Any]]:
+    """What rebuilding the tables needs besides their chunks: length in use, dtype and row shape."""
+    lengths = lengths or {}
+    return {k: {"length": lengths.get(k, len(server[k])), "dtype": server[k].dtype.str,
+                "row": list(server[k].shape[1:])} for k in tables}
 
 
 def store(session: Session, job_id: str, chunks: list[tuple[str, int, bytes]]) -> None:

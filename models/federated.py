@@ -60,6 +60,10 @@ class FederatedAlgorithm(ABC):
         """For each of `row_tables`, the row indices a server step with these clients may have changed."""
         return {}
 
+    def table_lengths(self, server: State) -> dict[str, int]:
+        """For row tables allocated beyond what they hold, the rows in use (what is stored); others: whole."""
+        return {}
+
     def upload_bytes(self) -> int:
         """Bytes a sampled client uploads per round (payload only)."""
         return 0

@@ -8,6 +8,8 @@ the algorithm's own client step, so the server sees exactly what it would in a j
 from __future__ import annotations
 
 import argparse
+import multiprocessing
+import os
 import shlex
 import sys
 import time
@@ -53,10 +55,75 @@ def server_round_seconds(algorithm: str, n_clients: int, sampled: int, rounds: i
             "whole_state_bytes": len(pack(server))}
 
 
+def mixture_round_seconds(n_clients: int, sampled: int, rounds: int, d: int, components: int,
+                          seed: int = 0) -> dict[str, Any]:
+    """FedEM's server step (validation, the table of control variates, the M-step) in a process of its own:
+    rounds until the table is full (every row written once) and `rounds` more, the peak memory of the process
+    (VmHWM) at the end. Uploads are the honest statistics of a pool of devices (their own k-means rounds), each
+    sampled device answering with one of them and the moments it claimed."""
+    from fedsentry.bench.agent_memory import status
+    from models.mixture.fedem import FedEM
+    from models.mixture.simulator import device_data, device_moments
+
+    rng = np.random.default_rng(seed)
+    alg = FedEM(d, components=components)
+    pool = [rng.standard_normal((400, d)) @ rng.standard_normal((d, d)) * 0.3 + rng.standard_normal(d)
+            for _ in range(sampled)]
+    data = device_data(pool, seed)
+    mean, mean_sq = device_moments([np.asarray(x, float) for x in data["X"]])
+    t0 = time.perf_counter()
+    server, broadcast = alg.init_server(n_clients, rng)
+    who = np.arange(n_clients) % sampled  # each device answers as one of the pool
+    server = alg.attach_bounds(server, mean[who], mean_sq[who])
+    init = time.perf_counter() - t0
+    _, up = alg.client_update({}, data, broadcast)
+    server, broadcast = alg.server_update(server, np.arange(sampled), up, np.ones(sampled))  # seeding
+    _, up = alg.client_update({}, data, broadcast)
+    capacity = len(server["owner"])
+    fill = -(-min(capacity, n_clients) // sampled)
+    from coordinator import row_tables
+    from coordinator.db import pack
+
+    times, stored, order = [], [], rng.permutation(n_clients)
+    for r in range(fill + rounds):
+        # first every row of the table once (devices not seen before), then the usual sampling
+        ids = np.sort(order[r * sampled:(r + 1) * sampled]) if r < fill else sample_clients(rng, n_clients,
+                                                                                           sampled / n_clients)
+        answers = {k: v[who[ids]] for k, v in up.items()}
+        t = time.perf_counter()
+        server, _ = alg.server_update(server, ids, answers, np.ones(len(ids)))
+        times.append(time.perf_counter() - t)
+        if r >= fill:
+            small = pack({k: v for k, v in server.items() if k not in alg.row_tables})
+            chunks = row_tables.changed(server, list(alg.row_tables), alg.touched(server, ids),
+                                        alg.table_lengths(server))
+            stored.append(len(small) + sum(len(c) for _, _, c in chunks))
+    mem = status(os.getpid())
+    steady = times[fill:]
+    return {"algorithm": "fedem", "clients": n_clients, "sampled": sampled, "features": d, "components": components,
+            "table_rows": capacity, "rows_in_use": int(server["rows"]), "fill_rounds": fill,
+            "median_round_seconds": float(np.median(steady)), "max_round_seconds": float(np.max(steady)),
+            "fill_median_round_seconds": float(np.median(times[:fill])),
+            "fill_max_round_seconds": float(np.max(times[:fill])), "init_seconds": init,
+            "client_tables_mib": sum(v.nbytes for k, v in server.items() if k in alg.row_tables) / 2**20,
+            "stored_bytes_per_round": float(np.median(stored)), "peak_mib": mem.get("VmHWM", float("nan")),
+            "rss_mib": mem.get("VmRSS", float("nan"))}
+
+
+def _in_own_process(args: tuple[int, int, int, int, int]) -> dict[str, Any]:
+    return mixture_round_seconds(*args)
+
+
 def run(args: argparse.Namespace) -> int:
     rows = [server_round_seconds(a, n, args.sampled, args.rounds, args.features, args.rank)
             for n in args.clients for a in FEDERATED]
-    doc = {"command": shlex.join(["fedsentry", *sys.argv[1:]]), "rows": rows}
+    mixtures = []
+    ctx = multiprocessing.get_context("spawn")  # a fresh process per size: its own peak memory
+    for n in args.clients:
+        with ctx.Pool(1) as pool:
+            mixtures.append(pool.map(_in_own_process, [(n, args.sampled, args.rounds, args.mixture_features,
+                                                        args.components)])[0])
+    doc = {"command": shlex.join(["fedsentry", *sys.argv[1:]]), "rows": rows, "mixtures": mixtures}
     write_results(args.out, "rounds.md", markdown(doc), doc, args.json)
     return 0
 
@@ -73,4 +140,19 @@ def markdown(doc: dict[str, Any]) -> str:
                      f"{r['median_round_seconds']:.5f} | {r['max_round_seconds']:.5f} | "
                      f"{r['client_tables_mib']:.0f} MiB | {r['stored_bytes_per_round'] / 1024:,.0f} KiB | "
                      f"{r['whole_state_bytes'] / 2**20:,.1f} MiB |")
+    if doc.get("mixtures"):
+        lines += ["", "FedEM (gmm) at the default components for its features: the server step validates each upload, "
+                  "replaces the device's row in the table of control variates (models.mixture.control: at most "
+                  "TABLE_BUDGET bytes of rows, allocated once; beyond, the devices seen longest ago leave) and takes "
+                  "the M-step. Timed over the rounds after the table is full; filling is each row's first write (the "
+                  "pages the table's memory takes). Peak is the VmHWM of a process that ran only this.", "",
+                  "| clients | sampled | d | K | table rows | median s/round | max s/round | filling median / max "
+                  "| row tables | stored per round | peak memory |",
+                  "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+        for r in doc["mixtures"]:
+            lines.append(f"| {r['clients']:,} | {r['sampled']} | {r['features']} | {r['components']} | "
+                         f"{r['table_rows']:,} | {r['median_round_seconds']:.4f} | {r['max_round_seconds']:.4f} | "
+                         f"{r['fill_median_round_seconds']:.4f} / {r['fill_max_round_seconds']:.4f} | "
+                         f"{r['client_tables_mib']:,.0f} MiB | {r['stored_bytes_per_round'] / 1024:,.0f} KiB | "
+                         f"{r['peak_mib']:,.0f} MiB |")
     return "\n".join(lines) + "\n"

@@ -79,6 +79,9 @@ def register_rounds(groups: dict[str, Any]) -> None:
     p.add_argument("--rounds", type=positive_int, default=20, help="rounds timed per size (default 20)")
     p.add_argument("--features", type=positive_int, default=20, help="number of features d (default 20)")
     p.add_argument("--rank", type=positive_int, default=3, help="subspace dimension (default 3)")
+    p.add_argument("--mixture-features", type=positive_int, default=22,
+                   help="features of the gmm rows (default 22, as ton-iot's Zeek flows)")
+    p.add_argument("--components", type=positive_int, default=128, help="gmm components (default 128)")
     p.add_argument("--out", default="benchmarks/results", help="folder for rounds.md (default benchmarks/results)")
     p.add_argument("--json", metavar="PATH", help="write the results as JSON (- for stdout)")
     p.set_defaults(func=rounds.run)

@@ -29,10 +29,12 @@ class TrimmedFedEM(FedEM):
 
     def aggregate(self, server: State) -> Mixture:
         n = int(server["rows"])
-        w = server["R_rows"][:n].sum(axis=1)  # each row holds a device's statistics times its weight
+        mass = server["R_rows"][:n].sum(axis=1).astype(float)  # each row: a device's statistics per record
+        w = server["W_rows"][:n] * mass
         keep = w > 0
-        share = np.maximum(w[keep], 1e-300)
-        stats = [server[f"{k}_rows"][:n][keep] / share.reshape(-1, *([1] * (server[f"{k}_rows"].ndim - 1)))
+        per = np.maximum(mass[keep], 1e-300)
+        share = w[keep]
+        stats = [server[f"{k}_rows"][:n][keep].astype(float) / per.reshape(-1, *([1] * (server[f"{k}_rows"].ndim - 1)))
                  for k in ("R", "S1", "S2")]
         R, S1, S2 = (trimmed_weighted_mean(s.reshape(len(s), -1), share, self.trim).reshape(s.shape[1:])
                      for s in stats)

@@ -21,7 +21,8 @@ from typing import Any
 import numpy as np
 
 from models.detector import ThresholdedDetector
-from models.mixture.fedem import DEFAULT_REG, SUPPORT_SHARE, default_components
+from models.mixture.control import SUPPORT_SHARE
+from models.mixture.fedem import DEFAULT_REG, default_components
 from models.mixture.gmm import (
     LogDensity,
     Mixture,

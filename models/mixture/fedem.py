@@ -41,7 +41,8 @@ import zlib
 
 import numpy as np
 
-from models.federated import FederatedAlgorithm, State, client_rows
+from models.federated import FederatedAlgorithm, State
+from models.mixture import control
 from models.mixture.gmm import Mixture, e_step, hard_stats, kmeans, m_step, nearest, triu_unpack
 
 #: what one upload may weigh (issue 11: at most 256 KiB per device and round)
@@ -83,11 +84,6 @@ def broadcast_of(m: Mixture, stage: int, shared: np.ndarray | None = None) -> St
     return {"pi": m.weights, "means": m.means, "prec_chol": m.prec_chol, "stage": np.array(stage), "shared": mask}
 
 
-#: a device supports a component when at least this share of its records falls in it (hard assignment: at least
-#: one record, and 0.5 % of a large device's)
-SUPPORT_SHARE = 0.005
-
-
 def shared_components(support: np.ndarray, devices: int, min_support: int) -> np.ndarray:
     """Which components become normal for the fleet: those at least `min_support` devices support (fewer for a
     fleet too small to have that many: at most half of its devices). 0 shares every component."""
@@ -108,7 +104,7 @@ class FedEM(FederatedAlgorithm):
 
     def __init__(self, n_features: int, components: int | None = None, reg: float = DEFAULT_REG, min_cluster: int = 5,
                  float32: bool = True, tolerance: float = 1e-3, hard_rounds: int = 100_000, seed_rows: bool = True,
-                 min_support: int = 3):
+                 min_support: int = 3, control_rows: int | None = None):
         components = default_components(n_features, float32) if components is None else components
         if not 1 <= components <= 1024:
             raise ValueError("components must be between 1 and 1024")
@@ -126,11 +122,24 @@ class FedEM(FederatedAlgorithm):
         if not 0 <= min_support <= 1000:
             raise ValueError("min_support must be between 0 (every component shared) and 1000 devices")
         self.min_support = int(min_support)
+        if control_rows is not None and not 1 <= control_rows <= 10_000_000:
+            raise ValueError("control_rows must be between 1 and 10000000 (devices whose last statistics the server "
+                             "keeps)")
+        self.control_rows = control_rows
 
     @property
     def packed(self) -> int:
         d = self.n_features
         return d * (d + 1) // 2
+
+    def capacity(self, n_clients: int) -> int:
+        """Rows of the server's table of control variates (models.mixture.control): every device while they fit
+        its memory budget."""
+        if self.control_rows is not None:
+            return min(self.control_rows, n_clients)
+        K, d = self.components, self.n_features
+        row = K * (1 + d + self.packed) * (4 if self.float32 else 8) + K + 24
+        return control.default_capacity(n_clients, row)
 
     # -- start -----------------------------------------------------------------------------------------
     def init_server(self, n_clients: int, rng: np.random.Generator) -> tuple[State, State]:
@@ -139,11 +148,8 @@ class FedEM(FederatedAlgorithm):
             "stage": np.zeros((), dtype=np.int64),  # 0 until the seeding devices' clusters are merged
             "em_round": np.zeros((), dtype=np.int64),  # rounds since seeding (the first hard_rounds: k-means)
             "seed": np.array(rng.integers(2**31)),
-            "slot": np.zeros(n_clients, dtype=np.int64),
-            "R_rows": np.zeros((0, K)), "S1_rows": np.zeros((0, K, d)), "S2_rows": np.zeros((0, K, p)),
-            "H_rows": np.zeros((0, K)),  # 1 where the device's last upload supports the component
-            "rows": np.zeros((), dtype=np.int64),
-            "R": np.zeros(K), "S1": np.zeros((K, d)), "S2": np.zeros((K, p)),
+            **control.empty_table(n_clients, self.capacity(n_clients), K, d, p,
+                                  np.float32 if self.float32 else np.float64),
             "rejected": np.zeros(()),
         }
         return server, broadcast_of(self.placeholder(), 0)
@@ -207,37 +213,25 @@ class FedEM(FederatedAlgorithm):
             ids, weight, R, S1, S2 = ids[ok], weight[ok], R[ok], S1[ok], S2[ok]
         if len(ids) == 0:  # nobody (acceptable) answered: the mixture stays as it is
             return server, self.current(server)
+        server = control.upgrade(server, self.capacity(len(server["slot"])))
         if seeding:
-            return self._seed(server, ids, R * weight[:, None], S1 * weight[:, None, None], S2 * weight[:, None, None],
-                              weight)
-        slot = server["slot"][ids]
-        old = slot > 0
-        if "H_rows" not in server:  # a job saved before support was counted: its devices count from now on
-            server["H_rows"] = np.zeros_like(server["R_rows"])
-        rows = client_rows(server, ids, ("R_rows", "S1_rows", "S2_rows", "H_rows"))
-        server["H_rows"][rows] = R >= SUPPORT_SHARE
-        for name, new in (("R", R), ("S1", S1), ("S2", S2)):
-            w = weight.reshape(-1, *([1] * (new.ndim - 1)))
-            table = server[f"{name}_rows"]
-            if old.any():
-                server[name] = server[name] - table[rows[old]].sum(axis=0)
-            table[rows] = new * w
-            server[name] = server[name] + table[rows].sum(axis=0)
-        m = self.aggregate(server)
+            return self._seed(server, ids, R, S1, S2, weight)
         server["em_round"] = server["em_round"] + 1
+        control.write(server, ids, weight, (R, S1, S2), int(server["em_round"]))
+        m = self.aggregate(server)
         return self.keep(server, broadcast_of(m, 2 if int(server["em_round"]) < self.hard_rounds else 1,
                                               self.shared(server)))
 
     def aggregate(self, server: State) -> Mixture:
         """The M-step of every device's last statistics, summed (weighted by the devices' shares)."""
-        return m_step(server["R"], server["S1"], server["S2"], self.reg)
+        return m_step(*control.aggregate(server), self.reg)
 
     def shared(self, server: State) -> np.ndarray:
         """The components enough devices support, from every device's last upload (SUPPORT_SHARE of its records):
         support, not volume, makes normal. A device that trains honestly on poisoned traffic supports its
         attack components alone; they stay out of the fleet's model (that device keeps them as its own)."""
-        n = int(server["rows"])
-        return shared_components(server["H_rows"][:n].sum(axis=0), n, self.min_support)
+        devices, support = control.devices_and_support(server)
+        return shared_components(support, devices, self.min_support)
 
     def _seed(self, server: State, ids: np.ndarray, R: np.ndarray, S1: np.ndarray,
               S2: np.ndarray, weight: np.ndarray) -> tuple[State, State]:
@@ -247,21 +241,22 @@ class FedEM(FederatedAlgorithm):
         keep = R > 0
         if not keep.any():
             return server, self.current(server)
-        if self.seed_rows:
-            labels = merge_labels(R[keep], S1[keep], self.components, np.random.default_rng(int(server["seed"])))
+        if self.seed_rows:  # the merge weighs each device's clusters by its share
+            w = weight[:, None]
+            labels = merge_labels((R * w)[keep], (S1 * w[..., None])[keep], self.components,
+                                  np.random.default_rng(int(server["seed"])))
             dev, K = np.nonzero(keep)[0], self.components
-            rows = client_rows(server, ids, ("R_rows", "S1_rows", "S2_rows", "H_rows"))
-            for name, stat in (("R", R), ("S1", S1), ("S2", S2)):
-                grouped = np.zeros((len(ids), K, *stat.shape[2:]))
-                np.add.at(grouped, (dev, labels), stat[keep])
-                server[f"{name}_rows"][rows] = grouped
-                server[name] = grouped.sum(axis=0)
-            # each device's share of its records in each merged component (the rows hold weighted statistics)
-            server["H_rows"][rows] = server["R_rows"][rows] / np.maximum(weight[:, None], 1e-300) >= SUPPORT_SHARE
-            m = m_step(server["R"], server["S1"], server["S2"], self.reg)
+            grouped = []
+            for stat in (R, S1, S2):
+                g = np.zeros((len(ids), K, *stat.shape[2:]))
+                np.add.at(g, (dev, labels), stat[keep])
+                grouped.append(g)
+            control.write(server, ids, weight, (grouped[0], grouped[1], grouped[2]), 0)
+            m = self.aggregate(server)
         else:
-            m = merge_clusters(R[keep], S1[keep], S2[keep], self.components, self.reg,
-                               np.random.default_rng(int(server["seed"])))
+            w = weight[:, None]
+            m = merge_clusters((R * w)[keep], (S1 * w[..., None])[keep], (S2 * w[..., None])[keep], self.components,
+                               self.reg, np.random.default_rng(int(server["seed"])))
         server["stage"] = np.array(1)
         return self.keep(server, broadcast_of(m, 2 if self.hard_rounds > 0 else 1,
                                               self.shared(server) if self.seed_rows else None))
@@ -307,14 +302,15 @@ class FedEM(FederatedAlgorithm):
         """Each device's standardised mean and mean square, from the statistics phase."""
         return {**server, "mean": np.asarray(mean, dtype=float), "mean_sq": np.asarray(mean_sq, dtype=float)}
 
-    row_tables = ("slot", "mean", "mean_sq", "R_rows", "S1_rows", "S2_rows", "H_rows")
+    row_tables = ("slot", "mean", "mean_sq", "owner", "seen", "W_rows", "R_rows", "S1_rows", "S2_rows", "H_rows")
 
     def touched(self, server: State, client_ids: np.ndarray) -> dict[str, np.ndarray]:
-        ids = np.asarray(client_ids, dtype=np.int64)
-        rows = server["slot"][ids]
-        rows = rows[rows > 0] - 1
-        return {"slot": ids, "mean": ids[:0], "mean_sq": ids[:0], "R_rows": rows, "S1_rows": rows, "S2_rows": rows,
-                "H_rows": rows}
+        return control.touched(server, client_ids)
+
+    def table_lengths(self, server: State) -> dict[str, int]:
+        """The table's rows in use: what is stored (the rest of its capacity holds nothing)."""
+        n = int(server["rows"])
+        return {k: n for k in ("owner", "seen", "W_rows", "R_rows", "S1_rows", "S2_rows", "H_rows")}
 
     def consensus(self, broadcast: State) -> Mixture:
         return mixture_of(broadcast)
@@ -357,16 +353,24 @@ def moments_psd(R: np.ndarray, S1: np.ndarray, S2: np.ndarray, d: int) -> np.nda
     its trace. Sums and diagonals alone let an upload carry a second moment no records have (a large
     off-diagonal entry), which the M-step would turn into a covariance that is not one."""
     n, K = R.shape
-    M = np.empty((n, K, d + 1, d + 1))
-    M[..., 0, 0] = R
-    M[..., 0, 1:] = S1
-    M[..., 1:, 0] = S1
-    M[..., 1:, 1:] = triu_unpack(S2, d)
-    if not np.isfinite(M).all():
-        return np.asarray(np.isfinite(M).all(axis=(1, 2, 3)))
-    low = np.linalg.eigvalsh(M)[..., 0]
-    trace = np.trace(M, axis1=-2, axis2=-1)
-    return (low >= -PSD_TOLERANCE * np.maximum(trace, 1e-12)).all(axis=1)
+    # [R, S1, S2] is the packed upper triangle of each component's moment matrix of (1, x)
+    packed = np.concatenate([np.asarray(R, float)[..., None], np.asarray(S1, float), np.asarray(S2, float)], axis=-1)
+    finite = np.isfinite(packed).all(axis=(1, 2))
+    if not finite.all():
+        return finite
+    live = (packed != 0).any(axis=-1)  # an empty component is the moments of no records: nothing to check
+    M = triu_unpack(packed[live], d + 1)
+    floor = PSD_TOLERANCE * np.maximum(np.trace(M, axis1=-2, axis2=-1), 1e-12)
+    diagonal = np.arange(d + 1)
+    shifted = M.copy()
+    shifted[:, diagonal, diagonal] += floor[:, None]
+    try:  # every eigenvalue above -floor: M + floor I is positive definite (one batched Cholesky)
+        np.linalg.cholesky(shifted)
+        return np.ones(n, bool)
+    except np.linalg.LinAlgError:  # some upload is not (or is at the edge): decide each exactly
+        ok = np.ones((n, K), bool)
+        ok[live] = np.linalg.eigvalsh(M)[:, 0] >= -floor
+        return np.asarray(ok.all(axis=1))
 
 
 def merge_labels(R: np.ndarray, S1: np.ndarray, K: int, rng: np.random.Generator) -> np.ndarray:

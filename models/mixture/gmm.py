@@ -11,6 +11,7 @@ values (a flag, a port class) stays non-singular; the same role as scikit-learn'
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -151,12 +152,18 @@ def triu_pack(S2: np.ndarray) -> np.ndarray:
     return S2[..., i, j]
 
 
-def triu_unpack(P: np.ndarray, d: int) -> np.ndarray:
+@functools.lru_cache(maxsize=8)
+def _unpacked_positions(d: int) -> np.ndarray:
+    """For each entry (a, b) of a d x d matrix, flattened, its position in the packed upper triangle."""
     i, j = np.triu_indices(d)
-    out = np.zeros((*P.shape[:-1], d, d), dtype=float)
-    out[..., i, j] = P
-    out[..., j, i] = P
-    return out
+    where = np.empty((d, d), dtype=np.intp)
+    where[i, j] = where[j, i] = np.arange(len(i))
+    return where.ravel()
+
+
+def triu_unpack(P: np.ndarray, d: int) -> np.ndarray:
+    """(..., d(d+1)/2) packed upper triangles -> (..., d, d) symmetric matrices (float64): one gather."""
+    return np.asarray(P, dtype=float)[..., _unpacked_positions(d)].reshape(*P.shape[:-1], d, d)
 
 
 def hard_stats(X: np.ndarray, labels: np.ndarray, K: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -185,7 +192,7 @@ def m_step(R: np.ndarray, S1: np.ndarray, S2: np.ndarray, reg: float, min_mass: 
     empty = min_mass * total > R
     Rs = np.where(empty, 1.0, R)
     means = np.where(empty[:, None], pooled_mean, S1 / Rs[:, None])
-    covs = S2 / Rs[:, None, None] - np.einsum("kd,ke->kde", means, means)
+    covs = S2 / Rs[:, None, None] - means[:, :, None] * means[:, None, :]
     covs = np.where(empty[:, None, None], pooled_cov, covs)
     covs = nearest_psd(covs) + reg * np.eye(d)
     weights = np.where(empty, min_mass, R / total)
@@ -202,22 +209,24 @@ def nearest_psd(covs: np.ndarray) -> np.ndarray:
     w, V = np.linalg.eigh(sym)
     if (w >= 0).all():
         return sym
-    return np.einsum("...ij,...j,...kj->...ik", V, np.maximum(w, 0.0), V)
+    return (V * np.maximum(w, 0.0)[..., None, :]) @ np.swapaxes(V, -1, -2)
 
 
 def precision_cholesky(covs: np.ndarray) -> np.ndarray:
     """L_k with L_k L_k' = Sigma_k^-1 (upper triangular), as scikit-learn computes it: the transposed
     inverse of the Cholesky factor of Sigma_k. A covariance that is not positive definite raises."""
     K, d, _ = covs.shape
-    out = np.empty_like(covs)
-    eye = np.eye(d)
-    for k in range(K):
-        try:
-            c = np.linalg.cholesky(covs[k])
-        except np.linalg.LinAlgError:
-            raise np.linalg.LinAlgError(f"component {k}: covariance is not positive definite; raise reg") from None
-        out[k] = np.triu(np.linalg.solve(c, eye).T)  # Sigma = c c', so Sigma^-1 = c^-T c^-1 = L L' with L = c^-T
-    return out
+    try:
+        c = np.linalg.cholesky(covs)  # all components at once
+    except np.linalg.LinAlgError:
+        for k in range(K):  # name the first that is not
+            try:
+                np.linalg.cholesky(covs[k])
+            except np.linalg.LinAlgError:
+                raise np.linalg.LinAlgError(f"component {k}: covariance is not positive definite; raise reg") from None
+        raise
+    # Sigma = c c', so Sigma^-1 = c^-T c^-1 = L L' with L = c^-T
+    return np.triu(np.swapaxes(np.linalg.solve(c, np.broadcast_to(np.eye(d), covs.shape)), -1, -2))
 
 
 def kmeans(X: np.ndarray, k: int, rng: np.random.Generator, weights: np.ndarray | None = None,

@@ -14,6 +14,7 @@ import subprocess
 import sys
 import time
 import uuid
+from pathlib import Path
 
 import paho.mqtt.client as mqtt
 
@@ -22,7 +23,6 @@ from coordinator.service import Coordinator
 from tests.integration.conftest import wait_until
 from wire.mqtt import parse_broker_url
 from wire.protocol import Envelope, agent_topic
-
 
 
 def publisher(url: str) -> mqtt.Client:
@@ -37,8 +37,7 @@ def stacks(proc: subprocess.Popen, log: str) -> str:
     """The coordinator's threads' stacks (fedsentry processes dump them on SIGUSR1)."""
     proc.send_signal(signal.SIGUSR1)
     time.sleep(0.3)
-    with open(log) as f:
-        return f.read()
+    return Path(log).read_text()
 
 
 def test_a_coordinator_killed_before_its_commit_gets_the_alert_again_from_the_broker(broker, tmp_path):
@@ -54,7 +53,7 @@ def test_a_coordinator_killed_before_its_commit_gets_the_alert_again_from_the_br
     sender = publisher(broker.url)
     lock = sqlite3.connect(db_file, timeout=30, isolation_level=None)
     try:
-        wait_until(lambda: "coordinator connected" in open(log).read(), 60, "the coordinator to connect")
+        wait_until(lambda: "coordinator connected" in Path(log).read_text(), 60, "the coordinator to connect")
         lock.execute("BEGIN EXCLUSIVE")  # every write of the coordinator now waits (up to its 30 s timeout)
         alert = {"id": uuid.uuid4().hex, "ts": time.time(), "score": 5.0, "threshold": 1.0, "count": 1,
                  "explanation": [{"feature": "src_bytes", "share": 1.0, "value": 9.0, "expected": 1.0}]}
