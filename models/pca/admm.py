@@ -1,4 +1,6 @@
-"""Consensus ADMM skeleton shared by FedPE and FedPG (seed 004, Alg. 1 and 2).
+"""FedPE and FedPG (seed 004, Alg. 1 and 2) as instances of the general-form consensus ADMM of
+`models.consensus` (x_i = U_i, z = Z, g = 0; every client holds every coordinate, and z averages this round's
+clients only, eq. 8). Subclasses supply the local solver and the orthonormality they keep.
 
     client:  U_i <- argmin_U  w_i f_i(U) + <Y_i, U - Z> + rho/2 ||U - Z||^2   (C local steps)
     upload:  U_i + Y_i / rho
@@ -16,6 +18,7 @@ from abc import abstractmethod
 import numpy as np
 
 from models.aggregation import AGGREGATORS, aggregate, clip_norms
+from models.consensus import consensus, dual_step, message
 from models.federated import State, step_count
 from models.linalg import orth, procrustes_align
 from models.pca.base import PCAAlgorithm
@@ -73,14 +76,14 @@ class ConsensusADMM(PCAAlgorithm):
         state = self.client_finish(state, broadcast)
         state = self.local_solve(dict(state), data["C"], data["weight"], broadcast["Z"])
         state["pending"] = np.ones(len(state["pending"]), dtype=bool)
-        return state, {"U": state["U"] + state["Y"] / self.rho}
+        return state, {"U": message(state["U"], state["Y"], self.rho) / self.rho}  # U_i + Y_i / rho
 
     def client_finish(self, state: State, broadcast: State) -> State:
         p = state["pending"]
         if not p.any():
             return state
         state = dict(state)
-        state["Y"] = state["Y"] + np.where(p[:, None, None], self.rho * (state["U"] - broadcast["Z"]), 0.0)
+        state["Y"] = np.where(p[:, None, None], dual_step(state["Y"], state["U"], broadcast["Z"], self.rho), state["Y"])
         state["pending"] = np.zeros_like(p)
         return self.finish_extra(state, p)
 
@@ -93,8 +96,8 @@ class ConsensusADMM(PCAAlgorithm):
     ) -> tuple[State, State]:
         if len(client_ids) == 0:
             return server, {"Z": server["Z"]}
-        if self.aggregator == "mean":  # the paper's eq. (8)
-            Z = uploads["U"].mean(axis=0)
+        if self.aggregator == "mean":  # the paper's eq. (8): the consensus of this round's clients
+            Z = consensus(self.rho * uploads["U"].sum(axis=0), len(client_ids), self.rho)
         else:  # align each upload to the consensus (U and UR span the same subspace), clip, combine robustly
             X = clip_norms(procrustes_align(uploads["U"], orth(server["Z"])))
             Z = aggregate(X, weight, self.aggregator, self.trim)

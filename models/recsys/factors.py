@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from models.consensus import soft_threshold  # the proximal map of tau |.|_1 (seed 000, eq. 72)
+
 
 def design(F: np.ndarray) -> np.ndarray:
     """[factors, 1]: the packed rows with the bias column replaced by ones (the partner's design rows)."""
@@ -61,11 +63,6 @@ def ridge_solve(gram: np.ndarray, rhs: np.ndarray, lam: float | np.ndarray) -> n
     lam = np.asarray(lam, dtype=float)
     A = gram + lam[..., None, None] * np.eye(k) if lam.ndim else gram + lam * np.eye(k)
     return np.linalg.solve(A, rhs[..., None])[..., 0]
-
-
-def soft_threshold(Q: np.ndarray, tau: float | np.ndarray) -> np.ndarray:
-    """S(Q, tau)_tj = sign(Q_tj) max(|Q_tj| - tau, 0), the proximal map of tau |.|_1 (paper eq. 72)."""
-    return np.sign(Q) * np.maximum(np.abs(Q) - tau, 0.0)
 
 
 def prox_step(X: np.ndarray, grad: np.ndarray, L: np.ndarray, lam: float, regularizer: str = "l2") -> np.ndarray:

@@ -1,4 +1,6 @@
-"""FedMC-ADMM (seed 000, Alg. 1) with the closed forms (66)-(68) for l2 and (71)-(73) for l1.
+"""FedMC-ADMM (seed 000, Alg. 1) with the closed forms (66)-(68) for l2 and (71)-(73) for l1: an instance of the
+general-form consensus ADMM of `models.consensus` (x_i = the item copy W_i, z = the item factors V, g = the
+item regulariser), whose local solver is (a) and (b) below.
 
 Roles: a client's private *user factors* U_i (here packed with the user biases), its local *item copy*
 W_i and *item dual* Y_i, and the server's shared *item factors* V. With rho the paper's penalty beta:
@@ -25,7 +27,8 @@ Differences from the paper, and why:
 - The objective is written as a sum over clients (the paper's average times p): the closed forms are the
   paper's with p = 1 and rho, Y scaled by p.
 - Per-row curvature: (66)/(71) use each user's own Lipschitz constant lambda_max(sum_j d_j d_j') and (67)
-  each item column's, instead of the global |W W'|_F and |U'U|_F. The sub-problems separate by rows
+  a bound of each item column's (the smaller of sum_t |[u_t, 1]|^2 over its raters and lambda_max of the
+  client's whole [U, 1] Gram), instead of the global |W W'|_F and |U'U|_F. The sub-problems separate by rows
   and columns, so these are valid majorisers, and far tighter (a user rates dozens, not thousands of
   items).
 - Biases: packed factor rows (see factors.py); the global mean comes from a one-off count and sum.
@@ -44,10 +47,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from models.consensus import ConsensusSum, consensus, dual_step, message
 from models.federated import State, step_count
 from models.recsys.base import RecsysAlgorithm, held
 from models.recsys.batch import RatingBatch
-from models.recsys.factors import largest_eigenvalue, prox_step, ridge_solve, soft_threshold
+from models.recsys.factors import largest_eigenvalue, prox_step, ridge_solve
 
 USER_SOLVERS = ("exact", "prox")
 #: default lam = gamma per regularizer, from a validation split of movielens-small's training ratings
@@ -94,13 +98,13 @@ class FedMCADMM(RecsysAlgorithm):
         V = broadcast["item_factors"][batch.item_ids]  # the consensus on each client's items
         W = batch.gather(state["item_copy"])
         Y = batch.gather(state["item_dual"])
-        before = self.rho * W + Y
+        before = message(W, Y, self.rho)
         fresh = ~state["joined"][batch.slot_client]
         if fresh.any():  # joining: start the copy at the consensus, no dual, nothing in the server's sum yet
             W[fresh], Y[fresh], before[fresh] = V[fresh], 0.0, 0.0
         P = self.user_step(batch, state["user_factors"].reshape(b * batch.M, k), W)
         W, Y = self.item_step(batch, P, W, Y, V)
-        item_copy, item_dual, delta = (batch.scatter(a) for a in (W, Y, self.rho * W + Y - before))
+        item_copy, item_dual, delta = (batch.scatter(a) for a in (W, Y, message(W, Y, self.rho) - before))
         new_state = {"user_factors": P.reshape(b, batch.M, k), "item_copy": item_copy, "item_dual": item_dual,
                      "joined": np.ones(b, dtype=bool)}
         uploads = {"items": data["items"], "item_mask": data["item_mask"], "delta": delta,
@@ -133,29 +137,23 @@ class FedMCADMM(RecsysAlgorithm):
             W = a * W
             W += target
             W -= step
-        return W, Y + self.rho * (W - V)
+        return W, dual_step(Y, W, V, self.rho)  # (c), with the V the client received
 
     def server_update(
         self, server: State, client_ids: np.ndarray, uploads: State, weight: np.ndarray
     ) -> tuple[State, State]:
-        S = server["item_sum"].copy()
-        count = server["item_count"].copy()
+        sums = ConsensusSum(server["item_sum"].copy(), server["item_count"].copy())
         V = server["item_factors"].copy()
         touched = []
         for c, new in enumerate(uploads["new"]):
             items, delta = held(uploads, c, "delta")
-            S[items] += delta  # items are distinct within one client, so += is a scatter-add
-            if new:
-                count[items] += 1.0
+            sums.add(items, delta, bool(new))
             touched.append(items)
         rows = np.unique(np.concatenate(touched)) if touched else np.zeros(0, dtype=np.int64)
-        V[rows] = self.consensus_rows(S[rows], count[rows])
-        server = {"item_factors": V, "item_sum": S, "item_count": count}
-        return server, {"item_factors": V, "item_seen": count > 0}
+        V[rows] = sums.z(rows, self.rho, self.regularizer, self.gamma)  # (68) / (73)
+        server = {"item_factors": V, "item_sum": sums.total, "item_count": sums.count}
+        return server, {"item_factors": V, "item_seen": sums.count > 0}
 
     def consensus_rows(self, S: np.ndarray, count: np.ndarray) -> np.ndarray:
         """The V-update (68) / (73) for rows with running sum S held by `count` clients."""
-        denom = (count * self.rho)[:, None]
-        if self.regularizer == "l2":
-            return S / (denom + self.gamma)
-        return soft_threshold(S / denom, self.gamma / denom)
+        return consensus(S, count, self.rho, self.regularizer, self.gamma)
