@@ -116,7 +116,7 @@ def flow_problem(flow: Any) -> str | None:
     return None
 
 
-def insert_for(session: Session):
+def insert_for(session: Session) -> Any:
     """The dialect's INSERT (with ON CONFLICT) for this session's database."""
     return pg_insert if session.get_bind().dialect.name == "postgresql" else sqlite_insert
 

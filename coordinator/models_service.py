@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from sqlalchemy import select
+from sqlalchemy.orm import Session, sessionmaker
 
 from coordinator.db import ModelVersion
 from models.families import FAMILIES, family
@@ -20,7 +21,7 @@ def slot_types(job_type: str) -> list[str]:
     return [name for name, f in FAMILIES.items() if f.slot == slot]
 
 
-def promote(sessions, model_id: int) -> ModelVersion:
+def promote(sessions: sessionmaker[Session], model_id: int) -> ModelVersion:
     """Mark one version promoted (the only one of its slot); the coordinator then publishes it."""
     with sessions.begin() as s:
         mv = s.get(ModelVersion, model_id)
@@ -32,7 +33,7 @@ def promote(sessions, model_id: int) -> ModelVersion:
     return mv
 
 
-def publish_promoted(sessions, publish: Callable[[str, bytes, bool], None]) -> int:
+def publish_promoted(sessions: sessionmaker[Session], publish: Callable[[str, bytes, bool], None]) -> int:
     """Publish promoted versions that are not published yet; returns how many were sent."""
     with sessions.begin() as s:
         pending = list(s.scalars(select(ModelVersion).where(ModelVersion.promoted.is_(True),

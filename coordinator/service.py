@@ -119,7 +119,7 @@ class Coordinator:
                 time.sleep(delay)
                 delay = min(delay * 2, 30)
 
-    def _on_connect(self, client, userdata, flags, reason_code, properties=None) -> None:
+    def _on_connect(self, client: Any, userdata: Any, flags: Any, reason_code: Any, properties: Any = None) -> None:
         if reason_code.is_failure:
             log.error("broker refused the coordinator: %s", reason_code)
             return

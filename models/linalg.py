@@ -20,12 +20,6 @@ def top_eigvecs(M: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     return w[order], V[:, order]
 
 
-def rayleigh_ritz(C: np.ndarray, Q: np.ndarray) -> np.ndarray:
-    """Rotate the orthonormal block Q so that its columns are ordered Ritz vectors of C."""
-    _, W = top_eigvecs(Q.T @ C @ Q, Q.shape[1])
-    return Q @ W
-
-
 def subspace_distance(Z: np.ndarray, U_star: np.ndarray) -> float:
     """SD(Z) = ||(I - U* U*^T) orth(Z)||_F: 0 for the same subspace, sqrt(k) for orthogonal ones."""
     Q = orth(np.asarray(Z, dtype=float))

@@ -55,7 +55,8 @@ def kmeans_labels(X: np.ndarray, k: int, rng: np.random.Generator, iters: int = 
     return labels
 
 
-def _dirichlet(X: np.ndarray, n_clients: int, rng: np.random.Generator, alpha: float, n_clusters: int):
+def _dirichlet(X: np.ndarray, n_clients: int, rng: np.random.Generator, alpha: float,
+               n_clusters: int) -> list[np.ndarray]:
     if alpha <= 0:
         raise ValueError("the Dirichlet concentration must be positive")
     labels = kmeans_labels(X, n_clusters, rng)

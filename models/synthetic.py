@@ -40,7 +40,8 @@ class SyntheticTraffic:
     attack_names: np.ndarray
 
 
-def _flows(rng, n, p_tcp, dur, dur_sd, pk, pk_sd, bpp, dratio, dbpp, scale):
+def _flows(rng: np.random.Generator, n: int, p_tcp: float, dur: float, dur_sd: float, pk: float, pk_sd: float,
+           bpp: float, dratio: float, dbpp: float, scale: float) -> np.ndarray:
     tcp = rng.random(n) < p_tcp
     duration = np.exp(rng.normal(dur, dur_sd, n))
     src_pkts = np.maximum(1, np.rint(np.exp(rng.normal(pk, pk_sd, n)))).astype(float)
@@ -52,7 +53,8 @@ def _flows(rng, n, p_tcp, dur, dur_sd, pk, pk_sd, bpp, dratio, dbpp, scale):
     return _assemble(duration, src_bytes, dst_bytes, missed, src_pkts, dst_pkts, tcp, rejected)
 
 
-def _assemble(duration, src_bytes, dst_bytes, missed, src_pkts, dst_pkts, tcp, rejected):
+def _assemble(duration: np.ndarray, src_bytes: np.ndarray, dst_bytes: np.ndarray, missed: np.ndarray,
+              src_pkts: np.ndarray, dst_pkts: np.ndarray, tcp: np.ndarray, rejected: np.ndarray) -> np.ndarray:
     header = np.where(tcp, 52.0, 28.0)
     return np.column_stack([
         duration, np.rint(src_bytes), np.rint(dst_bytes), np.rint(missed), src_pkts,
@@ -61,7 +63,7 @@ def _assemble(duration, src_bytes, dst_bytes, missed, src_pkts, dst_pkts, tcp, r
     ])
 
 
-def _attack(rng, kind, n, scale):
+def _attack(rng: np.random.Generator, kind: str, n: int, scale: float) -> np.ndarray:
     if kind == "scan":
         tcp = rng.random(n) < 0.9
         src_pkts = rng.integers(1, 3, n).astype(float)
@@ -108,7 +110,7 @@ def generate_traffic(
                 Xa.append(_attack(rng, a, m, scale))
                 da.append(np.full(m, dev))
                 names.append(np.full(m, a))
-    def cat(parts, w):
+    def cat(parts: list[np.ndarray], w: int) -> np.ndarray:
         return (np.concatenate(parts) if parts else np.zeros((0, w)))
     return SyntheticTraffic(
         list(FEATURES), np.vstack(Xn), np.concatenate(dn),

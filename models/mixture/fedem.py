@@ -183,7 +183,7 @@ class FedEM(FederatedAlgorithm):
             up = {k: v.astype(np.float32) for k, v in up.items()}
         return {"nll": np.array(nll)}, up
 
-    def _local_clusters(self, X: np.ndarray, rng: np.random.Generator):
+    def _local_clusters(self, X: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Statistics of the device's own k-means clusters of at least min_cluster records each (the
         rest of its records form no cluster and are not uploaded), padded to K."""
         K, d = self.components, self.n_features

@@ -12,6 +12,7 @@ values (a flag, a port class) stays non-singular; the same role as scikit-learn'
 from __future__ import annotations
 
 import functools
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -86,7 +87,7 @@ def chunk_rows(d: int) -> int:
     return int(min(4096, max(32, CHUNK_BYTES // (8 * d * (d + 1) // 2))))
 
 
-def chunks(X: np.ndarray, size: int | None = None):
+def chunks(X: np.ndarray, size: int | None = None) -> Iterator[tuple[int, np.ndarray]]:
     """(start, records as float64) in consecutive chunks: buffers may hold float32, every sum is float64."""
     size = size or chunk_rows(X.shape[1])
     for i in range(0, len(X), size):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from models.federated import make
 from models.pca.base import PCAAlgorithm
 from models.pca.fedmm import FedMM
@@ -13,7 +15,7 @@ BASELINES = ("centralized", "local")
 ALGORITHMS = (*BASELINES, *FEDERATED)
 
 
-def make_algorithm(name: str, n_features: int, rank: int, **params) -> PCAAlgorithm:
+def make_algorithm(name: str, n_features: int, rank: int, **params: Any) -> PCAAlgorithm:
     """Instantiate a federated PCA algorithm by name, ignoring parameters it does not take."""
     return make(FEDERATED, name, ALGORITHMS, **{**params, "n_features": n_features, "rank": rank})
 

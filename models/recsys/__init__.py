@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from models.federated import make
 from models.recsys.altgdmin import AltGDMin
 from models.recsys.base import RecsysAlgorithm
@@ -13,7 +15,7 @@ BASELINES = ("centralized",)
 ALGORITHMS = (*FEDERATED, *BASELINES)
 
 
-def make_algorithm(name: str, n_items: int, rank: int, **params) -> RecsysAlgorithm:
+def make_algorithm(name: str, n_items: int, rank: int, **params: Any) -> RecsysAlgorithm:
     """Instantiate a federated recommendation algorithm by name, ignoring parameters it does not take."""
     return make(FEDERATED, name, ALGORITHMS, **{**params, "n_items": n_items, "rank": rank})
 

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from models.recsys.data import Ratings
+from models.recsys.evaluation import ClientRatings, Evaluator, RecsysRun
 from models.recsys.factors import normal_equations, regularizer_value, ridge_solve
 
 
@@ -46,11 +47,9 @@ class ALS:
         return regularizer_value(P, self.lam) + regularizer_value(Q, self.gamma)
 
 
-def run_centralized(clients, test: Ratings, rank: int, rounds: int, seed: int, params: dict[str, Any],
-                    on_round: Callable[[dict[str, float]], None] | None = None):
+def run_centralized(clients: ClientRatings, test: Ratings, rank: int, rounds: int, seed: int, params: dict[str, Any],
+                    on_round: Callable[[dict[str, float]], None] | None = None) -> RecsysRun:
     """ALS on the pooled training ratings of all clients, `rounds` sweeps, evaluated like the federated runs."""
-    from models.recsys.simulator import Evaluator, RecsysRun
-
     als = ALS(rank, **{k: v for k, v in params.items() if k in ("lam", "gamma", "init_scale") and v is not None})
     train = clients.train
     target = train.rating - clients.mean

@@ -4,10 +4,17 @@ batched per-client arrays the algorithms work on. Pure functions: no file I/O he
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Protocol
 
 import numpy as np
 
 from models.federated import State
+
+
+class LineNumbers(Protocol):
+    """The line (of the file read) of each rating row an error names."""
+
+    def __getitem__(self, k: int) -> int: ...
 
 CLIENT_SPLITS = ("random", "activity")
 
@@ -44,7 +51,7 @@ class Ratings:
 
 def from_triples(users: np.ndarray, items: np.ndarray, ratings: np.ndarray, rating_min: float = 0.5,
                  rating_max: float = 5.0, name: str = "ratings", label: str = "row",
-                 numbers=None) -> Ratings:
+                 numbers: LineNumbers | None = None) -> Ratings:
     """Index raw (user id, item id, rating) triples. ValueError on duplicates or out-of-range ratings,
     naming the entry as f"{label} {numbers[position]}" (default numbers: 1, 2, ...; a file reader passes
     "line" and the line numbers: any sequence, read only for the entry named)."""
@@ -60,7 +67,7 @@ def from_triples(users: np.ndarray, items: np.ndarray, ratings: np.ndarray, rati
 
 
 def check_ratings(ratings: np.ndarray, rating_min: float, rating_max: float, label: str = "row",
-                  numbers=None) -> None:
+                  numbers: LineNumbers | None = None) -> None:
     """ValueError unless every rating is a finite number in rating_min..rating_max."""
     if not np.isfinite(ratings).all():
         raise ValueError("ratings must be finite numbers")
@@ -72,7 +79,7 @@ def check_ratings(ratings: np.ndarray, rating_min: float, rating_max: float, lab
 
 def from_indexed(user: np.ndarray, item: np.ndarray, ratings: np.ndarray, user_ids: np.ndarray,
                  item_ids: np.ndarray, rating_min: float = 0.5, rating_max: float = 5.0, name: str = "ratings",
-                 label: str = "row", numbers=None) -> Ratings:
+                 label: str = "row", numbers: LineNumbers | None = None) -> Ratings:
     """`from_triples` for ids already indexed (``user_ids[user]`` are the raters' ids): checks the
     ratings and that no (user, item) pair comes twice, and keeps the arrays as given."""
     check_ratings(ratings, rating_min, rating_max, label, numbers)
@@ -84,8 +91,8 @@ def from_indexed(user: np.ndarray, item: np.ndarray, ratings: np.ndarray, user_i
     return Ratings(user, item, ratings, user_ids, item_ids, float(rating_min), float(rating_max), name)
 
 
-def _number(numbers, k: int):
-    return k + 1 if numbers is None else numbers[k]
+def _number(numbers: LineNumbers | None, k: int) -> int:
+    return k + 1 if numbers is None else int(numbers[k])
 
 
 def index_dtype(n: int) -> type:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from models.recsys.data import Ratings
 from models.recsys.factors import predict_pairs
 
 
@@ -21,10 +20,3 @@ def rmse(pred: np.ndarray, truth: np.ndarray) -> float:
 
 def mae(pred: np.ndarray, truth: np.ndarray) -> float:
     return float(np.mean(np.abs(np.asarray(pred) - np.asarray(truth))))
-
-
-def rating_errors(mean: float, user_factors: np.ndarray, item_factors: np.ndarray, ratings: Ratings) -> dict:
-    """RMSE and MAE of a model on a set of ratings (pooled: every rating counts once)."""
-    p = predict(mean, user_factors, item_factors, ratings.user, ratings.item, ratings.rating_min,
-                ratings.rating_max)
-    return {"rmse": rmse(p, ratings.rating), "mae": mae(p, ratings.rating)}

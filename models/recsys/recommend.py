@@ -10,6 +10,7 @@ items the user has not rated by predicted score. Items are named by their origin
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -117,6 +118,6 @@ def fold_in(model: ItemModel, item_ids: np.ndarray | list, ratings: np.ndarray |
     return top_n(model, fold_in_row(model, items, ratings), items, n)
 
 
-def _plain(x):
+def _plain(x: Any) -> Any:
     """A numpy scalar as the Python value (for messages and JSON)."""
     return x.item() if hasattr(x, "item") else x
