@@ -31,7 +31,7 @@ from edge_agent.detector_participant import TrainingBuffer
 from edge_agent.memory import release
 from edge_agent.participant import Participant
 from edge_agent.scorer import Scorer
-from edge_agent.sources import Batch, SchemaError, ZeekFollower, csv_source, take_rows
+from edge_agent.sources import Batch, SchemaError, Source, ZeekFollower, as_source, csv_source, take_rows
 from edge_agent.store import AgentStore, Outbox
 from models.families import family
 from models.threshold import holdout_mask
@@ -83,7 +83,7 @@ class AgentConfig:
 
 
 class Agent:
-    def __init__(self, cfg: AgentConfig, source: Iterator[Batch] | ZeekFollower | None = None,
+    def __init__(self, cfg: AgentConfig, source: Source | Iterator[Batch] | None = None,
                  training: Iterator[Batch] | None = None, ratings: tuple[Any, Any] | None = None):
         self.cfg = cfg
         self.store = AgentStore(cfg.state_dir)
@@ -120,10 +120,10 @@ class Agent:
                 log.warning("agent=%s saved model unusable: %s", cfg.agent_id, e)
         self.outbox = Outbox(Path(cfg.state_dir) / "outbox.sqlite")
         self.scorer.limiter.restore(self.outbox.load_state("limiter"))
-        position = self.outbox.load_state("zeek")
-        if isinstance(source, ZeekFollower) and position:
-            source.seek(position)  # saved with the alerts of the last batch read (older agents: zeek.json)
-        self.source = source
+        self.source = as_source(source)
+        position = self.outbox.load_state("source") or self.outbox.load_state("zeek")  # (the key of older agents)
+        if self.source is not None and position:
+            self.source.seek(position)  # saved with the alerts of the last batch read (older agents: zeek.json)
         self.inbox: queue.Queue[tuple[str, bytes]] = queue.Queue()
         self._next_resend = 0.0
         self._next_release = 0.0
@@ -300,8 +300,9 @@ class Agent:
         counts: one transaction, then the alerts are sent."""
         envelopes = [self.scorer.envelope(a) for a in alerts]
         state: dict[str, Any] = {"limiter": self.scorer.limiter.state()}
-        if isinstance(self.source, ZeekFollower):
-            state["zeek"] = self.source.position
+        position = self.source.position if self.source is not None else None
+        if position is not None:
+            state["source"] = position
         self.outbox.add(*((env.meta["id"], env.encode()) for env in envelopes), state=state)
         self.counters["alerts"] += len(envelopes)
         if envelopes and self.connected.is_set():
@@ -405,9 +406,7 @@ class Agent:
         """A batch, None if nothing now, False when the source is exhausted."""
         if self.source is None:
             return False
-        if isinstance(self.source, ZeekFollower):
-            return self.source.poll()  # the position is saved with the batch's alerts (commit)
-        return next(self.source, False)
+        return self.source.poll()  # the position is saved with the batch's alerts (commit)
 
     def run(self) -> int:
         self.client.connect_async(*self._address())

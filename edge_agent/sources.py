@@ -21,7 +21,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, Literal, Protocol
 
 import numpy as np
 
@@ -42,6 +42,46 @@ ZEEK_TEXT = ("proto", "service", "conn_state", "history", "uid", "ts", "id.orig_
 FLOW_FIELDS = ("uid", "ts", "id.orig_h", "id.orig_p", "id.resp_h", "id.resp_p", "row")
 # what an alert carries of its record, so that an analyst can find the connection
 ALERT_FLOW_FIELDS = (*FLOW_FIELDS, "proto", "service")
+
+
+class Source(Protocol):
+    """Where an agent's traffic comes from: a CSV file or JSON lines (`Replay`), a Zeek conn.log followed as it
+    grows (`ZeekFollower`). The agent reads batches and saves the position past each batch with the alerts it
+    raised, in one transaction, so that a restarted agent neither skips nor repeats records."""
+
+    def poll(self) -> Batch | Literal[False] | None:
+        """The next batch; None when nothing is there yet; False once the source is exhausted."""
+
+    @property
+    def position(self) -> dict[str, Any] | None:
+        """Where reading resumes after a restart; None for a source that cannot resume."""
+
+    def seek(self, position: dict[str, Any] | None) -> None:
+        """Resume at a saved position."""
+
+
+class Replay:
+    """A finite stream of batches (a CSV file, JSON lines on stdin): read once, not resumable."""
+
+    def __init__(self, batches: Iterator[Batch]):
+        self.batches = batches
+
+    def poll(self) -> Batch | Literal[False]:
+        return next(self.batches, False)
+
+    @property
+    def position(self) -> None:
+        return None
+
+    def seek(self, position: dict[str, Any] | None) -> None:
+        """Nothing to resume: a replay starts from its beginning."""
+
+
+def as_source(source: Source | Iterator[Batch] | None) -> Source | None:
+    """A source as the agent reads it: iterators of batches are replays."""
+    if source is None or hasattr(source, "poll"):
+        return source  # type: ignore[return-value]
+    return Replay(source)
 
 
 def flows(batch: Batch, rows: np.ndarray) -> list[dict[str, str | int]]:

@@ -7,7 +7,6 @@ import logging
 import os
 import signal
 import sys
-from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from fedsentry.cli.common import (
@@ -20,7 +19,7 @@ from fedsentry.cli.common import (
 from fedsentry.errors import UsageError
 
 if TYPE_CHECKING:
-    from edge_agent.sources import Batch, ZeekFollower
+    pass
 
 
 def register(groups: dict[str, Any], verbs: Any) -> None:
@@ -109,7 +108,7 @@ def broker_from_file(path: str) -> str:
 def run_agent(args: argparse.Namespace) -> int:
     from edge_agent.agent import Agent, AgentConfig, training_source
     from edge_agent.memory import MIN_BUDGET, settle_allocator
-    from edge_agent.sources import SchemaError, ZeekFollower, csv_source, json_lines
+    from edge_agent.sources import Replay, SchemaError, Source, ZeekFollower, csv_source, json_lines
     from edge_agent.store import AgentStore
     from wire.mqtt import parse_broker_url, redact_url
     from wire.protocol import check_id
@@ -134,13 +133,13 @@ def run_agent(args: argparse.Namespace) -> int:
             raise UsageError(f"file not found: {f}")
     state_dir = args.state_dir or f"fedsentry-agent-{args.id}"
     private_folder(state_dir)
-    source: Iterator[Batch] | ZeekFollower | None
+    source: Source | None
     if args.csv:
-        source = csv_source(args.csv, args.rate, label_column=args.label_column)
+        source = Replay(csv_source(args.csv, args.rate, label_column=args.label_column))
     elif args.zeek:
         source = ZeekFollower(args.zeek, AgentStore(state_dir).load_json("zeek", None))
     elif args.stdin:
-        source = json_lines(iter(sys.stdin.readline, ""))
+        source = Replay(json_lines(iter(sys.stdin.readline, "")))
     else:
         source = None
     if args.memory_budget is not None and not MIN_BUDGET <= args.memory_budget <= 1e6:

@@ -324,3 +324,25 @@ def test_a_training_file_without_records_is_refused_by_the_agent(tmp_path, capsy
         assert main(["agent", "--id", "t1", "--broker", "mqtt://127.0.0.1:1", "--train", str(f),
                      "--state-dir", str(tmp_path / f"state-{name}")]) == 2
         assert "the training file holds no records" in capsys.readouterr().err
+
+
+def test_every_source_reads_through_one_protocol(tmp_path):
+    """CSV and JSON lines are replays (batches, then False, nothing to resume); a Zeek log is followed (None while
+    nothing new, a position to resume at)."""
+    from edge_agent.sources import Replay, ZeekFollower, as_source, json_lines
+
+    replay = as_source(json_lines(iter(['{"a": 1}\n', '{"a": 2}\n'])))
+    assert isinstance(replay, Replay) and replay.position is None
+    first = replay.poll()
+    assert first is not False and first is not None and len(first.X) == 2
+    assert replay.poll() is False
+    log = tmp_path / "conn.log"
+    log.write_text("#separator \\x09\n#fields\tts\tuid\tduration\n1.0\tC1\t0.5\n")
+    follower = as_source(ZeekFollower(log))
+    assert follower is not None and len(follower.poll().X) == 1 and follower.poll() is None
+    at = follower.position
+    with open(log, "a") as f:
+        f.write("2.0\tC2\t0.7\n")
+    again = ZeekFollower(log)
+    again.seek(at)
+    assert len(again.poll().X) == 1  # only the record written after the saved position

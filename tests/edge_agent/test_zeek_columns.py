@@ -123,5 +123,5 @@ def test_a_running_agent_following_a_log_with_a_bad_record_keeps_running(tmp_pat
     assert "Traceback" not in errors.read_text()
     from edge_agent.store import Outbox
 
-    position = Outbox(tmp_path / "state" / "outbox.sqlite").load_state("zeek")  # read past the bad record
+    position = Outbox(tmp_path / "state" / "outbox.sqlite").load_state("source")  # read past the bad record
     assert position["offset"] == log.stat().st_size and position["line"] == HEADER_LINES + 3
