@@ -1,20 +1,26 @@
-"""One round of any federated algorithm, written once: who is sampled, and what a round does.
+"""The rounds of any federated algorithm, written once: who is sampled, what a round does, and the loop.
 
-The in-process simulators call these two functions in their loops; the deployment splits the same
-round across the network (the coordinator samples with `sample_clients` and runs the server step, each
-sampled agent runs the client step, and applies `client_finish` when the next broadcast arrives). The
-broker-free loopback test (`tests/integration/test_loopback.py`) pins the two together for every
+`Rounds` is the loop's state (the algorithm, the server state, the broadcast, the seeded generator that samples)
+with its two steps: `sample` (who takes part in the next round) and `close` (the server step on the answers).
+`simulate` drives it in-process: the sampled clients' steps run through a `ClientPool` (the simulation's
+transport: their data and states in memory), then the server step, then each client's finish with the new
+broadcast. Every simulator (PCA, mixture, recommendation) and `fedsentry bench rounds` run this loop; the
+deployment runs the same steps across the network (the coordinator samples with `sample_clients` and runs the
+server step, each sampled agent runs the client step and applies `client_finish` when the next broadcast
+arrives). The broker-free loopback test (`tests/integration/test_loopback.py`) pins the two together for every
 registered algorithm.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Protocol
 
 import numpy as np
 
-from models.federated import FederatedAlgorithm, State
+from models.federated import FederatedAlgorithm, State, put, take
 
 
 def sample_clients(rng: np.random.Generator, n_clients: int, fraction: float) -> np.ndarray:
@@ -50,3 +56,115 @@ def run_round(
         uploads = tamper(uploads)
     server, broadcast = algorithm.server_update(server, client_ids, uploads, weight)
     return RoundResult(server, broadcast, algorithm.client_finish(states, broadcast), uploads)
+
+
+@dataclass
+class Rounds:
+    """A federated algorithm's loop state: sample the next round, close it with the answers."""
+
+    algorithm: FederatedAlgorithm
+    server: State
+    broadcast: State
+    rng: np.random.Generator
+    n_clients: int
+    fraction: float
+    round: int = 0
+
+    @classmethod
+    def start(cls, algorithm: FederatedAlgorithm, n_clients: int, fraction: float,
+              rng: np.random.Generator) -> Rounds:
+        """The algorithm's first server state and broadcast (drawn from `rng`, which then samples)."""
+        server, broadcast = algorithm.init_server(n_clients, rng)
+        return cls(algorithm, server, broadcast, rng, n_clients, fraction)
+
+    def sample(self) -> np.ndarray:
+        """The clients of the next round (the seeded share of the federation)."""
+        self.round += 1
+        return sample_clients(self.rng, self.n_clients, self.fraction)
+
+    def close(self, client_ids: np.ndarray, uploads: State, weight: np.ndarray) -> State:
+        """The server step on the answers of the round (the server state is handed over); the next broadcast."""
+        self.server, self.broadcast = self.algorithm.server_update(self.server, client_ids, uploads, weight)
+        return self.broadcast
+
+
+class ClientPool(Protocol):
+    """The simulated clients' data and states: the in-process transport of `simulate`."""
+
+    def take(self, ids: np.ndarray) -> tuple[State, State]:
+        """(states, data) of these clients as one batch."""
+
+    def put(self, ids: np.ndarray, states: State) -> None:
+        """Keep these clients' states after their round."""
+
+
+@dataclass
+class BatchedPool:
+    """Every client's data and state as one batched dict (arrays with the clients on the first axis)."""
+
+    data: State
+    states: State
+
+    @classmethod
+    def of(cls, algorithm: FederatedAlgorithm, data: State, broadcast: State) -> BatchedPool:
+        return cls(data, algorithm.init_clients(data, broadcast))
+
+    def take(self, ids: np.ndarray) -> tuple[State, State]:
+        return take(self.states, ids), take(self.data, ids)
+
+    def put(self, ids: np.ndarray, states: State) -> None:
+        put(self.states, ids, states)
+
+
+@dataclass
+class ListPool:
+    """One batch of one per client (clients of different sizes), padded into one batch per round by `stack` and
+    split back by `unstack` (models.recsys.data)."""
+
+    data: list[State]
+    states: list[State]
+    stack: Callable[[list[State]], State]
+    unstack: Callable[[State, list[State]], list[State]]
+
+    def take(self, ids: np.ndarray) -> tuple[State, State]:
+        return self.stack([self.states[i] for i in ids]), self.stack([self.data[i] for i in ids])
+
+    def put(self, ids: np.ndarray, states: State) -> None:
+        for i, s in zip(ids, self.unstack(states, [self.states[i] for i in ids])):
+            self.states[i] = s
+
+
+@dataclass
+class Hooks:
+    """What a simulation adds to the loop: who of the sampled answer (dropouts), the clients' data before their
+    step (a residual trim), their uploads after it (attacks), and what to record of each round."""
+
+    answering: Callable[[np.ndarray], np.ndarray] | None = None
+    before: Callable[[np.ndarray, Rounds], None] | None = None
+    tamper: Callable[[np.ndarray, State], Callable[[State], State] | None] | None = None
+    observe: Callable[[np.ndarray, RoundResult], None] | None = None
+    seconds: list[float] = field(default_factory=list)  # each round's time (client and server steps)
+
+
+def simulate(loop: Rounds, pool: ClientPool, weight: np.ndarray, rounds: int, hooks: Hooks | None = None,
+             everyone_first: bool = False) -> Hooks:
+    """`rounds` rounds of the loop in-process (with `everyone_first`, one more first with every client: a seeding
+    phase). Returns the hooks, with each round's seconds."""
+    hooks = hooks or Hooks()
+    everyone = np.arange(loop.n_clients)
+    for r in range(rounds + int(everyone_first)):
+        ids = everyone if everyone_first and r == 0 else loop.sample()
+        if hooks.answering is not None:
+            ids = hooks.answering(ids)
+        if hooks.before is not None:
+            hooks.before(ids, loop)
+        t0 = time.perf_counter()
+        states, data = pool.take(ids)
+        tamper = hooks.tamper(ids, loop.broadcast) if hooks.tamper is not None else None
+        done = run_round(loop.algorithm, loop.server, loop.broadcast, ids, states, data, weight[ids], tamper)
+        loop.server, loop.broadcast = done.server, done.broadcast
+        pool.put(ids, done.states)
+        hooks.seconds.append(time.perf_counter() - t0)
+        if hooks.observe is not None:
+            hooks.observe(ids, done)
+    return hooks

@@ -15,7 +15,7 @@ import numpy as np
 
 from models.attacks import NO_ADVERSARIES, Adversaries
 from models.detector import PCADetector
-from models.federated import State, put, take
+from models.federated import State
 from models.kernel import DEFAULT_COMPONENTS, KERNELS, RandomFourierFeatures
 from models.linalg import subspace_distance
 from models.metrics import detection_report
@@ -23,7 +23,7 @@ from models.pca import PCAAlgorithm, make_algorithm
 from models.pca.baselines import centralized_pca, local_pca
 from models.preprocessing import Moments, Preprocessor, as_device_records, signed_log1p
 from models.robust import TRIM_CRITERIA, distance_masks, residual_mask, residuals, second_moment
-from models.rounds import run_round, sample_clients
+from models.rounds import BatchedPool, Hooks, RoundResult, Rounds, simulate
 from models.screening import (
     DEFAULT_GUARD,
     Guard,
@@ -156,37 +156,39 @@ def run_federated(
             "weight": clients.weight}
     C = data["C"]
     pooled = clients.pooled
-    server, broadcast = algorithm.init_server(N, rng)
-    server = algorithm.attach_bounds(server, clients.diag, clients.trace)
-    state = algorithm.init_clients(data, broadcast)
+    loop = Rounds.start(algorithm, N, fraction, rng)
+    loop.server = algorithm.attach_bounds(loop.server, clients.diag, clients.trace)
+    pool = BatchedPool.of(algorithm, data, loop.broadcast)
     history: list[dict[str, float]] = []
-    train_time = 0.0
     bad = set(chaos.choice(N, int(round(byzantine * N)), replace=False).tolist()) if byzantine > 0 else set()
     poisoner = Adversaries(attack=attack) if bad else adversaries
-    for r in range(1, rounds + 1):
-        idx = sample_clients(rng, N, fraction)
-        if dropout > 0:
-            idx = np.sort(chaos.choice(idx, max(len(idx) - int(round(dropout * len(idx))), 0), replace=False))
-        if trim > 0 and clients.keep is None and r > 1:  # residual trim, re-evaluated with the current Z
-            Zc = algorithm.consensus(broadcast)
+
+    def answering(idx: np.ndarray) -> np.ndarray:  # the sampled clients that never answer, chosen afresh
+        return np.sort(chaos.choice(idx, max(len(idx) - int(round(dropout * len(idx))), 0), replace=False))
+
+    def before(idx: np.ndarray, rounds: Rounds) -> None:  # residual trim, re-evaluated with the current Z
+        if rounds.round > 1:
+            Zc = algorithm.consensus(rounds.broadcast)
             for i in idx:
                 C[i] = second_moment(clients.X[i][residual_mask(clients.X[i], Zc, trim)])
+
+    def tamper(idx: np.ndarray, broadcast: State) -> Callable[[State], State] | None:
         evil = np.array([i in bad for i in idx], dtype=bool) if bad else adversaries.among(idx)
-        t0 = time.perf_counter()
-        done = run_round(algorithm, server, broadcast, idx, take(state, idx), take(data, idx), clients.weight[idx],
-                         tamper=poisoner.tamper(evil, broadcast, chaos))
-        server, broadcast = done.server, done.broadcast
-        put(state, idx, done.states)
-        train_time += time.perf_counter() - t0
-        Z = algorithm.consensus(broadcast)
-        entry = {"round": r, "objective": _objective(pooled, Z)}
+        return poisoner.tamper(evil, broadcast, chaos)
+
+    def observe(idx: np.ndarray, done: RoundResult) -> None:
+        Z = algorithm.consensus(done.broadcast)
+        entry = {"round": len(history) + 1, "objective": _objective(pooled, Z)}
         if reference is not None:
             entry["subspace_distance"] = subspace_distance(Z, reference)
         history.append(entry)
         if on_round:
             on_round(entry)
-    return FederatedRun(algorithm.consensus(broadcast), history, train_time / max(rounds, 1),
-                        algorithm.upload_bytes(), broadcast, int(server.get("rejected", 0)))
+
+    hooks = simulate(loop, pool, clients.weight, rounds, Hooks(answering if dropout > 0 else None,
+                                                                before if residual_trim else None, tamper, observe))
+    return FederatedRun(algorithm.consensus(loop.broadcast), history, sum(hooks.seconds) / max(rounds, 1),
+                        algorithm.upload_bytes(), loop.broadcast, int(loop.server.get("rejected", 0)))
 
 
 def _objective(pooled: np.ndarray, Z: np.ndarray) -> float:

@@ -19,7 +19,7 @@ import numpy as np
 
 from fedsentry.output import write_results
 from models.pca import FEDERATED
-from models.rounds import sample_clients
+from models.rounds import Rounds
 
 
 def server_round_seconds(algorithm: str, n_clients: int, sampled: int, rounds: int, d: int, rank: int,
@@ -27,8 +27,8 @@ def server_round_seconds(algorithm: str, n_clients: int, sampled: int, rounds: i
     rng = np.random.default_rng(seed)
     alg = FEDERATED[algorithm](n_features=d, rank=rank)
     t0 = time.perf_counter()
-    server, broadcast = alg.init_server(n_clients, rng)
-    server = alg.attach_bounds(server, np.full((n_clients, d), float(d)), np.full(n_clients, float(d)))
+    loop = Rounds.start(alg, n_clients, sampled / n_clients, rng)
+    loop.server = alg.attach_bounds(loop.server, np.full((n_clients, d), float(d)), np.full(n_clients, float(d)))
     init = time.perf_counter() - t0
     A = rng.standard_normal((sampled, d, d))
     data = {"C": A @ np.swapaxes(A, 1, 2) / d, "weight": np.ones(sampled)}
@@ -38,13 +38,14 @@ def server_round_seconds(algorithm: str, n_clients: int, sampled: int, rounds: i
 
     times, stored = [], []
     for _ in range(rounds):
-        ids = sample_clients(rng, n_clients, sampled / n_clients)
-        state = alg.init_clients(data, broadcast)
-        _, uploads = alg.client_update(state, data, broadcast)
+        ids = loop.sample()
+        state = alg.init_clients(data, loop.broadcast)
+        _, uploads = alg.client_update(state, data, loop.broadcast)
         t0 = time.perf_counter()
-        server, broadcast = alg.server_update(server, ids, uploads, np.ones(len(ids)))
+        loop.close(ids, uploads, np.ones(len(ids)))
         times.append(time.perf_counter() - t0)
         # what the coordinator writes for this round: the small arrays whole, row tables by changed chunk
+        server = loop.server
         small = pack({k: v for k, v in server.items() if k not in alg.row_tables})
         chunks = row_tables.changed(server, list(alg.row_tables), alg.touched(server, ids))
         stored.append(len(small) + sum(len(data) for _, _, data in chunks))
@@ -72,14 +73,14 @@ def mixture_round_seconds(n_clients: int, sampled: int, rounds: int, d: int, com
     data = device_data(pool, seed)
     mean, mean_sq = device_moments([np.asarray(x, float) for x in data["X"]])
     t0 = time.perf_counter()
-    server, broadcast = alg.init_server(n_clients, rng)
+    loop = Rounds.start(alg, n_clients, sampled / n_clients, rng)
     who = np.arange(n_clients) % sampled  # each device answers as one of the pool
-    server = alg.attach_bounds(server, mean[who], mean_sq[who])
+    loop.server = alg.attach_bounds(loop.server, mean[who], mean_sq[who])
     init = time.perf_counter() - t0
-    _, up = alg.client_update({}, data, broadcast)
-    server, broadcast = alg.server_update(server, np.arange(sampled), up, np.ones(sampled))  # seeding
-    _, up = alg.client_update({}, data, broadcast)
-    capacity = len(server["owner"])
+    _, up = alg.client_update({}, data, loop.broadcast)
+    loop.close(np.arange(sampled), up, np.ones(sampled))  # seeding
+    _, up = alg.client_update({}, data, loop.broadcast)
+    capacity = len(loop.server["owner"])
     fill = -(-min(capacity, n_clients) // sampled)
     from coordinator import row_tables
     from coordinator.db import pack
@@ -87,17 +88,18 @@ def mixture_round_seconds(n_clients: int, sampled: int, rounds: int, d: int, com
     times, stored, order = [], [], rng.permutation(n_clients)
     for r in range(fill + rounds):
         # first every row of the table once (devices not seen before), then the usual sampling
-        ids = np.sort(order[r * sampled:(r + 1) * sampled]) if r < fill else sample_clients(rng, n_clients,
-                                                                                           sampled / n_clients)
+        ids = np.sort(order[r * sampled:(r + 1) * sampled]) if r < fill else loop.sample()
         answers = {k: v[who[ids]] for k, v in up.items()}
         t = time.perf_counter()
-        server, _ = alg.server_update(server, ids, answers, np.ones(len(ids)))
+        loop.close(ids, answers, np.ones(len(ids)))
         times.append(time.perf_counter() - t)
+        server = loop.server
         if r >= fill:
             small = pack({k: v for k, v in server.items() if k not in alg.row_tables})
             chunks = row_tables.changed(server, list(alg.row_tables), alg.touched(server, ids),
                                         alg.table_lengths(server))
             stored.append(len(small) + sum(len(c) for _, _, c in chunks))
+    server = loop.server
     mem = status(os.getpid())
     steady = times[fill:]
     return {"algorithm": "fedem", "clients": n_clients, "sampled": sampled, "features": d, "components": components,

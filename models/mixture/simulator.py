@@ -19,7 +19,7 @@ import numpy as np
 
 from models.aggregation import winsorized_weighted_mean
 from models.attacks import NO_ADVERSARIES, Adversaries
-from models.federated import take
+from models.federated import State
 from models.metrics import detection_report
 from models.mixture import FEDERATED
 from models.mixture.anchors import ANCHORS
@@ -28,7 +28,7 @@ from models.mixture.fedem import FedEM, colluders, device_seed, shared_of
 from models.mixture.gmm import Mixture
 from models.mixture.spec import MixtureJobSpec
 from models.preprocessing import RECORD_DTYPE, as_device_records, signed_log1p
-from models.rounds import run_round, sample_clients
+from models.rounds import BatchedPool, Hooks, RoundResult, Rounds, simulate
 from models.screening import Guard, admitted_histograms, fleet_tail
 from models.simulator import prepare_clients
 from models.threshold import EDGES, holdout_mask, shrunk_threshold, sparse_histogram
@@ -170,24 +170,23 @@ def run_mixture(alg: FedEM, X: list[np.ndarray], weight: np.ndarray, rounds: int
     uploads tampered with, models.attacks)."""
     rng = np.random.default_rng(seed)
     chaos = np.random.default_rng(seed + 7919)  # attacks do not disturb the sampling
-    N = len(X)
-    server, broadcast = alg.init_server(N, rng)
-    server = alg.attach_bounds(server, *device_moments(X))
-    data = device_data(X, seed)
-    state = alg.init_clients(data, broadcast)
+    loop = Rounds.start(alg, len(X), fraction, rng)
+    loop.server = alg.attach_bounds(loop.server, *device_moments(X))
+    pool = BatchedPool.of(alg, device_data(X, seed), loop.broadcast)
     history: list[dict[str, float]] = []
-    everyone = np.arange(N)
-    for r in range(rounds + 1):
-        idx = everyone if r == 0 else sample_clients(rng, N, fraction)
-        done = run_round(alg, server, broadcast, idx, take(state, idx), take(data, idx), weight[idx],
-                         tamper=adversaries.tamper(adversaries.among(idx), broadcast, chaos))
-        server, broadcast = done.server, done.broadcast
-        entry = {"round": r, "rejected": float(server["rejected"]),
-                 "train_nll": float(np.mean(done.states["nll"])) if int(broadcast["stage"]) == 1 else float("nan")}
+
+    def tamper(idx: np.ndarray, broadcast: State) -> Callable[[State], State] | None:
+        return adversaries.tamper(adversaries.among(idx), broadcast, chaos)
+
+    def observe(idx: np.ndarray, done: RoundResult) -> None:
+        entry = {"round": len(history), "rejected": float(done.server["rejected"]),
+                 "train_nll": float(np.mean(done.states["nll"])) if int(done.broadcast["stage"]) == 1 else float("nan")}
         history.append(entry)
         if on_round:
             on_round(entry)
-    return alg.consensus(broadcast), shared_of(broadcast), history
+
+    simulate(loop, pool, weight, rounds, Hooks(tamper=tamper, observe=observe), everyone_first=True)
+    return alg.consensus(loop.broadcast), shared_of(loop.broadcast), history
 
 
 def device_moments(X: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:

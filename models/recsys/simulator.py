@@ -22,7 +22,7 @@ from models.recsys.data import Ratings, count_distinct, stack, unstack
 from models.recsys.evaluation import ClientRatings, Evaluator, RecsysRun, prepare_clients
 from models.recsys.metrics import rmse
 from models.recsys.recommend import ItemModel, fold_in, recommend_top_n, top_n
-from models.rounds import run_round, sample_clients
+from models.rounds import Hooks, ListPool, RoundResult, Rounds, simulate
 
 
 def gather_users(data: list[State], states: list[State], n_users: int) -> np.ndarray:
@@ -44,38 +44,31 @@ def run_federated(
 ) -> RecsysRun:
     """Drive an algorithm for `rounds` rounds with a fraction of the clients sampled each round."""
     rng = np.random.default_rng(seed)
-    N = clients.n_clients
     data = clients.data
     evaluate = Evaluator(clients, test)
     t0 = time.perf_counter()
-    server, broadcast = algorithm.init_server(N, rng)
-    states = [algorithm.init_clients(d, broadcast) for d in data]
+    loop = Rounds.start(algorithm, clients.n_clients, fraction, rng)
+    pool = ListPool(data, [algorithm.init_clients(d, loop.broadcast) for d in data], stack, unstack)
     for _ in range(algorithm.setup_rounds):
-        uploads = algorithm.client_setup(stack(states), stack(data), broadcast)
-        server, broadcast = algorithm.server_setup(server, uploads)
+        uploads = algorithm.client_setup(stack(pool.states), stack(data), loop.broadcast)
+        loop.server, loop.broadcast = algorithm.server_setup(loop.server, uploads)
     setup_seconds = time.perf_counter() - t0
     history: list[dict[str, float]] = []
-    train_time, sent = 0.0, []
-    for r in range(1, rounds + 1):
-        idx = sample_clients(rng, N, fraction)
-        t0 = time.perf_counter()
-        old = [states[i] for i in idx]
-        done = run_round(algorithm, server, broadcast, idx, stack(old), stack([data[i] for i in idx]),
-                         clients.weight[idx])
-        server, broadcast = done.server, done.broadcast
-        for i, s in zip(idx, unstack(done.states, old)):
-            states[i] = s
-        train_time += time.perf_counter() - t0
+    sent: list[float] = []
+
+    def observe(idx: np.ndarray, done: RoundResult) -> None:  # evaluation: not timed
         sent.extend(algorithm.payload_bytes(done.uploads).tolist())
-        P = gather_users(data, states, clients.train.n_users)
-        Q = algorithm.item_factors(broadcast)
-        entry = {"round": r, **evaluate(P, Q, algorithm.penalty(P, Q))}
+        P = gather_users(data, pool.states, clients.train.n_users)
+        Q = algorithm.item_factors(done.broadcast)
+        entry = {"round": len(history) + 1, **evaluate(P, Q, algorithm.penalty(P, Q))}
         history.append(entry)
         if on_round:
             on_round(entry)
-    P = gather_users(data, states, clients.train.n_users)
-    return RecsysRun(P, algorithm.item_factors(broadcast), history, train_time / max(rounds, 1),
-                     float(np.mean(sent)) if sent else 0.0, setup_seconds, states)
+
+    hooks = simulate(loop, pool, clients.weight, rounds, Hooks(observe=observe))
+    P = gather_users(data, pool.states, clients.train.n_users)
+    return RecsysRun(P, algorithm.item_factors(loop.broadcast), history, sum(hooks.seconds) / max(rounds, 1),
+                     float(np.mean(sent)) if sent else 0.0, setup_seconds, pool.states)
 
 
 def simulate_recsys(
