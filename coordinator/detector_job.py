@@ -23,6 +23,7 @@ from coordinator.job_runner import JobRunner
 from models.detection import DetectorJobSpec
 from models.encoding import check_counts, encoded_statistics
 from models.params import SettingError
+from models.pipeline import close_round
 from models.preprocessing import Preprocessor
 from models.screening import (
     Federation,
@@ -250,7 +251,7 @@ class DetectorJob(JobRunner):
         uploads = {k: np.stack([self.pending[a].arrays[k] for a in answered]) for k in
                    (self.pending[answered[0]].arrays if answered else {})}
         before = self.broadcast
-        self.server, self.broadcast = alg.server_update(self.server, ids, uploads, weights)
+        self.server, self.broadcast = close_round(alg, self.server, ids, uploads, weights)
         if self.touched is not None:
             for k, rows in alg.touched(self.server, ids).items():
                 self.touched[k] = np.union1d(self.touched.get(k, rows[:0]), rows)

@@ -20,6 +20,7 @@ import numpy as np
 
 from coordinator.db import ModelVersion, pack, unpack
 from coordinator.job_runner import JobRunner
+from models.pipeline import close_round
 from models.recsys import RecsysAlgorithm
 from models.recsys.data import global_mean, stack
 from models.recsys.spec import RecsysJobSpec
@@ -107,7 +108,7 @@ class RecsysJob(JobRunner):
             self.server, self.broadcast = self.algorithm().server_setup(self.server, uploads)
         else:
             ids, weights = self.weights(answered)
-            self.server, self.broadcast = self.algorithm().server_update(self.server, ids, uploads, weights)
+            self.server, self.broadcast = close_round(self.algorithm(), self.server, ids, uploads, weights)
         after = self.broadcast["item_factors"]
         # relative change of the item model: the convergence signal the coordinator can compute
         return {"item_change": float(np.linalg.norm(after - before) / max(np.linalg.norm(before), 1e-12))}

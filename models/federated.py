@@ -56,6 +56,11 @@ class FederatedAlgorithm(ABC):
         client_ids and weight (the clients' shares of the data) are aligned with the uploads' first axis;
         clients that were sampled but did not answer are simply absent."""
 
+    def screen(self, server: State, client_ids: np.ndarray, uploads: State) -> np.ndarray | None:
+        """What the server admits of each upload before its step (models.pipeline.validate): a factor per upload,
+        1 to keep it, in (0, 1) to shrink it, 0 to refuse it; None when there is nothing to check against."""
+        return None
+
     def touched(self, server: State, client_ids: np.ndarray) -> dict[str, np.ndarray]:
         """For each of `row_tables`, the row indices a server step with these clients may have changed."""
         return {}

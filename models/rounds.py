@@ -21,6 +21,7 @@ from typing import Protocol
 import numpy as np
 
 from models.federated import FederatedAlgorithm, State, put, take
+from models.pipeline import close_round
 
 
 def sample_clients(rng: np.random.Generator, n_clients: int, fraction: float) -> np.ndarray:
@@ -54,7 +55,7 @@ def run_round(
     states, uploads = algorithm.client_update(states, data, broadcast)
     if tamper is not None:
         uploads = tamper(uploads)
-    server, broadcast = algorithm.server_update(server, client_ids, uploads, weight)
+    server, broadcast = close_round(algorithm, server, client_ids, uploads, weight)
     return RoundResult(server, broadcast, algorithm.client_finish(states, broadcast), uploads)
 
 
@@ -84,7 +85,7 @@ class Rounds:
 
     def close(self, client_ids: np.ndarray, uploads: State, weight: np.ndarray) -> State:
         """The server step on the answers of the round (the server state is handed over); the next broadcast."""
-        self.server, self.broadcast = self.algorithm.server_update(self.server, client_ids, uploads, weight)
+        self.server, self.broadcast = close_round(self.algorithm, self.server, client_ids, uploads, weight)
         return self.broadcast
 
 

@@ -206,13 +206,6 @@ class FedEM(FederatedAlgorithm):
             return server, self.current(server)  # nobody answered in time: the mixture stays as it is
         R, S1, S2 = (np.asarray(uploads[k], dtype=float) for k in ("R", "S1", "S2"))
         seeding = int(server["stage"]) == 0
-        if "mean_sq" in server and len(ids):
-            ok = self.consistent(R, S1, S2, server["mean"][ids], server["mean_sq"][ids], seeding)
-            server["rejected"] = server["rejected"] + np.count_nonzero(~ok)
-            server["rejected_ids"] = ids[~ok]  # this round's
-            ids, weight, R, S1, S2 = ids[ok], weight[ok], R[ok], S1[ok], S2[ok]
-        if len(ids) == 0:  # nobody (acceptable) answered: the mixture stays as it is
-            return server, self.current(server)
         server = control.upgrade(server, self.capacity(len(server["slot"])))
         if seeding:
             return self._seed(server, ids, R, S1, S2, weight)
@@ -221,6 +214,16 @@ class FedEM(FederatedAlgorithm):
         m = self.aggregate(server)
         return self.keep(server, broadcast_of(m, 2 if int(server["em_round"]) < self.hard_rounds else 1,
                                               self.shared(server)))
+
+    def screen(self, server: State, client_ids: np.ndarray, uploads: State) -> np.ndarray | None:
+        """1 for the uploads that add up to their devices' statistics-phase claims (`consistent`), 0 for the others
+        (refused); None before the claims are known."""
+        ids = np.asarray(client_ids, dtype=np.int64)
+        if "mean_sq" not in server or not len(ids) or not all(k in uploads for k in ("R", "S1", "S2")):
+            return None
+        R, S1, S2 = (np.asarray(uploads[k], dtype=float) for k in ("R", "S1", "S2"))
+        ok = self.consistent(R, S1, S2, server["mean"][ids], server["mean_sq"][ids], int(server["stage"]) == 0)
+        return ok.astype(float)
 
     def aggregate(self, server: State) -> Mixture:
         """The M-step of every device's last statistics, summed (weighted by the devices' shares)."""

@@ -150,6 +150,14 @@ class FedMM(PCAAlgorithm):
         sent, error = quantize_with_feedback(S, state["error"], self.bits)
         return {**state, "error": error}, {"S": sent}
 
+    def screen(self, server: State, client_ids: np.ndarray, uploads: State) -> np.ndarray | None:
+        """Refuse what no honest client could send, shrink what is too big (`admissible_scale`, against each
+        client's statistics-phase diagonal and trace); None before those are known."""
+        if "trace" not in server or not len(client_ids):
+            return None
+        ids = np.asarray(client_ids)
+        return admissible_scale(uploads["S"], server["Q"], server["trace"][ids], server["diag"][ids], self.tolerance)
+
     def server_update(
         self, server: State, client_ids: np.ndarray, uploads: State, weight: np.ndarray
     ) -> tuple[State, State]:
@@ -161,15 +169,6 @@ class FedMM(PCAAlgorithm):
         Q = server["Q"]
         ids = np.asarray(client_ids)
         weight = np.asarray(weight, dtype=float)
-        if "trace" in server:  # refuse what no honest client could send, shrink what is too big
-            f = admissible_scale(S, Q, server["trace"][ids], server["diag"][ids], self.tolerance)
-            keep = f > 0
-            server["rejected"] = server["rejected"] + np.count_nonzero(~keep)
-            server["shrunk"] = server.get("shrunk", np.zeros(())) + np.count_nonzero(keep & (f < 1))
-            server["rejected_ids"], server["shrunk_ids"] = ids[~keep], ids[keep & (f < 1)]  # this round's
-            ids, S, weight = ids[keep], S[keep] * f[keep][:, None, None], weight[keep]
-            if len(ids) == 0:
-                return server, {"Q": Q}
         slot = server["slot"][ids]
         old = slot > 0
         rows = client_rows(server, ids, ("S_rows", "Q_rows", "w_rows"))

@@ -12,6 +12,7 @@ from models.mixture.fedem import FedEM, colluders, standardised_moments
 from models.mixture.gmm import Mixture, e_step, hard_stats, kmeans, m_step, triu_unpack
 from models.mixture.simulator import device_data, device_moments
 from models.params import SettingError
+from models.pipeline import close_round
 from models.preprocessing import Moments, Preprocessor, as_device_records, signed_log1p
 from models.screening import exceedance_threshold
 from models.threshold import error_histogram, holdout_mask, quantile_from_histogram, sparse_histogram
@@ -171,8 +172,8 @@ def test_uploads_must_add_up_to_the_devices_own_statistics():
     ok = alg.consistent(forged["R"], forged["S1"], forged["S2"], moments[0], moments[1], False)
     assert not ok.any()
     before = bc["means"].copy()
-    server, bc2 = alg.server_update(server, np.arange(2), forged, np.ones(2))
-    assert int(server["rejected"]) == 2
+    server, bc2 = close_round(alg, server, np.arange(2), forged, np.ones(2))  # the pipeline validates
+    assert int(server["rejected"]) == 2 and list(server["rejected_ids"]) == [0, 1]
     np.testing.assert_array_equal(bc2["means"], before)
 
 
