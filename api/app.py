@@ -29,7 +29,7 @@ def create_app(settings: Settings | None = None, sessions=None) -> FastAPI:
     """The app over the database in settings (migrated to the newest schema), or over given sessions."""
     settings = settings or Settings()
     if sessions is None:
-        from coordinator.db import make_engine, migrate, session_factory
+        from store.db import make_engine, migrate, session_factory
 
         engine = make_engine(settings.db_url)
         migrate(engine)

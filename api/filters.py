@@ -8,7 +8,7 @@ from fastapi import HTTPException, Query
 
 from api.schemas import ID_PATTERN
 from api.validation import utc_naive
-from coordinator.triage import AlertFilter
+from store.triage import AlertFilter
 
 INCIDENT_ID_PATTERN = r"^[0-9a-f]{20}$"
 

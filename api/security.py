@@ -10,7 +10,7 @@ from datetime import timedelta
 
 from sqlalchemy import delete, select
 
-from coordinator.db import ApiKey, DashboardSession, utcnow
+from store.db import ApiKey, DashboardSession, utcnow
 
 ROLES = ("admin", "viewer")
 PREFIX = "fsk"

@@ -18,7 +18,6 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from coordinator.db import ModelVersion, pack, unpack
 from coordinator.job_runner import JobRunner
 from models.detection import DetectorJobSpec
 from models.encoding import check_counts, encoded_statistics
@@ -35,6 +34,7 @@ from models.screening import (
     robust_threshold,
     value_bound,
 )
+from store.db import ModelVersion, pack, unpack
 from wire.model import Detector, stored_envelope
 from wire.protocol import Envelope, ProtocolError, expect_arrays
 

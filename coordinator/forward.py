@@ -28,7 +28,7 @@ from sqlalchemy import and_, delete, exists, select
 from sqlalchemy.orm import sessionmaker
 
 from coordinator import syslog
-from coordinator.db import Alert, ForwardDelivery, ForwardDestination, utcnow
+from store.db import Alert, ForwardDelivery, ForwardDestination, utcnow
 
 log = logging.getLogger("fedsentry.forward")
 BATCH = 100  # alerts read per query

@@ -22,11 +22,11 @@ import numpy as np
 from sqlalchemy import update
 from sqlalchemy.orm import Session, sessionmaker
 
-from coordinator import row_tables
-from coordinator.db import Device, Job, JobState, ModelVersion, Round, pack, unpack, utcnow
 from models.families import job_spec
 from models.federated import FederatedAlgorithm
 from models.rounds import sample_clients
+from store import row_tables
+from store.db import Device, Job, JobState, ModelVersion, Round, pack, unpack, utcnow
 from wire.protocol import Envelope, ProtocolError
 
 log = logging.getLogger("fedsentry.coordinator")

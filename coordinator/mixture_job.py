@@ -72,7 +72,7 @@ class MixtureJob(DetectorJob):
         """This round's devices whose own traffic forms components too few devices support (the support rule,
         models.mixture.fedem.shared_components): those stay out of the fleet's model, personal to the devices
         holding them. An honest device with unusual traffic shows here too; one that shows round after round
-        while few others do is what the operator looks at (coordinator.jobs.influence)."""
+        while few others do is what the operator looks at (store.jobs.influence)."""
         if "H_rows" not in self.server or "shared" not in self.broadcast:
             return {}
         index, shared = self.index(), np.asarray(self.broadcast["shared"]) > 0.5

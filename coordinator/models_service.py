@@ -10,8 +10,8 @@ from collections.abc import Callable
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
-from coordinator.db import ModelVersion
 from models.families import FAMILIES, family
+from store.db import ModelVersion
 from wire.protocol import model_topic
 
 

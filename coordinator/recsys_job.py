@@ -18,12 +18,12 @@ from typing import Any, ClassVar, cast
 
 import numpy as np
 
-from coordinator.db import ModelVersion, pack, unpack
 from coordinator.job_runner import JobRunner
 from models.pipeline import close_round
 from models.recsys import RecsysAlgorithm
 from models.recsys.data import global_mean, stack
 from models.recsys.spec import RecsysJobSpec
+from store.db import ModelVersion, pack, unpack
 from wire.protocol import Envelope, ProtocolError
 
 log = logging.getLogger("fedsentry.coordinator")

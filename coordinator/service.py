@@ -22,14 +22,14 @@ from typing import Any
 from sqlalchemy import select, update
 from sqlalchemy.exc import OperationalError
 
-from coordinator.alerts import alert_id, alert_row, insert_for, store_alerts
-from coordinator.db import Alert, Device, Job, Rejection, Round, make_engine, migrate, session_factory, utcnow
 from coordinator.forward import Destination, Forwarder
 from coordinator.ingest_limit import IngestLimit
 from coordinator.job_runner import JobRunner
-from coordinator.jobs import create_job
 from coordinator.models_service import publish_promoted
 from models.families import family, job_spec
+from store.alerts import alert_id, alert_row, insert_for, store_alerts
+from store.db import Alert, Device, Job, Rejection, Round, make_engine, migrate, session_factory, utcnow
+from store.jobs import create_job
 from wire.mqtt import make_client, parse_broker_url
 from wire.protocol import (
     ACK_IDS_PER_MESSAGE,

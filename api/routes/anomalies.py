@@ -18,9 +18,9 @@ from api.jsonsafe import dumps, finite, number
 from api.pagination import CURSOR, decode_cursor, encode_cursor
 from api.schemas import ID_PATTERN, AckBody, AckResult, AnomalyOut, BulkAck, BulkIds, CountsOut, Page
 from api.validation import ALERT_ID_PATTERN
-from coordinator.alerts import flow_problem, incident_problem
-from coordinator.db import Alert, utcnow
-from coordinator.triage import AlertFilter, acknowledge, flagged_counts, unacknowledge
+from store.alerts import flow_problem, incident_problem
+from store.db import Alert, utcnow
+from store.triage import AlertFilter, acknowledge, flagged_counts, unacknowledge
 
 router = APIRouter(prefix="/api/v1/anomalies", tags=["anomalies"])
 ALERT_ID = Path(..., pattern=ALERT_ID_PATTERN)

@@ -13,8 +13,8 @@ from api.deps import caller, get_db
 from api.filters import alert_filter
 from api.jsonsafe import number
 from api.schemas import ID_PATTERN
-from coordinator.db import Job, Round
-from coordinator.triage import AlertFilter, flagged_series, records_per_device
+from store.db import Job, Round
+from store.triage import AlertFilter, flagged_series, records_per_device
 
 router = APIRouter(prefix="/charts", include_in_schema=False, dependencies=[Depends(caller)])
 # a chart opened on its own is an SVG document: its inline <style> may apply, nothing may run

@@ -9,7 +9,7 @@ from sqlalchemy.orm import Session
 from api.deps import caller, get_db
 from api.pagination import CURSOR, decode_cursor, encode_cursor
 from api.schemas import DeviceOut, Page
-from coordinator.db import Device
+from store.db import Device
 
 router = APIRouter(prefix="/api/v1/devices", tags=["devices"])
 

@@ -9,7 +9,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from sqlalchemy import func, select, text
 
 from api.deps import caller
-from coordinator.db import Alert, Device, Rejection, Round
+from store.db import Alert, Device, Rejection, Round
 
 router = APIRouter(tags=["health"])
 BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)

@@ -11,8 +11,8 @@ from api.deps import Caller, admin, caller, get_db
 from api.filters import INCIDENT_ID_PATTERN, alert_filter
 from api.pagination import CURSOR, decode_cursor, encode_cursor
 from api.schemas import AckBody, IncidentOut, Page
-from coordinator import triage
-from coordinator.triage import AlertFilter
+from store import triage
+from store.triage import AlertFilter
 
 router = APIRouter(prefix="/api/v1/incidents", tags=["incidents"])
 INCIDENT_ID = Path(..., pattern=INCIDENT_ID_PATTERN)

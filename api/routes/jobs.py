@@ -11,8 +11,8 @@ from sqlalchemy.orm import Session
 from api.deps import admin, caller, get_db
 from api.pagination import CURSOR, decode_cursor, encode_cursor
 from api.schemas import ID_PATTERN, InfluenceOut, JobCreate, JobDetail, JobOut, Page, RoundOut
-from coordinator import jobs as coordinator_jobs
-from coordinator.db import Job
+from store import jobs as store_jobs
+from store.db import Job
 
 router = APIRouter(prefix="/api/v1/jobs", tags=["jobs"])
 JOB_ID = Path(..., pattern=ID_PATTERN)
@@ -33,8 +33,8 @@ def create_job(request: Request, body: JobCreate) -> JobOut:
     spec = body.spec()
     job_id = body.id or f"{body.type}-{uuid.uuid4().hex[:8]}"
     try:
-        job = coordinator_jobs.create_job(request.app.state.sessions, job_id, spec)
-    except coordinator_jobs.JobExistsError:
+        job = store_jobs.create_job(request.app.state.sessions, job_id, spec)
+    except store_jobs.JobExistsError:
         raise HTTPException(409, [{"field": "body.id", "problem": f"job {job_id!r} exists already"}]) from None
     return job_out(job)
 
@@ -57,10 +57,10 @@ def list_jobs(limit: int = Query(50, ge=1, le=500), cursor: str | None = CURSOR,
 @router.get("/{job_id}", response_model=JobDetail, dependencies=[Depends(caller)])
 def get_job(job_id: str = JOB_ID, db: Session = Depends(get_db)) -> JobDetail:
     try:
-        job = coordinator_jobs.get_job(db, job_id)
-    except coordinator_jobs.JobNotFoundError as e:
+        job = store_jobs.get_job(db, job_id)
+    except store_jobs.JobNotFoundError as e:
         raise HTTPException(404, str(e)) from None
-    rounds = coordinator_jobs.job_rounds(db, job_id)
+    rounds = store_jobs.job_rounds(db, job_id)
     return JobDetail(**job_out(job).model_dump(), rounds=[
         RoundOut(round=r.round, phase=r.phase, sampled=len(r.sampled or ()), answered=len(r.answered or ()),
                  seconds=r.seconds, metrics=_dict(r.metrics)) for r in rounds])
@@ -71,19 +71,19 @@ def get_influence(job_id: str = JOB_ID, db: Session = Depends(get_db)) -> list[I
     """The devices this job refused, capped or kept out of the shared model, how often and why; `flagged` when
     it happened repeatedly (at least 3 rounds and more than half of those the device answered)."""
     try:
-        coordinator_jobs.get_job(db, job_id)
-    except coordinator_jobs.JobNotFoundError as e:
+        store_jobs.get_job(db, job_id)
+    except store_jobs.JobNotFoundError as e:
         raise HTTPException(404, str(e)) from None
-    return [InfluenceOut(**d) for d in coordinator_jobs.influence(coordinator_jobs.job_rounds(db, job_id))]
+    return [InfluenceOut(**d) for d in store_jobs.influence(store_jobs.job_rounds(db, job_id))]
 
 
 @router.post("/{job_id}/cancel", response_model=JobOut, dependencies=[Depends(admin)])
 def cancel_job(job_id: str = JOB_ID, db: Session = Depends(get_db)) -> JobOut:
     try:
-        job = coordinator_jobs.cancel_job(db, job_id)
-    except coordinator_jobs.JobNotFoundError as e:
+        job = store_jobs.cancel_job(db, job_id)
+    except store_jobs.JobNotFoundError as e:
         raise HTTPException(404, str(e)) from None
-    except coordinator_jobs.JobStateError as e:
+    except store_jobs.JobStateError as e:
         raise HTTPException(409, str(e)) from None
     db.commit()
     return job_out(job)

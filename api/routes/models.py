@@ -8,8 +8,8 @@ from sqlalchemy.orm import Session
 
 from api.deps import admin, caller, get_db
 from api.schemas import ID_PATTERN, ModelOut
-from coordinator.db import Job, ModelVersion, unpack
 from coordinator.models_service import promote
+from store.db import Job, ModelVersion, unpack
 
 router = APIRouter(tags=["models"])
 

@@ -16,8 +16,8 @@ from sqlalchemy.orm import Session
 
 from api.deps import caller, get_db
 from api.schemas import RecommendRequest
-from coordinator.db import ModelVersion, unpack
 from models.recsys.recommend import ItemModel, fold_in
+from store.db import ModelVersion, unpack
 
 router = APIRouter(prefix="/api/v1/recommendations", tags=["recommendations"])
 _INT = re.compile(r"-?[0-9]{1,19}")  # ASCII digits only ("²".isdigit() is true), at most 64 bits below

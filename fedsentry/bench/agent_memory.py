@@ -136,7 +136,7 @@ def measure(records: int = 50_000, data_dir: str | None = None, budget: str | No
 
 
 def _job_error(coordinator: Any, job_id: str) -> str | None:
-    from coordinator.db import Job
+    from store.db import Job
 
     with coordinator.sessions() as s:
         job = s.get(Job, job_id)

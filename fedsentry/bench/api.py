@@ -5,8 +5,8 @@ and both alert charts.
 
 The alerts look like a month of a fleet's: devices of three kinds (gw-, cam-, sensor-; a prefix matching about
 1 % and 50 % of them), some noisier than others, and a share of incident updates (count > 1) grouped into
-incidents, each made into a row by coordinator.alerts.alert_row and stored by store_alerts, so incident_id is
-filled as in production; most alerts older than a day are acknowledged (through coordinator.triage)."""
+incidents, each made into a row by store.alerts.alert_row and stored by store_alerts, so incident_id is
+filled as in production; most alerts older than a day are acknowledged (through store.triage)."""
 
 from __future__ import annotations
 
@@ -138,7 +138,7 @@ def database(spec: str, scratch_server: bool) -> Iterator[str]:
     from sqlalchemy import create_engine, text
     from sqlalchemy.engine import make_url
 
-    from coordinator.db import db_url
+    from store.db import db_url
 
     server = make_url(db_url(spec))
     name = f"fedsentry_bench_{uuid.uuid4().hex[:10]}"
@@ -160,8 +160,8 @@ def load(app: Any, fleet: Fleet) -> str:
     from sqlalchemy import text
 
     from api.security import create_key
-    from coordinator.alerts import alert_row, store_alerts
-    from coordinator.triage import MAX_BULK, acknowledge
+    from store.alerts import alert_row, store_alerts
+    from store.triage import MAX_BULK, acknowledge
 
     t0 = time.perf_counter()
     for i in range(0, len(fleet.messages), 5000):

@@ -53,10 +53,10 @@ def _credentials(broker: Mosquitto | EmbeddedBroker | None) -> dict[str, Any]:
 
 
 def fleet_rounds(args: argparse.Namespace) -> dict[str, Any]:
-    from coordinator.db import Round
     from coordinator.service import Coordinator
     from models.partition import partition
     from models.synthetic import generate_traffic
+    from store.db import Round
 
     broker, url, kind = _broker(args.broker, [f"fleet-{i:04d}" for i in range(args.agents)])
     # the embedded broker's per-device passwords reach the agent processes through multiprocessing's pipe

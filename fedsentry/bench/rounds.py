@@ -33,8 +33,8 @@ def server_round_seconds(algorithm: str, n_clients: int, sampled: int, rounds: i
     A = rng.standard_normal((sampled, d, d))
     data = {"C": A @ np.swapaxes(A, 1, 2) / d, "weight": np.ones(sampled)}
     data["C"] *= d / np.trace(data["C"], axis1=1, axis2=2)[:, None, None]  # trace d, as after standardising
-    from coordinator import row_tables
-    from coordinator.db import pack
+    from store import row_tables
+    from store.db import pack
 
     times, stored = [], []
     for _ in range(rounds):
@@ -82,8 +82,8 @@ def mixture_round_seconds(n_clients: int, sampled: int, rounds: int, d: int, com
     _, up = alg.client_update({}, data, loop.broadcast)
     capacity = len(loop.server["owner"])
     fill = -(-min(capacity, n_clients) // sampled)
-    from coordinator import row_tables
-    from coordinator.db import pack
+    from store import row_tables
+    from store.db import pack
 
     times, stored, order = [], [], rng.permutation(n_clients)
     for r in range(fill + rounds):

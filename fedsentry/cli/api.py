@@ -42,7 +42,7 @@ def register(groups: dict[str, Any], verbs: Any) -> None:
 
 def run_apikey(args: argparse.Namespace) -> int:
     from api.security import create_key, list_keys
-    from coordinator.db import ApiKey, make_engine, migrate, session_factory
+    from store.db import ApiKey, make_engine, migrate, session_factory
 
     engine = make_engine(args.db)
     migrate(engine)

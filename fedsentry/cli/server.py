@@ -29,7 +29,7 @@ from models.recsys import FEDERATED as RECSYS
 
 if TYPE_CHECKING:
     from coordinator.broker import EmbeddedBroker
-    from coordinator.db import Job, Round
+    from store.db import Job, Round
 
 DB_HELP = "database URL (default $FEDSENTRY_DB_URL or sqlite:///fedsentry.db)"
 JOB_STATUSES = ("pending", "running", "finished", "failed", "cancelled")
@@ -303,10 +303,10 @@ def run_coordinator(args: argparse.Namespace) -> int:
 def run_job_create(args: argparse.Namespace) -> int:
     import uuid
 
-    from coordinator.db import make_engine, migrate, session_factory
-    from coordinator.jobs import JobExistsError, create_job
     from models.families import family_for, job_spec
     from models.params import SettingError
+    from store.db import make_engine, migrate, session_factory
+    from store.jobs import JobExistsError, create_job
     from wire.protocol import check_id
 
     values: dict[str, Any] = {k: getattr(args, k) for k in ("algorithm", "rank", "rounds", "fraction", "seed",
@@ -340,7 +340,7 @@ def run_job_create(args: argparse.Namespace) -> int:
 
 
 def _job_sessions(db: str | None):
-    from coordinator.db import make_engine, migrate, session_factory
+    from store.db import make_engine, migrate, session_factory
 
     engine = make_engine(db)
     migrate(engine)
@@ -377,7 +377,7 @@ def _job_table(jobs: list[dict[str, Any]]) -> str:
 
 
 def run_job_list(args: argparse.Namespace) -> int:
-    from coordinator.jobs import list_jobs
+    from store.jobs import list_jobs
 
     if args.since and args.until and args.since >= args.until:
         raise UsageError("--since must be before --until")
@@ -393,7 +393,7 @@ def run_job_list(args: argparse.Namespace) -> int:
 
 
 def run_job_show(args: argparse.Namespace) -> int:
-    from coordinator.jobs import JobNotFoundError, get_job, influence, job_rounds
+    from store.jobs import JobNotFoundError, get_job, influence, job_rounds
 
     with _job_sessions(args.db)() as s:
         try:
@@ -437,7 +437,7 @@ def _short(v: Any) -> str:
 
 
 def run_job_cancel(args: argparse.Namespace) -> int:
-    from coordinator.jobs import JobNotFoundError, JobStateError, cancel_job
+    from store.jobs import JobNotFoundError, JobStateError, cancel_job
 
     with _job_sessions(args.db).begin() as s:
         try:

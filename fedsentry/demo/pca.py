@@ -27,12 +27,12 @@ def demo(args: argparse.Namespace) -> dict[str, Any]:
         return demo_recsys(args)
     from sqlalchemy import func
 
-    from coordinator.db import Alert, ModelVersion, unpack
     from fedsentry.runs.params import flag_params
     from fedsentry.runs.pca import algorithm_params, prepare
     from models.families import family
     from models.metrics import auc_roc
     from models.mixture.simulator import devices_seeing
+    from store.db import Alert, ModelVersion, unpack
 
     args.clients = args.agents
     if getattr(args, "adversaries", 0) and (args.attack or "compliant") != "compliant":

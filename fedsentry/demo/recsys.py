@@ -16,10 +16,10 @@ from wire.mqtt import redact_url
 
 
 def demo_recsys(args: argparse.Namespace) -> dict[str, Any]:
-    from coordinator.db import ModelVersion
     from fedsentry.runs.params import flag_params
     from fedsentry.runs.recsys import algorithm_params, prepare
     from models.recsys import FEDERATED
+    from store.db import ModelVersion
 
     algorithm = args.algorithm
     args.clients = args.agents

@@ -55,7 +55,7 @@ def demo_admin_key(session: Any) -> str:
     the cookie-signing key (whoever reads the database can sign in either way). A new one only when it was
     revoked or deleted."""
     from api.security import create_key, verify_key
-    from coordinator.db import Secret
+    from store.db import Secret
 
     row = session.get(Secret, DEMO_KEY)
     if row is not None:
@@ -214,7 +214,7 @@ class Stack:
 
     def run_job(self, job_type: str, algorithm: str, params: dict[str, Any], rounds: int) -> float:
         """Create the job, show its progress, return the seconds it took."""
-        from coordinator.db import Job
+        from store.db import Job
 
         self.wait_online(job_type)
         self.coordinator.create_job(self.job_id, job_type, algorithm, params)
@@ -234,7 +234,7 @@ class Stack:
             time.sleep(0.1)
 
     def round_seconds(self) -> list[float]:
-        from coordinator.db import Round
+        from store.db import Round
 
         with self.coordinator.sessions() as s:
             return [r.seconds for r in s.query(Round).filter_by(job_id=self.job_id, phase="train")]

@@ -14,7 +14,7 @@ from fastapi.testclient import TestClient
 from api.app import create_app
 from api.security import create_key
 from api.settings import Settings
-from coordinator.db import Alert, Device, Job, ModelVersion, Round, pack, utcnow
+from store.db import Alert, Device, Job, ModelVersion, Round, pack, utcnow
 
 
 @pytest.fixture

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from coordinator.db import Job, Round
+from store.db import Job, Round
 from tests.api.conftest import bearer, populate
 
 ROUTES = [("GET", "/api/v1/jobs"), ("POST", "/api/v1/jobs"), ("GET", "/api/v1/jobs/job-1"),
@@ -193,7 +193,7 @@ def test_dashboard_session_cookie(app, client, keys):
     assert client.get("/api/v1/devices").status_code == 200  # the cookie authenticates API calls too
     assert client.post("/api/v1/jobs/job-1/cancel").status_code == 403  # still a viewer
     # revoking the key ends the session
-    from coordinator.db import ApiKey
+    from store.db import ApiKey
 
     with app.state.sessions.begin() as s:
         for k in s.query(ApiKey).filter_by(role="viewer"):
@@ -224,7 +224,7 @@ def test_apikey_cli_prints_the_key_alone_on_the_last_line(tmp_path):
 
 
 def test_recommendations_for_a_new_user_by_fold_in(app, client, keys):
-    from coordinator.db import Job, ModelVersion, pack
+    from store.db import Job, ModelVersion, pack
 
     h = bearer(keys["viewer"])
     body = {"ratings": {"10": 5.0, "20": 1.0}, "n": 3}
@@ -255,7 +255,7 @@ def test_recommendations_for_a_new_user_by_fold_in(app, client, keys):
 
 
 def test_anomalies_serve_the_flow_of_their_record(app, client, keys):
-    from coordinator.db import Alert, utcnow
+    from store.db import Alert, utcnow
 
     good = {"uid": "CHhAvVGS1DHFjwGM9", "id.orig_h": "192.168.1.20", "id.orig_p": "51234", "proto": "tcp"}
     with app.state.sessions.begin() as s:

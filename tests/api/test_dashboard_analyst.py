@@ -15,8 +15,8 @@ import pytest
 from api.app import create_app
 from api.security import create_key
 from api.settings import Settings
-from coordinator.alerts import alert_row, store_alerts
-from coordinator.db import Device, utcnow
+from store.alerts import alert_row, store_alerts
+from store.db import Device, utcnow
 from tests.api.conftest import chromium, needs_chromium, serve
 from tests.integration.conftest import wait_until
 

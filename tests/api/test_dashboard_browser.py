@@ -21,9 +21,9 @@ from api.app import create_app
 from api.security import create_key
 from api.settings import Settings
 from coordinator.broker import free_port
-from coordinator.db import Alert, utcnow
 from coordinator.service import Coordinator
 from edge_agent.sources import Batch
+from store.db import Alert, utcnow
 from tests.api.conftest import chromium, needs_chromium
 from tests.integration.conftest import parts_for, wait_until
 

@@ -7,9 +7,9 @@ from __future__ import annotations
 from api.app import create_app
 from api.security import create_key
 from api.settings import Settings
-from coordinator.db import Round
-from coordinator.jobs import create_job
 from models.families import job_spec
+from store.db import Round
+from store.jobs import create_job
 from tests.api.conftest import chromium, needs_chromium, serve
 from tests.integration.conftest import wait_until
 

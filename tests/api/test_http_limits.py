@@ -12,7 +12,7 @@ from fastapi.testclient import TestClient
 from api.app import create_app
 from api.security import create_key
 from api.settings import Settings
-from coordinator.db import Job
+from store.db import Job
 from tests.api.conftest import bearer, populate, serve
 
 LIMIT = 64 * 1024

@@ -11,7 +11,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from api.security import create_key
-from coordinator.db import Alert, utcnow
+from store.db import Alert, utcnow
 from tests.api.conftest import bearer, populate
 
 
@@ -197,7 +197,7 @@ def test_alerts_stored_now_are_listed_with_aware_and_naive_filters_alike(any_app
 def recommender(any_app, api):
     import numpy as np
 
-    from coordinator.db import Job, ModelVersion, pack
+    from store.db import Job, ModelVersion, pack
 
     with any_app.state.sessions.begin() as s:
         s.add(Job(id="rs", type="recsys", algorithm="fedmc-admm", params={}, status="finished"))

@@ -12,7 +12,7 @@ from fastapi.testclient import TestClient
 from api.app import create_app
 from api.security import create_key
 from api.settings import Settings
-from coordinator.db import DashboardSession
+from store.db import DashboardSession
 from tests.api.conftest import serve
 
 REMOTE = "192.0.2.10:8000"  # TEST-NET-1: named in the Host header only

@@ -11,7 +11,7 @@ import schemathesis
 from hypothesis import HealthCheck, given, settings
 
 from api.security import create_key
-from coordinator.db import Job, ModelVersion, pack
+from store.db import Job, ModelVersion, pack
 from tests.api.conftest import populate
 
 

@@ -11,7 +11,7 @@ from fastapi.testclient import TestClient
 
 from api.app import create_app
 from api.settings import Settings
-from coordinator.db import ApiKey, DashboardSession, utcnow
+from store.db import ApiKey, DashboardSession, utcnow
 from tests.api.conftest import bearer, populate
 
 OWN = "http://testserver"  # TestClient's origin

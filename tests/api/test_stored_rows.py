@@ -11,7 +11,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from api.security import create_key
-from coordinator.db import Alert, Job, Round, utcnow
+from store.db import Alert, Job, Round, utcnow
 from tests.api.conftest import bearer, populate, serve
 from tests.integration.conftest import wait_until
 

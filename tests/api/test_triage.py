@@ -12,8 +12,8 @@ import pytest
 from fastapi.testclient import TestClient
 
 from api.security import create_key
-from coordinator.alerts import alert_row, store_alerts
-from coordinator.db import Device, utcnow
+from store.alerts import alert_row, store_alerts
+from store.db import Device, utcnow
 from tests.api.conftest import bearer
 
 NOW = time.time()

@@ -157,8 +157,8 @@ def test_demo_removes_its_work_folder_and_reuses_its_admin_key(tmp_path):
 
 
 def test_demo_admin_key_is_replaced_only_once_revoked(tmp_path):
-    from coordinator.db import ApiKey, make_engine, migrate, session_factory
     from fedsentry.demo.stack import demo_admin_key
+    from store.db import ApiKey, make_engine, migrate, session_factory
 
     engine = make_engine(f"sqlite:///{tmp_path}/k.db")
     migrate(engine)

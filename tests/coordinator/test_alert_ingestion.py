@@ -8,8 +8,8 @@ import uuid
 
 import pytest
 
-from coordinator.db import Alert, Device
 from coordinator.service import Coordinator
+from store.db import Alert, Device
 from wire.protocol import ALERTS_PER_MESSAGE, Envelope, agent_topic, alert_batches, decode
 
 

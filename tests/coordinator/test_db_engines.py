@@ -6,7 +6,7 @@ import sys
 
 from sqlalchemy import text
 
-from coordinator.db import make_engine
+from store.db import make_engine
 
 
 def test_a_second_engine_keeps_the_wal_of_the_first(tmp_path):

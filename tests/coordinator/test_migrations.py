@@ -11,8 +11,8 @@ from alembic import command
 from alembic.config import Config
 from sqlalchemy import text
 
-from coordinator.alerts import incident_id
-from coordinator.db import make_engine
+from store.alerts import incident_id
+from store.db import make_engine
 
 INCIDENT = {"key": "dst_bytes+duration", "window": 1.7e9, "first": 1.7e9 + 1, "last": 1.7e9 + 9,
             "samples": [{"uid": "C1"}]}
@@ -20,7 +20,7 @@ INCIDENT = {"key": "dst_bytes+duration", "window": 1.7e9, "first": 1.7e9 + 1, "l
 
 def _to(engine, revision: str, down: bool = False) -> None:
     cfg = Config()
-    cfg.set_main_option("script_location", str(Path(__file__).resolve().parents[2] / "coordinator" / "migrations"))
+    cfg.set_main_option("script_location", str(Path(__file__).resolve().parents[2] / "store" / "migrations"))
     with engine.begin() as conn:
         cfg.attributes["connection"] = conn
         (command.downgrade if down else command.upgrade)(cfg, revision)

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 from sqlalchemy import func, select
 
-from coordinator import row_tables
-from coordinator.db import Job, ServerChunk, make_engine, migrate, pack, session_factory, unpack
 from models.mixture.fedem import FedEM
+from store import row_tables
+from store.db import Job, ServerChunk, make_engine, migrate, pack, session_factory, unpack
 from tests.models.test_control_variates import fleet
 
 

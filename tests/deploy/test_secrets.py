@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from coordinator.broker import EmbeddedBroker, free_port
-from coordinator.db import make_engine, migrate
+from store.db import make_engine, migrate
 from tests.integration.conftest import wait_until
 
 

@@ -23,9 +23,9 @@ import paho.mqtt.client as mqtt
 import pytest
 
 from coordinator import forward
-from coordinator.db import Alert
 from coordinator.forward import Syslog, Webhook
 from coordinator.service import Coordinator
+from store.db import Alert
 from tests.integration.conftest import wait_until
 from wire.protocol import agent_topic, alert_batches
 

@@ -9,10 +9,10 @@ import sys
 
 from sqlalchemy.orm import Session
 
-from coordinator.db import Job, ModelVersion, Round, make_engine, unpack
 from models.linalg import subspace_distance
 from models.pca.baselines import centralized_pca
 from models.simulator import prepare_clients, simulate_pca
+from store.db import Job, ModelVersion, Round, make_engine, unpack
 from tests.integration.conftest import parts_for, wait_until
 
 N, ROUNDS = 4, 12

@@ -9,10 +9,10 @@ import time
 
 import numpy as np
 
-from coordinator.db import Alert
-from coordinator.triage import AlertFilter, incidents
 from edge_agent.sources import Batch
 from models.detector import PCADetector
+from store.db import Alert
+from store.triage import AlertFilter, incidents
 from tests.integration.conftest import wait_until
 from tests.integration.test_model_refusal import NAMES, publish_model
 

@@ -7,7 +7,7 @@ import time
 
 import numpy as np
 
-from coordinator.db import Job
+from store.db import Job
 from tests.integration.conftest import wait_until
 
 NAMES = ["duration", "src_bytes", "dst_bytes"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from coordinator.db import Job
+from store.db import Job
 from tests.integration.conftest import wait_until
 
 

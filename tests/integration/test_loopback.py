@@ -10,9 +10,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from coordinator.db import Job as JobRow
-from coordinator.db import ModelVersion, make_engine, migrate, session_factory, unpack
-from coordinator.jobs import create_job
 from edge_agent.detector_participant import TrainingBuffer
 from edge_agent.sources import Batch
 from edge_agent.store import AgentStore
@@ -29,6 +26,9 @@ from models.recsys.simulator import run_federated as run_recsys
 from models.recsys.synthetic import generate_ratings
 from models.simulator import federated_threshold, prepare_clients, run_federated
 from models.synthetic import generate_traffic
+from store.db import Job as JobRow
+from store.db import ModelVersion, make_engine, migrate, session_factory, unpack
+from store.jobs import create_job
 from wire.model import detector_from_envelope, stored_envelope
 from wire.protocol import decode
 
@@ -190,8 +190,8 @@ def test_recsys_deployment_equals_simulation(tmp_path, algorithm, params):
 
 
 def test_the_stored_server_state_rebuilds_exactly_and_rounds_write_only_changed_chunks(tmp_path, traffic):
-    from coordinator.db import JobState, ServerChunk
-    from coordinator.row_tables import dirty_chunks
+    from store.db import JobState, ServerChunk
+    from store.row_tables import dirty_chunks
 
     features, parts = traffic
     participants = pca_participants(tmp_path, features, parts)

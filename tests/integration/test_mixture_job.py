@@ -6,9 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from coordinator.db import Alert, ModelVersion, Round, unpack
 from edge_agent.sources import Batch
 from models.mixture.simulator import simulate_mixture
+from store.db import Alert, ModelVersion, Round, unpack
 from tests.integration.conftest import parts_for, wait_until
 
 N = 5

@@ -9,9 +9,9 @@ import time
 import numpy as np
 import pytest
 
-from coordinator.db import ModelVersion, unpack
 from models.mixture.detector import mixture_problem
 from models.mixture.gmm import Mixture, hard_stats, m_step, nearest_psd, triu_unpack
+from store.db import ModelVersion, unpack
 from tests.integration.test_loopback import Loopback, pca_participants
 from wire.protocol import decode
 

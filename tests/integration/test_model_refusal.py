@@ -9,9 +9,9 @@ import time
 
 import numpy as np
 
-from coordinator.db import Device
 from edge_agent.sources import Batch
 from models.detector import PCADetector
+from store.db import Device
 from tests.integration.conftest import wait_until
 from tests.integration.test_pca_job import publish_as
 from wire.model import model_envelope

@@ -7,10 +7,10 @@ import time
 import numpy as np
 import pytest
 
-from coordinator.db import Alert, ModelVersion, Rejection, Round, unpack
 from edge_agent.sources import Batch
 from models.linalg import subspace_distance
 from models.simulator import simulate_pca
+from store.db import Alert, ModelVersion, Rejection, Round, unpack
 from tests.integration.conftest import parts_for, wait_until
 from wire.protocol import Envelope, agent_topic, encode
 

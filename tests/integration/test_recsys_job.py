@@ -8,11 +8,11 @@ import threading
 import numpy as np
 import pytest
 
-from coordinator.db import ModelVersion, Round, unpack
 from edge_agent.agent import Agent, AgentConfig
 from models.recsys.data import split_users, train_test_split
 from models.recsys.simulator import simulate_recsys
 from models.recsys.synthetic import generate_ratings
+from store.db import ModelVersion, Round, unpack
 from tests.integration.conftest import wait_until
 
 N = 4

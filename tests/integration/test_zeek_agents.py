@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from coordinator.db import Alert
 from edge_agent.sources import ZeekFollower
 from models.encoding import ZEEK_CONN
+from store.db import Alert
 from tests.integration.conftest import wait_until
 from tests.integration.test_zeek_encoding import connections
 

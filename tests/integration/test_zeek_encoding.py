@@ -7,13 +7,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from coordinator.db import unpack
 from edge_agent.detector_participant import TrainingBuffer
 from edge_agent.scorer import Scorer
 from edge_agent.sources import Batch
 from edge_agent.store import AgentStore
 from models.encoding import ZEEK_CONN
 from models.families import family
+from store.db import unpack
 from tests.integration.test_loopback import Loopback
 from wire.model import stored_envelope
 

@@ -19,9 +19,9 @@ from sqlalchemy import func
 from api.app import create_app
 from api.security import create_key
 from api.settings import Settings
-from coordinator.db import Alert, Device
 from models.detector import PCADetector
 from models.encoding import ZEEK_CONN
+from store.db import Alert, Device
 from tests.integration.conftest import wait_until
 from tests.integration.test_model_refusal import publish_model
 from tests.integration.test_zeek_agents import FIELDS, HEADER, NUMERIC, zeek_lines

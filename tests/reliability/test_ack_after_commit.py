@@ -18,8 +18,8 @@ from pathlib import Path
 
 import paho.mqtt.client as mqtt
 
-from coordinator.db import Alert, make_engine, migrate
 from coordinator.service import Coordinator
+from store.db import Alert, make_engine, migrate
 from tests.integration.conftest import wait_until
 from wire.mqtt import parse_broker_url
 from wire.protocol import Envelope, agent_topic

@@ -12,11 +12,11 @@ import time
 
 from sqlalchemy.orm import Session
 
-from coordinator.db import Alert, Job, ModelVersion, Round, make_engine, unpack
 from edge_agent.sources import Batch
 from models.linalg import subspace_distance
 from models.pca.baselines import centralized_pca
 from models.simulator import prepare_clients, simulate_pca
+from store.db import Alert, Job, ModelVersion, Round, make_engine, unpack
 from tests.integration.conftest import parts_for, wait_until
 
 N, ROUNDS = 4, 16

@@ -15,9 +15,9 @@ from api.app import create_app
 from api.security import create_key
 from api.settings import Settings
 from coordinator.broker import free_port
-from coordinator.db import Job, ModelVersion
 from coordinator.service import Coordinator
 from models.families import FAMILIES
+from store.db import Job, ModelVersion
 from wire.protocol import Envelope, agent_topic, encode
 
 D, K = 11, 3

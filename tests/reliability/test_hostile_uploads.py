@@ -13,9 +13,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from coordinator.db import Round, unpack
 from models.mixture.fedem import FedEM, moments_psd
 from models.mixture.gmm import hard_stats
+from store.db import Round, unpack
 from tests.integration.test_loopback import Loopback, pca_participants
 from wire.protocol import Envelope, decode
 
@@ -106,7 +106,7 @@ def test_hostile_uploads_never_crash_a_job(tmp_path_factory, fleet, family, algo
         assert loop.runner.phase == "finished", (kind, exponent, loop.runner.phase)
         with loop.sessions() as s:
             rounds = s.query(Round).filter_by(job_id="loop").all()
-            from coordinator.db import ModelVersion
+            from store.db import ModelVersion
 
             arrays = unpack(s.query(ModelVersion).filter_by(job_id="loop").one().arrays)
         assert all(np.isfinite(v).all() for v in arrays.values())
@@ -159,7 +159,7 @@ def test_hostile_item_updates_never_crash_a_recommendation_job(tmp_path_factory,
         drive(loop, participants)
         assert loop.runner.phase == "finished", (kind, exponent, loop.runner.phase)
         with loop.sessions() as s:
-            from coordinator.db import ModelVersion
+            from store.db import ModelVersion
 
             arrays = unpack(s.query(ModelVersion).filter_by(job_id="loop").one().arrays)
         assert all(np.isfinite(v).all() for v in arrays.values())

@@ -11,11 +11,11 @@ from fastapi.testclient import TestClient
 from api.app import create_app
 from api.security import create_key
 from api.settings import Settings
-from coordinator.db import Round
-from coordinator.jobs import influence
 from fedsentry.cli import main
 from models.mixture.rogues import compliant_rogues
 from models.synthetic import generate_traffic
+from store.db import Round
+from store.jobs import influence
 from tests.integration.test_loopback import Loopback, pca_participants
 from tests.reliability.test_hostile_uploads import Hostile, drive, forger
 

@@ -1,10 +1,10 @@
-"""Alembic environment: runs on the connection handed over by coordinator.db.migrate (or on the URL in
+"""Alembic environment: runs on the connection handed over by store.db.migrate (or on the URL in
 $FEDSENTRY_DB_URL when run from the alembic command line)."""
 
 from alembic import context
 from sqlalchemy import engine_from_config, pool
 
-from coordinator.db import Base, db_url
+from store.db import Base, db_url
 
 target_metadata = Base.metadata
 config = context.config

@@ -9,8 +9,8 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
-from coordinator.db import Job, Round
 from models.jobspec import JobSpec
+from store.db import Job, Round
 
 
 class JobExistsError(ValueError):

@@ -1,5 +1,5 @@
 """Tables (SQLAlchemy 2.x) and the engine. The schema is created and upgraded by Alembic migrations
-(coordinator/migrations); SQLite in a file by default, PostgreSQL by URL."""
+(store/migrations); SQLite in a file by default, PostgreSQL by URL."""
 
 from __future__ import annotations
 
@@ -163,7 +163,7 @@ class Alert(Base):
     acknowledged_at: Mapped[datetime | None] = mapped_column(DateTime, nullable=True)
     acknowledged_by: Mapped[str | None] = mapped_column(String(64), nullable=True)  # the API key's name or id
     ack_note: Mapped[str | None] = mapped_column(String(500), nullable=True)
-    # the incident an incident update belongs to (coordinator.alerts.incident_id), so that the database groups them
+    # the incident an incident update belongs to (store.alerts.incident_id), so that the database groups them
     incident_id: Mapped[str | None] = mapped_column(String(24), nullable=True)
     # the counts, charts and incidents add up columns over a time range, per device or per incident: these three
     # indexes hold the columns they read, so that no row is (ts first: the newest pages are read through it too)

@@ -8,7 +8,6 @@ Create Date: 2026-11-24 12:00:00
 """
 from alembic import op
 
-
 revision = '0008'
 down_revision = '0007'
 branch_labels = None

@@ -15,8 +15,8 @@ from typing import Any
 from sqlalchemy import BigInteger, Select, case, cast, distinct, func, select, tuple_, update
 from sqlalchemy.orm import Session
 
-from coordinator.alerts import EARLIEST, incident_problem
-from coordinator.db import Alert, utcnow
+from store.alerts import EARLIEST, incident_problem
+from store.db import Alert, utcnow
 
 log = logging.getLogger("fedsentry.triage")
 #: acknowledgements changed by one call at most (a bulk acknowledgement names its alerts)

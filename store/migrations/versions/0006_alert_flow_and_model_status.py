@@ -5,9 +5,8 @@ Revision ID: 0006
 Revises: 0005
 Create Date: 2026-11-23 09:30:00
 """
-from alembic import op
 import sqlalchemy as sa
-
+from alembic import op
 
 revision = '0006'
 down_revision = '0005'

@@ -13,7 +13,7 @@ import numpy as np
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from coordinator.db import ServerChunk
+from store.db import ServerChunk
 
 CHUNK_BYTES = 1 << 13
 

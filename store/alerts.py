@@ -20,7 +20,7 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session
 
-from coordinator.db import Alert, Device, utcnow
+from store.db import Alert, Device, utcnow
 from wire.protocol import ProtocolError
 
 #: an alert id as agents make them (hex uuids): nothing that could break a log line, a CSV or an event stream

@@ -5,11 +5,10 @@ Revision ID: 0007
 Revises: 0006
 Create Date: 2026-11-24 10:00:00
 """
-from alembic import op
 import sqlalchemy as sa
+from alembic import op
 
-from coordinator.alerts import incident_id
-
+from store.alerts import incident_id
 
 revision = '0007'
 down_revision = '0006'
