@@ -116,8 +116,8 @@ def test_sample_needs_neither_the_server_nor_the_simulators(tmp_path):
     import sys
 
     code = ("import sys; from fedsentry.cli import main; assert main(['sample', '--out', sys.argv[1]]) == 0; "
-            "print(' '.join(m for m in ('sqlalchemy', 'fastapi', 'store', 'coordinator', 'paho', 'fedsentry.cli.server') "
-            "if m in sys.modules))")
+            "print(' '.join(m for m in ('sqlalchemy', 'fastapi', 'store', 'coordinator', 'paho', "
+            "'fedsentry.cli.server') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code, str(tmp_path / "s")], capture_output=True, text=True,
                          timeout=60)
     assert out.returncode == 0, out.stderr
