@@ -23,20 +23,18 @@ from sqlalchemy import select, update
 from sqlalchemy.exc import OperationalError
 
 from coordinator.forward import Destination, Forwarder
+from coordinator.ingest import AlertIngest
 from coordinator.ingest_limit import IngestLimit
 from coordinator.job_runner import JobRunner
 from coordinator.models_service import publish_promoted
 from models.families import family, job_spec
-from store.alerts import alert_id, alert_row, insert_for, store_alerts
+from store.alerts import insert_for
 from store.db import Alert, Device, Job, Rejection, Round, make_engine, migrate, session_factory, utcnow
 from store.jobs import create_job
 from wire.mqtt import make_client, parse_broker_url
 from wire.protocol import (
-    ACK_IDS_PER_MESSAGE,
     AGENT_SUBSCRIPTIONS,
-    Envelope,
     ProtocolError,
-    agent_topic,
     decode,
     job_topic,
     parse_agent_topic,
@@ -87,7 +85,6 @@ class Coordinator:
         self.capabilities: dict[str, tuple[str, ...]] = {}  # from the agents' retained status messages
         self.announced: dict[str, tuple[str, ...]] = {}  # the numeric features each agent's records have
         self.accepted = 0
-        self.alerts_ingested = 0
         self.stop_event = threading.Event()
         self.connected = threading.Event()
         parse_broker_url(broker)
@@ -98,12 +95,9 @@ class Coordinator:
         # the broker redelivers what was not acknowledged
         self.client.manual_ack_set(True)
         self.client.on_message = lambda c, u, m: self.inbox.put((m.topic, bytes(m.payload), m.mid, m.qos))
-        self._alerts: list[dict[str, Any]] = []  # rows waiting for their batch
-        self._acks: list[tuple[int, int]] = []  # the messages they came in, acknowledged once stored
-        self._refused: dict[str, list[str]] = {}  # per device, ids of alerts refused for good (confirmed too)
         #: alerts each device may have stored per second (more wait on the device, unconfirmed, and come again)
-        self.ingest_limit = IngestLimit(alert_rate, alert_burst)
-        self._alerts_since = 0.0
+        self.ingest = AlertIngest(self.sessions, self.publish, self.client.ack, self.reject,
+                                  IngestLimit(alert_rate, alert_burst))
         self.thread: threading.Thread | None = None
         #: stored alerts sent on to webhooks and syslog servers, each from its own thread
         self.forwarder = Forwarder(self.sessions, list(forward)) if forward else None
@@ -144,8 +138,8 @@ class Coordinator:
         self.stop_event.set()
         if self.thread:
             self.thread.join(timeout=10)
-        if self._acks:
-            self._flush_alerts()
+        if self.ingest.acks:
+            self.ingest.flush()
         self._flush_rejections()
         if self.forwarder:
             self.forwarder.stop()
@@ -170,9 +164,8 @@ class Coordinator:
                 now = time.monotonic()
                 # an empty inbox means the broker waits for our acknowledgements (its in-flight window is
                 # full) or the flood is over: store now; otherwise batch up to ALERT_BATCH or ALERT_WAIT
-                if self._acks and (self.inbox.empty() or len(self._alerts) >= ALERT_BATCH
-                                     or now - self._alerts_since >= ALERT_WAIT):
-                    self._flush_alerts()
+                if self.ingest.due(self.inbox.empty(), ALERT_BATCH, ALERT_WAIT):
+                    self.ingest.flush()
                 if now >= next_rounds:
                     next_rounds = now + 0.02
                     self.tick()
@@ -323,7 +316,9 @@ class Coordinator:
                     self.announced[agent] = tuple(features)
                 self._status(agent, bool(env.meta.get("online")), model_status(env.meta.get("model")))
             elif what == "alerts" and env.kind in ("alert", "alerts"):
-                return self._buffer_alerts(agent, env, topic, mid, qos)
+                status, accepted = self.ingest.buffer(agent, env, topic, mid, qos)
+                self.accepted += accepted
+                return status
             elif what == "upload":
                 runner = self.jobs.get(env.job)
                 if runner is None:
@@ -341,6 +336,11 @@ class Coordinator:
             self.reject("error", f"{type(e).__name__}: {e}"[:300], topic)
         return "done"
 
+    @property
+    def alerts_ingested(self) -> int:
+        """Alerts stored since this coordinator started (redeliveries not counted)."""
+        return self.ingest.stored
+
     def _status(self, agent: str, online: bool, model: dict[str, Any] | None = None) -> None:
         with self.sessions.begin() as s:
             dev = s.get(Device, agent)
@@ -350,75 +350,6 @@ class Coordinator:
                 dev.online, dev.last_seen = online, utcnow()
                 if model is not None:
                     dev.model_status = model
-
-    def _buffer_alerts(self, agent: str, env: Envelope, topic: str, mid: int, qos: int) -> str:
-        """Rows for the alerts of one message (one, or a batch); a malformed alert is refused alone."""
-        alerts = [env.meta] if env.kind == "alert" else env.meta.get("alerts")
-        if not isinstance(alerts, list) or not alerts:
-            raise ProtocolError("alert", "an alerts message needs a non-empty list 'alerts'")
-        admitted = self.ingest_limit.take(agent, len(alerts))
-        if admitted < len(alerts):  # not confirmed: the device keeps them and sends them again later
-            self.reject("rate_limited", f"{agent} over {self.ingest_limit.rate:g} alerts/s", topic,
-                        len(alerts) - admitted)
-        now = utcnow()
-        rows, refused = [], self._refused.setdefault(agent, [])
-        for a in alerts[:admitted]:
-            try:
-                rows.append(alert_row(agent, env.job, env.round, a, now))
-            except ProtocolError as e:
-                self.reject(e.reason, e.detail, topic)
-                bad = alert_id(a)
-                if bad:  # refused for good: confirmed, so that the device stops sending it
-                    refused.append(bad)
-        if not rows and not refused:
-            return "done"
-        if not self._acks:  # the first message waiting for a flush (its alerts stored, or refusals confirmed)
-            self._alerts_since = time.monotonic()
-        self._alerts.extend(rows)
-        self._acks.append((mid, qos))
-        self.accepted += len(rows)
-        return "buffered"
-
-    def _flush_alerts(self) -> None:
-        """Store buffered alerts in one transaction (an alert id already stored is a redelivery: skipped),
-        then acknowledge them to the broker."""
-        batch, acks, self._alerts, self._acks = self._alerts, self._acks, [], []
-        refused, self._refused = self._refused, {}
-        rows = list({r["id"]: r for r in batch}.values())  # the same alert twice in one batch: once
-        try:
-            with self.sessions.begin() as s:
-                fresh = store_alerts(s, rows)
-        except OperationalError:
-            raise  # the database is down: nothing confirmed, the devices send these again
-        except Exception:  # a row the database refuses: store the others one by one, refuse that one alone
-            log.exception("storing a batch of %d alerts failed; storing them one by one", len(rows))
-            fresh, kept = Counter(), []
-            for r in rows:
-                try:
-                    with self.sessions.begin() as s:
-                        fresh.update(store_alerts(s, [r]))
-                    kept.append(r)
-                except OperationalError:
-                    raise
-                except Exception as e:
-                    self.reject("alert_store", f"{type(e).__name__}: {e}"[:300], agent_topic(r["device_id"], "alerts"))
-                    refused.setdefault(r["device_id"], []).append(r["id"])
-            rows = kept
-        self.alerts_ingested += sum(fresh.values())
-        stored: dict[str, list[str]] = {}
-        for r in rows:
-            stored.setdefault(r["device_id"], []).append(r["id"])
-        for device in stored.keys() | refused.keys():
-            self._confirm(device, stored.get(device, []), refused.get(device, []))
-        for mid, qos in acks:
-            self.client.ack(mid, qos)
-
-    def _confirm(self, device: str, stored: list[str], refused: list[str]) -> None:
-        """Tell a device which of its alerts are stored (or refused for good): only then does it drop them."""
-        for key, ids in (("stored", stored), ("refused", refused)):
-            for k in range(0, len(ids), ACK_IDS_PER_MESSAGE):
-                meta = {"stored": [], "refused": [], key: ids[k:k + ACK_IDS_PER_MESSAGE]}
-                self.publish(agent_topic(device, "ack"), Envelope("ack", "", 0, "coordinator", {}, meta).encode())
 
     # -- jobs API used by the CLI, the demo and the REST API --------------------------------------------
     def create_job(self, job_id: str, type_: str, algorithm: str, params: dict[str, Any]) -> None:

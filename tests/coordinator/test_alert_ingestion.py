@@ -47,7 +47,7 @@ def test_a_batch_is_stored_once_and_a_bad_alert_is_refused_alone(coordinator):
     assert coordinator.handle(topic, env.encode(), mid=2, qos=1) == "buffered"  # a redelivery
     single = Envelope("alert", "job-1", 2, "dev-2", {}, alert())
     assert coordinator.handle(agent_topic("dev-2", "alerts"), single.encode(), mid=3, qos=1) == "buffered"
-    coordinator._flush_alerts()
+    coordinator.ingest.flush()
     with coordinator.sessions() as s:
         stored = {a.id: a for a in s.query(Alert)}
         devices = {d.id: d.alerts for d in s.query(Device)}
@@ -59,9 +59,9 @@ def test_a_batch_is_stored_once_and_a_bad_alert_is_refused_alone(coordinator):
     # it stops sending them) with the next flush; bad alerts without a usable id are acknowledged at once
     (env,) = alert_batches("job-1", 2, "dev-1", bad)
     assert coordinator.handle(topic, env.encode(), mid=4, qos=1) == "buffered"
-    assert coordinator._refused == {"dev-1": [a["id"] for a in bad]}
-    coordinator._flush_alerts()
-    assert coordinator._refused == {}
+    assert coordinator.ingest.refused == {"dev-1": [a["id"] for a in bad]}
+    coordinator.ingest.flush()
+    assert coordinator.ingest.refused == {}
     (env,) = alert_batches("job-1", 2, "dev-1", [{"id": "bad\nid", "ts": 1.0}])
     assert coordinator.handle(topic, env.encode(), mid=5, qos=1) == "done"
 
@@ -79,15 +79,15 @@ def test_a_device_over_its_ingest_limit_waits_and_loses_nothing(tmp_path):
         (other,) = alert_batches("job-1", 1, "dev-2", [alert() for _ in range(5)])
         c.handle(agent_topic("dev-2", "alerts"), other.encode(), mid=2, qos=1)
         assert c.rejected["rate_limited"] == 30
-        c._flush_alerts()
+        c.ingest.flush()
         with c.sessions() as s:
             assert s.query(Alert).filter_by(device_id="dev-1").count() == 20
             assert s.query(Alert).filter_by(device_id="dev-2").count() == 5
         # the device sends again what was not confirmed; once its bucket has refilled, it is admitted
-        c.ingest_limit._buckets["dev-1"] = (20.0, time.monotonic())
+        c.ingest.limit._buckets["dev-1"] = (20.0, time.monotonic())
         (again,) = alert_batches("job-1", 1, "dev-1", flood[20:])
         c.handle(agent_topic("dev-1", "alerts"), again.encode(), mid=3, qos=1)
-        c._flush_alerts()
+        c.ingest.flush()
         with c.sessions() as s:
             assert s.query(Alert).filter_by(device_id="dev-1").count() == 40
         limit = IngestLimit(10, 20)
@@ -105,7 +105,7 @@ def test_alerts_keep_their_flow_fields_and_bad_ones_are_refused(coordinator):
            alert(flow={f"k{i}": i for i in range(17)}), alert(flow={"row": True}), alert(flow={"uid": "a\nb"})]
     (env,) = alert_batches("job-1", 1, "dev-1", good + bad)
     assert coordinator.handle(agent_topic("dev-1", "alerts"), env.encode(), mid=1, qos=1) == "buffered"
-    coordinator._flush_alerts()
+    coordinator.ingest.flush()
     with coordinator.sessions() as s:
         stored = {a.id: a.flow for a in s.query(Alert)}
     assert stored == {good[0]["id"]: flow, good[1]["id"]: {"row": 42}, good[2]["id"]: None}
