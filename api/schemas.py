@@ -71,7 +71,7 @@ class JobCreate(BaseModel):
                                                  "(default none)")
     kernel_features: int | None = Field(None, description="pca, rff: number of random Fourier features (default 1000)")
     kernel_gamma: float | None = Field(None, description="pca, rff: Gaussian kernel width (default 1/(2 x features))")
-    # how far one device is trusted (pca; checked by the job's settings, models.screening)
+    # how far one device is trusted (pca; checked by the job's settings, models.detection.screening)
     max_records: int | None = Field(None, description="pca: refuse a device claiming more records (default 10^6)")
     count_cap: float | None = Field(None, description="pca: cap counts at this multiple of the median (default 2)")
     max_share: float | None = Field(None, description="pca: no device weighs more than this share (default 0.1)")

@@ -1,7 +1,7 @@
 """What every anomaly-detection job does on the coordinator, whatever its model family:
 
     stats      every participant sends count / sum / sum of squares -> the global standardisation and
-               each device's capped weight (models.screening)
+               each device's capped weight (models.detection.screening)
     train      the family's rounds (a seeded sample uploads its client step; the algorithm aggregates)
     threshold  every participant sends a histogram of its errors -> the label-free threshold
     finished   the model version is stored and promoted (the coordinator then publishes it, retained)
@@ -19,12 +19,10 @@ from typing import Any, ClassVar
 import numpy as np
 
 from coordinator.job_runner import JobRunner
-from models.detection import DetectorJobSpec
-from models.encoding import check_counts, encoded_statistics
-from models.params import SettingError
-from models.pipeline import close_round
-from models.preprocessing import Preprocessor
-from models.screening import (
+from models.core.pipeline import close_round
+from models.detection.encoding import check_counts, encoded_statistics
+from models.detection.preprocessing import Preprocessor
+from models.detection.screening import (
     Federation,
     capped_counts,
     capped_weights,
@@ -34,6 +32,8 @@ from models.screening import (
     robust_threshold,
     value_bound,
 )
+from models.detection.spec import DetectorJobSpec
+from models.params import SettingError
 from store.db import ModelVersion, pack, unpack
 from wire.model import Detector, stored_envelope
 from wire.protocol import Envelope, ProtocolError, expect_arrays
@@ -157,7 +157,7 @@ class DetectorJob(JobRunner):
 
     # -- replies --------------------------------------------------------------------------------------
     def validate(self, env: Envelope) -> None:
-        """Nothing a device claims is taken on trust (models.screening): sums that real records could
+        """Nothing a device claims is taken on trust (models.detection.screening): sums that real records could
         have, an upload of the algorithm's shape with finite values, a histogram of exactly the records
         it claimed, on the agreed grid."""
         if self.phase == "stats":

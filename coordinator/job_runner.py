@@ -22,9 +22,9 @@ import numpy as np
 from sqlalchemy import update
 from sqlalchemy.orm import Session, sessionmaker
 
+from models.core.federated import FederatedAlgorithm
+from models.core.rounds import sample_clients
 from models.families import job_spec
-from models.federated import FederatedAlgorithm
-from models.rounds import sample_clients
 from store import row_tables
 from store.db import Device, Job, JobState, ModelVersion, Round, pack, unpack, utcnow
 from wire.protocol import Envelope, ProtocolError

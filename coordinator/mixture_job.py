@@ -13,13 +13,13 @@ from typing import Any, ClassVar, cast
 import numpy as np
 
 from coordinator.detector_job import DetectorJob
-from models.aggregation import winsorized_weighted_mean
+from models.core.aggregation import winsorized_weighted_mean
+from models.detection.preprocessing import Preprocessor
+from models.detection.screening import Federation, fleet_tail
+from models.detection.threshold import EDGES, Tail
 from models.mixture.detector import MixtureDetector
 from models.mixture.fedem import FedEM, colluders, shared_of, standardised_moments
 from models.mixture.spec import MixtureJobSpec
-from models.preprocessing import Preprocessor
-from models.screening import Federation, fleet_tail
-from models.threshold import EDGES, Tail
 
 
 class MixtureJob(DetectorJob):

@@ -7,13 +7,13 @@ from typing import Any, cast
 import numpy as np
 
 from coordinator.detector_job import DetectorJob
-from models.detector import PCADetector
+from models.core.linalg import subspace_distance
+from models.detection.detector import PCADetector
+from models.detection.preprocessing import Preprocessor
+from models.detection.screening import Federation, model_problem
 from models.kernel import RandomFourierFeatures
-from models.linalg import subspace_distance
 from models.pca import PCAAlgorithm
 from models.pca.spec import PCAJobSpec
-from models.preprocessing import Preprocessor
-from models.screening import Federation, model_problem
 
 
 class PCAJob(DetectorJob):

@@ -19,7 +19,7 @@ from typing import Any, ClassVar, cast
 import numpy as np
 
 from coordinator.job_runner import JobRunner
-from models.pipeline import close_round
+from models.core.pipeline import close_round
 from models.recsys import RecsysAlgorithm
 from models.recsys.data import global_mean, stack
 from models.recsys.spec import RecsysJobSpec

@@ -33,8 +33,8 @@ from edge_agent.participant import Participant
 from edge_agent.scorer import Scorer
 from edge_agent.sources import Batch, SchemaError, Source, ZeekFollower, as_source, csv_source, take_rows
 from edge_agent.store import AgentStore, Outbox
+from models.detection.threshold import holdout_mask
 from models.families import family
-from models.threshold import holdout_mask
 from wire.mqtt import NOT_AUTHORISED_HINT, make_client, redact_url, unreachable_because
 from wire.protocol import (
     JOB_SUBSCRIPTION,

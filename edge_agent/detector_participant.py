@@ -19,9 +19,9 @@ from edge_agent.memory import buffer_capacity
 from edge_agent.participant import Participant
 from edge_agent.sources import FLOW_FIELDS, Batch, SchemaError, batch_counts, encode_batch, select, take_rows
 from edge_agent.store import AgentStore
-from models.encoding import FeatureEncoder, RecordSchema
-from models.preprocessing import RECORD_DTYPE, Preprocessor, signed_log1p
-from models.threshold import sparse_histogram
+from models.detection.encoding import FeatureEncoder, RecordSchema
+from models.detection.preprocessing import RECORD_DTYPE, Preprocessor, signed_log1p
+from models.detection.threshold import sparse_histogram
 from wire.protocol import Envelope
 
 log = logging.getLogger("fedsentry.agent")
@@ -169,7 +169,8 @@ class DetectorParticipant(Participant):
 
     @staticmethod
     def columns(batch: Batch, meta: dict[str, Any]) -> np.ndarray:
-        """A batch in the model's columns: after the statistics phase, encoded as the job agreed (models.encoding;
+        """A batch in the model's columns: after the statistics phase, encoded as the job agreed
+        (models.detection.encoding;
         NaN where a number is unset), before it, the job's numeric features."""
         if meta.get("encoding"):
             return encode_batch(batch, FeatureEncoder.from_dict(meta["encoding"]))
@@ -202,7 +203,7 @@ class DetectorParticipant(Participant):
 
     # -- shared ---------------------------------------------------------------------------------------------
     def weight(self, env: Envelope) -> float:
-        """The weight the coordinator gives this device (its record count, capped: models.screening)."""
+        """The weight the coordinator gives this device (its record count, capped: models.detection.screening)."""
         return float(env.arrays["weights"][env.meta["sampled"].index(self.id)])
 
     @staticmethod
@@ -231,7 +232,7 @@ class DetectorParticipant(Participant):
 
     def _stats(self, env: Envelope) -> Envelope:
         """Count, and per numeric feature the sum and sum of squares of its set values and how many are set
-        (transformed); the counts of every text value and unset number (models.encoding) in the meta."""
+        (transformed); the counts of every text value and unset number (models.detection.encoding) in the meta."""
         spec_schema = RecordSchema(list(env.meta["features"]), list(env.meta.get("categorical", [])),
                                    list(env.meta.get("flags", [])))
         self.require_records()

@@ -1,6 +1,6 @@
 """An agent's part in a federated Gaussian-mixture job (FedEM, `models.mixture.fedem`).
 
-The device holds out a share of its training records (`models.threshold.holdout_mask`, the job's
+The device holds out a share of its training records (`models.detection.threshold.holdout_mask`, the job's
 ``holdout``): the mixture is fitted on the rest, the threshold histogram is of the held-out records' scores.
 ``seed`` (every participant, once): the statistics of its own clusters; ``train``: E-step statistics.
 """
@@ -14,10 +14,10 @@ import numpy as np
 
 from edge_agent.detector_participant import DetectorParticipant
 from edge_agent.sources import take_rows
+from models.detection.preprocessing import Preprocessor
+from models.detection.threshold import holdout_mask
 from models.mixture.detector import MixtureDetector
 from models.mixture.fedem import FedEM, device_seed, shared_of
-from models.preprocessing import Preprocessor
-from models.threshold import holdout_mask
 from wire.protocol import Envelope
 
 

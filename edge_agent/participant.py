@@ -4,7 +4,7 @@ The coordinator drives a job with retained round messages (meta ``phase``). The 
 every family shares:
 
 - ``train``: a sampled agent first applies `client_finish` owed since the last round it took part in
-  (with the broadcast this message carries: the one that followed that round, as in `models.rounds`),
+  (with the broadcast this message carries: the one that followed that round, as in `models.core.rounds`),
   then runs the algorithm's client step (the very function the simulator calls) and uploads. An agent
   that is not sampled only applies an owed finish; with none owed it touches no disk at all.
 - Rounds are idempotent: the reply to a (job, phase, round) is stored with the state it produced, in one
@@ -23,8 +23,8 @@ from typing import Any, ClassVar
 import numpy as np
 
 from edge_agent.store import AgentStore
+from models.core.federated import FederatedAlgorithm, State
 from models.families import family
-from models.federated import FederatedAlgorithm, State
 from wire.protocol import Envelope, decode
 
 OWED = "__finish_owed__"  # the state's client_finish is still to be applied with the next broadcast

@@ -3,7 +3,7 @@ records around the global mean; the threshold histograms the training records' r
 
 A kernel job (round meta ``rff``: the four numbers of models.kernel.RandomFourierFeatures) lifts the
 standardised records first, and C_i is the lifted records' uncentred second moment, as in
-models.simulator.prepare_clients."""
+models.pca.simulator.prepare_clients."""
 
 from __future__ import annotations
 
@@ -12,10 +12,10 @@ from typing import Any
 import numpy as np
 
 from edge_agent.detector_participant import DetectorParticipant
+from models.detection.preprocessing import Moments, Preprocessor
+from models.detection.robust import residuals, second_moment
 from models.kernel import RandomFourierFeatures
 from models.pca.base import PCAAlgorithm
-from models.preprocessing import Moments, Preprocessor
-from models.robust import residuals, second_moment
 from wire.protocol import Envelope
 
 

@@ -15,8 +15,8 @@ from typing import Any
 import numpy as np
 
 from edge_agent.sources import Batch, encode_batch, flows, select
-from models.encoding import FeatureEncoder
-from models.threshold import device_threshold, shrunk_threshold
+from models.detection.encoding import FeatureEncoder
+from models.detection.threshold import device_threshold, shrunk_threshold
 from wire.model import Detector, detector_from_envelope
 from wire.protocol import Envelope
 
@@ -120,7 +120,8 @@ class Scorer:
         self.model_job, self.model_version = env.job, int(env.meta["version"])
 
     def calibrate(self, held: Iterable[Batch]) -> float:
-        """Per-device calibration (`models.threshold.device_threshold`): the threshold becomes this device's own
+        """Per-device calibration (`models.detection.threshold.device_threshold`): the threshold becomes this
+        device's own
         quantile of the scores of `held` (batches of records the model did not train on), within a factor 2 of
         the federation's. Returns the threshold in force."""
         assert self.detector is not None
@@ -129,7 +130,8 @@ class Scorer:
         return self.detector.threshold_
 
     def shrink(self, held: Iterable[Batch]) -> float:
-        """This device's own threshold, shrunk toward the federation's (`models.threshold.shrunk_threshold`) from
+        """This device's own threshold, shrunk toward the federation's
+        (`models.detection.threshold.shrunk_threshold`) from
         the scores of its held-out training records (batches), for a model that publishes the fleet's tail (a
         mixture); the federation's threshold otherwise. Returns the threshold in force."""
         assert self.detector is not None

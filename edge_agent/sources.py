@@ -25,7 +25,7 @@ from typing import Any, BinaryIO, Literal, Protocol
 
 import numpy as np
 
-from models.encoding import FeatureEncoder, RecordSchema, local_counts
+from models.detection.encoding import FeatureEncoder, RecordSchema, local_counts
 
 log = logging.getLogger("fedsentry.agent")
 

@@ -5,7 +5,7 @@ import pytest
 
 from fedsentry.data.datasets import load_named, train_test_split
 from models.partition import partition
-from models.simulator import simulate_pca
+from models.pca.simulator import simulate_pca
 from tests.conftest import needs_dataset
 
 pytestmark = needs_dataset("nsl-kdd")

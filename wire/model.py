@@ -9,9 +9,9 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from models.detector import PCADetector
+from models.detection.detector import PCADetector
+from models.detection.preprocessing import Preprocessor
 from models.mixture.detector import MixtureDetector
-from models.preprocessing import Preprocessor
 from wire.protocol import Envelope
 
 

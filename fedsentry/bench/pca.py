@@ -21,13 +21,13 @@ from typing import Any
 import numpy as np
 
 from fedsentry.data import datasets
-from models.detector import PCADetector
-from models.metrics import detection_report
+from models.detection.detector import PCADetector
+from models.detection.metrics import detection_report
+from models.detection.preprocessing import signed_log1p
 from models.mixture.spec import MixtureJobSpec
 from models.partition import partition
+from models.pca.simulator import federated_threshold, prepare_clients
 from models.pca.spec import PCAJobSpec
-from models.preprocessing import signed_log1p
-from models.simulator import federated_threshold, prepare_clients
 
 log = logging.getLogger("fedsentry.bench")
 
@@ -154,11 +154,12 @@ def nearest_neighbour(args, split, parts: list[np.ndarray]) -> dict[str, Any]:
 
 def calibration_study(args, data, split, devices: int = 20, holdout: float = 0.4) -> dict[str, Any]:
     """Per-device false-positive rates of the federated mixture on normal records none of them trained on:
-    under the one global threshold, and with each device's own calibration (`models.threshold.device_threshold`,
+    under the one global threshold, and with each device's own calibration
+    (`models.detection.threshold.device_threshold`,
     `fedsentry agent --calibrate`) taken on half of its held-out records and checked on the other half.
     Fewer, larger devices than the main rows, so that each holds enough records to calibrate."""
+    from models.detection.threshold import device_threshold
     from models.mixture.simulator import simulate_mixture, split_holdout
-    from models.threshold import device_threshold
 
     idx = partition(split.X_train, devices, args.partition, np.random.default_rng(args.seed))
     parts = [split.X_train[i] for i in idx]

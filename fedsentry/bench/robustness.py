@@ -1,4 +1,5 @@
-"""`fedsentry bench robustness`: what each attack (models.attacks) does to each detector, with 1 adversary of 11
+"""`fedsentry bench robustness`: what each attack (models.detection.attacks) does to each detector, with 1 adversary
+of 11
 devices and 2 of 21: attacks caught at the label-free threshold and AUC, clean and attacked, exactly as
 `fedsentry simulate pca --adversaries K --attack NAME` computes them (the same settings, one run each).
 
@@ -18,7 +19,7 @@ from typing import Any
 from fedsentry.errors import UsageError
 from fedsentry.output import write_results
 from fedsentry.runs.pca import prepare, simulate
-from models.attacks import ATTACKS, not_applicable
+from models.detection.attacks import ATTACKS, not_applicable
 from models.mixture.anchors import TrimmedFedEM
 
 #: (adversaries, devices)
@@ -83,7 +84,8 @@ def markdown(doc: dict[str, Any]) -> str:
              f"Attacks caught at the label-free threshold / AUC-ROC, as `fedsentry simulate pca --adversaries K "
              f"--attack NAME` reports them ({doc['rounds']} rounds, {doc['fraction']} of the devices a round, seed "
              f"{doc['seed']}, non-i.i.d. devices; gmm: test attacks reach the honest devices). \"refused\": uploads "
-             "the server's checks refused (the job went on). n/a: the attack means nothing there (models.attacks)."]
+             "the server's checks refused (the job went on). n/a: the attack means nothing there "
+             "(models.detection.attacks)."]
     keyed = {(r["dataset"], r["clients"], r["algorithm"], r["attack"]): r for r in doc["rows"]}
     for dataset in dict.fromkeys(r["dataset"] for r in doc["rows"]):
         for k, n in FLEETS:

@@ -18,8 +18,8 @@ from typing import Any
 import numpy as np
 
 from fedsentry.output import write_results
+from models.core.rounds import Rounds
 from models.pca import FEDERATED
-from models.rounds import Rounds
 
 
 def server_round_seconds(algorithm: str, n_clients: int, sampled: int, rounds: int, d: int, rank: int,

@@ -10,13 +10,13 @@ from fedsentry.cli.common import add_federation_args, non_negative_int, positive
 from fedsentry.data import datasets
 from fedsentry.output import write_json
 from fedsentry.runs.pca import prepare, simulate
-from models.attacks import ATTACKS
+from models.detection.attacks import ATTACKS
+from models.detection.robust import TRIM_CRITERIA
 from models.families import DEFAULT_DETECTOR, DETECTORS, algorithm_default, spec_default
 from models.kernel import DEFAULT_COMPONENTS, KERNELS, MAX_COMPONENTS, MIN_COMPONENTS
 from models.mixture import ALGORITHMS as MIXTURE_ALGORITHMS
 from models.partition import PARTITIONS
 from models.pca import ALGORITHMS
-from models.robust import TRIM_CRITERIA
 
 log = logging.getLogger("fedsentry.pca")
 

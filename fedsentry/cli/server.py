@@ -454,10 +454,10 @@ def run_job_cancel(args: argparse.Namespace) -> int:
 
 
 def guard_settings() -> list[str]:
-    """The job settings of how far one device is trusted (models.screening.Guard's fields)."""
+    """The job settings of how far one device is trusted (models.detection.screening.Guard's fields)."""
     import dataclasses
 
-    from models.screening import Guard
+    from models.detection.screening import Guard
 
     return [f.name for f in dataclasses.fields(Guard)]
 

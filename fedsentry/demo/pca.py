@@ -29,8 +29,8 @@ def demo(args: argparse.Namespace) -> dict[str, Any]:
 
     from fedsentry.runs.params import flag_params
     from fedsentry.runs.pca import algorithm_params, prepare
+    from models.detection.metrics import auc_roc
     from models.families import family
-    from models.metrics import auc_roc
     from models.mixture.simulator import devices_seeing
     from store.db import Alert, ModelVersion, unpack
 
@@ -109,9 +109,9 @@ def simulation_gap(args: argparse.Namespace, data, split, parts: list[np.ndarray
     distance to centralised PCA, as simulate reports it; gmm: the largest difference of the mixtures' means and
     the AUC simulate reaches)."""
     if args.detector == "pca":
-        from models.linalg import subspace_distance
+        from models.core.linalg import subspace_distance
         from models.pca.baselines import centralized_pca
-        from models.simulator import prepare_clients
+        from models.pca.simulator import prepare_clients
 
         clients = prepare_clients(parts, data.feature_names)
         sd = subspace_distance(arrays["Z"], centralized_pca(clients.C, clients.weight, args.rank))

@@ -13,7 +13,7 @@ from fedsentry.data import datasets
 from fedsentry.errors import UsageError
 from fedsentry.output import progress
 from fedsentry.runs.params import flag_params
-from models.attacks import ROGUE_DATA, Adversaries, not_applicable
+from models.detection.attacks import ROGUE_DATA, Adversaries, not_applicable
 from models.mixture.rogues import compliant_rogues
 from models.partition import partition
 from models.pca import FEDERATED
@@ -164,7 +164,7 @@ def simulate(args: argparse.Namespace, algorithm: str, data, split, parts, param
              strict: bool = True, **overrides: Any) -> dict[str, Any]:
     """Run one algorithm with the command's settings; overrides replace settings (rounds, fraction, trim),
     params replace algorithm parameters."""
-    from models.simulator import simulate_pca
+    from models.pca.simulator import simulate_pca
 
     if getattr(args, "detector", "pca") == "gmm":
         return mixture_simulation(args, algorithm, data, split, parts, params, strict, **overrides)

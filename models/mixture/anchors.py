@@ -1,6 +1,6 @@
 """The usual robust aggregator, as an anchor to measure the support rule against (`fedsentry bench robustness`):
 FedEM whose server takes, instead of the weighted sum of every device's last statistics, their coordinate-wise
-trimmed mean (models.aggregation.trimmed_weighted_mean: per entry, the devices' shares of each statistic with
+trimmed mean (models.core.aggregation.trimmed_weighted_mean: per entry, the devices' shares of each statistic with
 the most extreme devices on either side left out), with every component shared (no support rule). The M-step
 repairs what the trimmed mean leaves indefinite (models.mixture.gmm.nearest_psd). Not a job's algorithm: it
 bounds each device's influence on every number, but does not ask whether enough devices support a component.
@@ -12,8 +12,8 @@ from typing import Any
 
 import numpy as np
 
-from models.aggregation import trimmed_weighted_mean
-from models.federated import State
+from models.core.aggregation import trimmed_weighted_mean
+from models.core.federated import State
 from models.mixture.fedem import FedEM
 from models.mixture.gmm import Mixture, m_step
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from models.federated import State
+from models.core.federated import State
 
 #: what the table may hold by default: the rows (one per device) stay within this many bytes
 TABLE_BUDGET = 1 << 30

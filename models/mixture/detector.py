@@ -1,10 +1,10 @@
 """The mixture detector: negative log-likelihood under a Gaussian mixture of standardised records.
 
-Shaped like `models.detector.PCADetector` (and scikit-learn / PyOD): ``score_samples`` (higher is more
+Shaped like `models.detection.detector.PCADetector` (and scikit-learn / PyOD): ``score_samples`` (higher is more
 anomalous), ``decision_function``, ``predict``, ``explain``, ``threshold_``, ``to_dict``/``from_dict``.
 
 The score is NLL(x) - floor, where floor = -log max_k N_k(mu_k) bounds the NLL of any record from below, so
-scores are never negative and the devices' histograms share the log-scale grid of `models.threshold`.
+scores are never negative and the devices' histograms share the log-scale grid of `models.detection.threshold`.
 
 Explanation of a flagged record, under the component that is most responsible for it (k*): for every
 feature j, how much of the record's Mahalanobis distance goes away if x_j is replaced by its conditional
@@ -20,7 +20,9 @@ from typing import Any
 
 import numpy as np
 
-from models.detector import ThresholdedDetector
+from models.detection.detector import ThresholdedDetector
+from models.detection.preprocessing import Moments, Preprocessor, global_standardisation, signed_log1p
+from models.detection.threshold import Tail, federated_quantile
 from models.mixture.control import SUPPORT_SHARE
 from models.mixture.fedem import DEFAULT_REG, default_components
 from models.mixture.gmm import (
@@ -35,8 +37,6 @@ from models.mixture.gmm import (
     nearest,
 )
 from models.mixture.spec import MixtureJobSpec
-from models.preprocessing import Moments, Preprocessor, global_standardisation, signed_log1p
-from models.threshold import Tail, federated_quantile
 
 MODEL_VERSION = 1
 
@@ -72,7 +72,7 @@ class MixtureDetector(ThresholdedDetector):
         """A detector for a trained mixture. `shared`: the components normal for the whole fleet (the others,
         supported by too few devices, count only for a device that holds records in them: `personalise`).
         `tail`: the fleet's exceedance curve, from which each device shrinks its own threshold
-        (`models.threshold.shrunk_threshold`)."""
+        (`models.detection.threshold.shrunk_threshold`)."""
         det = cls(components=mixture.n_components, **params)
         det._set(mixture, preprocessor, threshold, shared)
         det.tail_ = tail

@@ -6,7 +6,7 @@ models.mixture.gmm) divided by its record count. The server keeps every device's
 variate and the weighted running sum of them; the M-step on that sum is the next broadcast. With step 1 this
 is incremental EM (Neal and Hinton, 1998): every round replaces the sampled devices' stale statistics by
 fresh ones, the free energy never increases, and under partial participation the fixed points are those of
-pooled EM. Weights are the devices' capped shares (models.screening), as for every other job.
+pooled EM. Weights are the devices' capped shares (models.detection.screening), as for every other job.
 
 Seeding (the first round with answers; a job asks every participant, as in its statistics phase): EM needs
 a starting mixture, and a random one in 20+ dimensions leaves most components empty. Each device clusters its
@@ -41,7 +41,7 @@ import zlib
 
 import numpy as np
 
-from models.federated import FederatedAlgorithm, State
+from models.core.federated import FederatedAlgorithm, State
 from models.mixture import control
 from models.mixture.gmm import Mixture, e_step, hard_stats, kmeans, m_step, nearest, triu_unpack
 
@@ -95,7 +95,7 @@ def shared_components(support: np.ndarray, devices: int, min_support: int) -> np
 def colluders(min_support: int) -> int:
     """How many devices the fleet's statistics assume may act together: fewer than the support rule's
     `min_support` (s colluders defeat a rule of s supporters by construction), at least one. The threshold
-    winsorises that many devices at each side (models.screening.exceedance_threshold)."""
+    winsorises that many devices at each side (models.detection.screening.exceedance_threshold)."""
     return max(1, min_support - 1)
 
 

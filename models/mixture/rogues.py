@@ -1,6 +1,7 @@
 """Devices that tell no lie: they train on traffic that includes an attacker's and upload true statistics (a
 compromised camera, a device the attacker owns). What the support rule (models.mixture.fedem) stands against;
-`fedsentry simulate pca --adversaries K --attack compliant` (and inflate, models.attacks) and the tests measure it."""
+`fedsentry simulate pca --adversaries K --attack compliant` (and inflate, models.detection.attacks) and the tests
+measure it."""
 
 from __future__ import annotations
 

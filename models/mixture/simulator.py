@@ -2,7 +2,7 @@
 coordinator and the agents run them (the same functions), for `fedsentry simulate pca --detector gmm`,
 `bench pca` and the demo's comparison.
 
-Each device holds out a share of its records (`models.threshold.holdout_mask`): the mixture is fitted on the
+Each device holds out a share of its records (`models.detection.threshold.holdout_mask`): the mixture is fitted on the
 rest, and the label-free threshold is read from the held-out records' scores. A mixture with many components
 fits its own training records more closely than new normal traffic, so a quantile of training scores would
 flag more new normal traffic than the quantile promises.
@@ -17,21 +17,21 @@ from typing import Any
 
 import numpy as np
 
-from models.aggregation import winsorized_weighted_mean
-from models.attacks import NO_ADVERSARIES, Adversaries
-from models.federated import State
-from models.metrics import detection_report
+from models.core.aggregation import winsorized_weighted_mean
+from models.core.federated import State
+from models.core.rounds import BatchedPool, Hooks, RoundResult, Rounds, simulate
+from models.detection.attacks import NO_ADVERSARIES, Adversaries
+from models.detection.metrics import detection_report
+from models.detection.preprocessing import RECORD_DTYPE, as_device_records, signed_log1p
+from models.detection.screening import Guard, admitted_histograms, fleet_tail
+from models.detection.threshold import EDGES, holdout_mask, shrunk_threshold, sparse_histogram
 from models.mixture import FEDERATED
 from models.mixture.anchors import ANCHORS
 from models.mixture.detector import MixtureDetector, fit_em
 from models.mixture.fedem import FedEM, colluders, device_seed, shared_of
 from models.mixture.gmm import Mixture
 from models.mixture.spec import MixtureJobSpec
-from models.preprocessing import RECORD_DTYPE, as_device_records, signed_log1p
-from models.rounds import BatchedPool, Hooks, RoundResult, Rounds, simulate
-from models.screening import Guard, admitted_histograms, fleet_tail
-from models.simulator import prepare_clients
-from models.threshold import EDGES, holdout_mask, shrunk_threshold, sparse_histogram
+from models.pca.simulator import prepare_clients
 
 
 def split_holdout(parts: list[np.ndarray], share: float) -> tuple[list[np.ndarray], list[np.ndarray]]:
@@ -73,7 +73,7 @@ def simulate_mixture(
     the device that sees test record j (-1 or None: a device with no components of its own). The result
     gives each device's false-positive rate on its normal test records (min, median, max).
 
-    adversaries: the first devices and their attack (models.attacks; their records, for a data attack, are
+    adversaries: the first devices and their attack (models.detection.attacks; their records, for a data attack, are
     already in `train_parts`); every phase checks what they send as the coordinator does."""
     guard = guard or MixtureJobSpec(features=list(feature_names)).guard()
     train_parts = [as_device_records(p) for p in train_parts]  # as the devices' buffers hold them
@@ -167,7 +167,7 @@ def run_mixture(alg: FedEM, X: list[np.ndarray], weight: np.ndarray, rounds: int
                 adversaries: Adversaries = NO_ADVERSARIES) -> tuple[Mixture, np.ndarray, list[dict[str, float]]]:
     """The rounds of a federated mixture job: the seeding round with every device (as the job's seed phase),
     then `rounds` rounds of the coordinator's sampling and the devices' client steps (the adversaries'
-    uploads tampered with, models.attacks)."""
+    uploads tampered with, models.detection.attacks)."""
     rng = np.random.default_rng(seed)
     chaos = np.random.default_rng(seed + 7919)  # attacks do not disturb the sampling
     loop = Rounds.start(alg, len(X), fraction, rng)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from models.detection import DetectorJobSpec
+from models.detection.spec import DetectorJobSpec
 from models.jobspec import check
 from models.mixture import FEDERATED
 
@@ -19,7 +19,7 @@ class MixtureJobSpec(DetectorJobSpec):
     #: share of each device's records held out of training; the threshold is read from their scores
     holdout: float = 0.2
     # held-out scores promise what they flag, so the mixture affords a lower quantile than PCA's training
-    # errors; one device's exceedance curve is clipped at each side (models.screening.exceedance_threshold)
+    # errors; one device's exceedance curve is clipped at each side (models.detection.screening.exceedance_threshold)
     quantile: float = 0.985
     device_trim: float = 0.01
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from models.federated import make
+from models.core.federated import make
 from models.pca.base import PCAAlgorithm
 from models.pca.fedmm import FedMM
 from models.pca.fedpe import FedPE

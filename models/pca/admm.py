@@ -1,5 +1,5 @@
 """FedPE and FedPG (seed 004, Alg. 1 and 2) as instances of the general-form consensus ADMM of
-`models.consensus` (x_i = U_i, z = Z, g = 0; every client holds every coordinate, and z averages this round's
+`models.core.consensus` (x_i = U_i, z = Z, g = 0; every client holds every coordinate, and z averages this round's
 clients only, eq. 8). Subclasses supply the local solver and the orthonormality they keep.
 
     client:  U_i <- argmin_U  w_i f_i(U) + <Y_i, U - Z> + rho/2 ||U - Z||^2   (C local steps)
@@ -17,10 +17,10 @@ from abc import abstractmethod
 
 import numpy as np
 
-from models.aggregation import AGGREGATORS, aggregate, clip_norms
-from models.consensus import consensus, dual_step, message
-from models.federated import State, step_count
-from models.linalg import orth, procrustes_align
+from models.core.aggregation import AGGREGATORS, aggregate, clip_norms
+from models.core.consensus import consensus, dual_step, message
+from models.core.federated import State, step_count
+from models.core.linalg import orth, procrustes_align
 from models.pca.base import PCAAlgorithm
 from models.pca.objective import reconstruction_gradient
 

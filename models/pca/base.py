@@ -9,7 +9,7 @@ from abc import abstractmethod
 
 import numpy as np
 
-from models.federated import FederatedAlgorithm, State
+from models.core.federated import FederatedAlgorithm, State
 
 
 class PCAAlgorithm(FederatedAlgorithm):

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from models.linalg import top_eigvecs
+from models.core.linalg import top_eigvecs
 
 
 def centralized_pca(C: np.ndarray, weight: np.ndarray, rank: int) -> np.ndarray:

@@ -17,7 +17,7 @@ than k (m = k + oversample) speeds convergence; the detector uses the top k colu
 
 Aggregation: ``aggregator="mean"`` (the default) is the paper's weighted mean (a running sum, O(sampled)
 per round); ``aggregator="trimmed"`` combines the clients' transported statistics by a coordinate-wise
-trimmed mean (models.screening), so one client, whatever statistic it invents within the plausibility
+trimmed mean (models.detection.screening), so one client, whatever statistic it invents within the plausibility
 checks, moves each entry only as far as the spread of the honest ones allows, at O(clients) per round and
 at the price of no longer converging to the pooled covariance's subspace on non-i.i.d. data.
 
@@ -30,9 +30,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from models.aggregation import trimmed_weighted_mean
-from models.federated import State, client_rows
-from models.linalg import orth, top_eigvecs
+from models.core.aggregation import trimmed_weighted_mean
+from models.core.federated import State, client_rows
+from models.core.linalg import orth, top_eigvecs
 from models.pca.base import PCAAlgorithm
 from models.pca.quantize import quantize_with_feedback, quantized_bytes
 
@@ -204,7 +204,7 @@ class FedMM(PCAAlgorithm):
 
     def _trimmed(self, server: State) -> np.ndarray:
         """Per entry, the weighted mean of every answered client's transported statistic after leaving out
-        the most extreme clients on either side (models.screening): one client moves each entry by at most
+        the most extreme clients on either side (models.detection.screening): one client moves each entry by at most
         the spread of the others. O(clients d^2 m) per round, against O(sampled d^2 m) for the mean."""
         n = int(server["rows"])
         C = completion(server["S_rows"][:n], server["Q_rows"][:n])

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from models.federated import State
+from models.core.federated import State
 from models.pca.admm import ConsensusADMM
 
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from models.federated import State
-from models.linalg import cholesky_qr, orth
+from models.core.federated import State
+from models.core.linalg import cholesky_qr, orth
 from models.pca.admm import ConsensusADMM
 
 

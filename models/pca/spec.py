@@ -6,7 +6,7 @@ import math
 from dataclasses import dataclass
 from typing import ClassVar
 
-from models.detection import DetectorJobSpec
+from models.detection.spec import DetectorJobSpec
 from models.jobspec import check
 from models.kernel import DEFAULT_COMPONENTS, KERNELS, MAX_COMPONENTS, MIN_COMPONENTS, RandomFourierFeatures
 from models.pca import FEDERATED

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from models.federated import make
+from models.core.federated import make
 from models.recsys.altgdmin import AltGDMin
 from models.recsys.base import RecsysAlgorithm
 from models.recsys.fedmavg import FedMAvg

@@ -27,8 +27,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from models.federated import State, step_count
-from models.linalg import orth
+from models.core.federated import State, step_count
+from models.core.linalg import orth
 from models.recsys.base import RecsysAlgorithm
 from models.recsys.batch import RatingBatch
 from models.recsys.factors import ridge_solve

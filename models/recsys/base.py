@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from models.federated import FederatedAlgorithm, State
+from models.core.federated import FederatedAlgorithm, State
 from models.recsys.factors import regularizer_value
 
 REGULARIZERS = ("l2", "l1")

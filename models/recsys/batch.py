@@ -17,7 +17,7 @@ from functools import cached_property
 
 import numpy as np
 
-from models.federated import State
+from models.core.federated import State
 from models.recsys.factors import normal_equations, predict_pairs
 
 

@@ -8,7 +8,7 @@ from typing import Protocol
 
 import numpy as np
 
-from models.federated import State
+from models.core.federated import State
 
 
 class LineNumbers(Protocol):

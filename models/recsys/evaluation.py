@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from models.federated import State
+from models.core.federated import State
 from models.recsys.data import Ratings, client_data, global_mean
 from models.recsys.factors import predict_pairs
 from models.recsys.metrics import mae, rmse

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from models.consensus import soft_threshold  # the proximal map of tau |.|_1 (seed 000, eq. 72)
+from models.core.consensus import soft_threshold  # the proximal map of tau |.|_1 (seed 000, eq. 72)
 
 
 def design(F: np.ndarray) -> np.ndarray:

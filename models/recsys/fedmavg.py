@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from models.federated import State, step_count
+from models.core.federated import State, step_count
 from models.recsys.base import RecsysAlgorithm
 from models.recsys.batch import RatingBatch
 from models.recsys.factors import largest_eigenvalue, prox_step

@@ -1,5 +1,5 @@
 """FedMC-ADMM (seed 000, Alg. 1) with the closed forms (66)-(68) for l2 and (71)-(73) for l1: an instance of the
-general-form consensus ADMM of `models.consensus` (x_i = the item copy W_i, z = the item factors V, g = the
+general-form consensus ADMM of `models.core.consensus` (x_i = the item copy W_i, z = the item factors V, g = the
 item regulariser), whose local solver is (a) and (b) below.
 
 Roles: a client's private *user factors* U_i (here packed with the user biases), its local *item copy*
@@ -47,8 +47,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from models.consensus import ConsensusSum, consensus, dual_step, message
-from models.federated import State, step_count
+from models.core.consensus import ConsensusSum, consensus, dual_step, message
+from models.core.federated import State, step_count
 from models.recsys.base import RecsysAlgorithm, held
 from models.recsys.batch import RatingBatch
 from models.recsys.factors import largest_eigenvalue, prox_step, ridge_solve

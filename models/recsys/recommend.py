@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from models.federated import State
+from models.core.federated import State
 from models.recsys.factors import design, predict_pairs, ridge_solve
 
 

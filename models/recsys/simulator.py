@@ -14,7 +14,8 @@ from typing import Any
 
 import numpy as np
 
-from models.federated import State
+from models.core.federated import State
+from models.core.rounds import Hooks, ListPool, RoundResult, Rounds, simulate
 from models.recsys import make_algorithm
 from models.recsys.base import RecsysAlgorithm
 from models.recsys.centralized import ALS, run_centralized
@@ -22,7 +23,6 @@ from models.recsys.data import Ratings, count_distinct, stack, unstack
 from models.recsys.evaluation import ClientRatings, Evaluator, RecsysRun, prepare_clients
 from models.recsys.metrics import rmse
 from models.recsys.recommend import ItemModel, fold_in, recommend_top_n, top_n
-from models.rounds import Hooks, ListPool, RoundResult, Rounds, simulate
 
 
 def gather_users(data: list[State], states: list[State], n_users: int) -> np.ndarray:

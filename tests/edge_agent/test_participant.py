@@ -6,7 +6,7 @@ from edge_agent.detector_participant import TrainingBuffer
 from edge_agent.pca_participant import PCAParticipant
 from edge_agent.sources import Batch
 from edge_agent.store import AgentStore
-from models.linalg import orth
+from models.core.linalg import orth
 from wire.protocol import Envelope, decode, encode
 
 

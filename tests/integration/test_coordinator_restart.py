@@ -9,9 +9,9 @@ import sys
 
 from sqlalchemy.orm import Session
 
-from models.linalg import subspace_distance
+from models.core.linalg import subspace_distance
 from models.pca.baselines import centralized_pca
-from models.simulator import prepare_clients, simulate_pca
+from models.pca.simulator import prepare_clients, simulate_pca
 from store.db import Job, ModelVersion, Round, make_engine, unpack
 from tests.integration.conftest import parts_for, wait_until
 

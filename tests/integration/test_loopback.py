@@ -13,18 +13,18 @@ import pytest
 from edge_agent.detector_participant import TrainingBuffer
 from edge_agent.sources import Batch
 from edge_agent.store import AgentStore
-from models.detector import PCADetector
+from models.detection.detector import PCADetector
 from models.families import FAMILIES, family, job_spec
 from models.mixture import FEDERATED as GMM
 from models.mixture.simulator import simulate_mixture
 from models.partition import partition
 from models.pca import FEDERATED as PCA
+from models.pca.simulator import federated_threshold, prepare_clients, run_federated
 from models.recsys import FEDERATED as RECSYS
 from models.recsys.data import from_triples, split_users, train_test_split
 from models.recsys.simulator import prepare_clients as prepare_ratings
 from models.recsys.simulator import run_federated as run_recsys
 from models.recsys.synthetic import generate_ratings
-from models.simulator import federated_threshold, prepare_clients, run_federated
 from models.synthetic import generate_traffic
 from store.db import Job as JobRow
 from store.db import ModelVersion, make_engine, migrate, session_factory, unpack

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from edge_agent.sources import Batch
-from models.linalg import subspace_distance
-from models.simulator import simulate_pca
+from models.core.linalg import subspace_distance
+from models.pca.simulator import simulate_pca
 from store.db import Alert, ModelVersion, Rejection, Round, unpack
 from tests.integration.conftest import parts_for, wait_until
 from wire.protocol import Envelope, agent_topic, encode
@@ -48,7 +48,7 @@ def test_deployed_model_equals_the_simulators(broker, coordinator, fleet, traffi
     # same sampling, same client and server steps: the same subspace and threshold
     assert abs(threshold - sim["threshold"]) < 1e-6 * sim["threshold"]
     from models.pca.baselines import centralized_pca
-    from models.simulator import prepare_clients
+    from models.pca.simulator import prepare_clients
 
     clients = prepare_clients(parts, data.feature_names)
     assert abs(subspace_distance(Z, centralized_pca(clients.C, clients.weight, 3)) - sim["subspace_distance"]) < 1e-6

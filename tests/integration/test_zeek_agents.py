@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from edge_agent.sources import ZeekFollower
-from models.encoding import ZEEK_CONN
+from models.detection.encoding import ZEEK_CONN
 from store.db import Alert
 from tests.integration.conftest import wait_until
 from tests.integration.test_zeek_encoding import connections

@@ -11,7 +11,7 @@ from edge_agent.detector_participant import TrainingBuffer
 from edge_agent.scorer import Scorer
 from edge_agent.sources import Batch
 from edge_agent.store import AgentStore
-from models.encoding import ZEEK_CONN
+from models.detection.encoding import ZEEK_CONN
 from models.families import family
 from store.db import unpack
 from tests.integration.test_loopback import Loopback

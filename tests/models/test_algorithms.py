@@ -1,13 +1,13 @@
 import numpy as np
 import pytest
 
-from models.federated import take
+from models.core.federated import take
+from models.core.rounds import run_round, sample_clients
 from models.pca import FEDERATED, FedMM, make_algorithm
 from models.pca.baselines import centralized_pca, local_pca
 from models.pca.fedmm import completion
 from models.pca.quantize import dequantize, quantize, quantize_with_feedback
-from models.rounds import run_round, sample_clients
-from models.simulator import prepare_clients, run_federated
+from models.pca.simulator import prepare_clients, run_federated
 
 D, K = 12, 3
 
@@ -153,7 +153,7 @@ def test_invalid_hyper_parameters_are_refused():
 
 def test_fedpg_fast_step_is_the_projected_riemannian_gradient_step(clients, rng):
     """The cheap step (terms in span(U) dropped, Cholesky-QR) equals the textbook one."""
-    from models.linalg import orth
+    from models.core.linalg import orth
     from models.pca.objective import reconstruction_gradient
 
     alg = make_algorithm("fedpg", D, K, local_steps=1)
@@ -173,7 +173,7 @@ def test_fedpg_fast_step_is_the_projected_riemannian_gradient_step(clients, rng)
 def test_fedmm_refuses_poisoned_statistics_and_learns_the_honest_clients_subspace(clients, attack):
     """Poisoned uploads refused (noise, rotated) or shrunk to the client's own bounds (scaled): FedMM converges
     to centralised PCA of the honest clients (of all clients when the shrunk statistic is the honest one)."""
-    from models.linalg import subspace_distance
+    from models.core.linalg import subspace_distance
     from models.pca.fedmm import plausible
 
     honest_run = run_federated(FedMM(D, K), clients, 40, 0.5, seed=1)
@@ -195,7 +195,7 @@ def test_fedmm_refuses_poisoned_statistics_and_learns_the_honest_clients_subspac
 
 
 def test_robust_aggregators_are_plain_functions():
-    from models.aggregation import clip_norms, coordinate_median, trimmed_mean
+    from models.core.aggregation import clip_norms, coordinate_median, trimmed_mean
 
     X = np.stack([np.full((2, 2), v) for v in (1.0, 2.0, 3.0, 4.0, 1000.0)])
     assert np.allclose(coordinate_median(X), 3.0)

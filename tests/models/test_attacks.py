@@ -1,4 +1,5 @@
-"""The attacks users run (`simulate pca --adversaries K --attack NAME`, models.attacks): each one does what it says,
+"""The attacks users run (`simulate pca --adversaries K --attack NAME`, models.detection.attacks): each one does what
+it says,
 within or outside the checks as it claims, and runs end to end through both simulators on a tiny fleet."""
 
 from __future__ import annotations
@@ -6,16 +7,16 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from models.attacks import ATTACKS, OFF_DIAGONAL, ROGUE_DATA, Adversaries, not_applicable
+from models.detection.attacks import ATTACKS, OFF_DIAGONAL, ROGUE_DATA, Adversaries, not_applicable
+from models.detection.screening import DEFAULT_GUARD, capped_weights, check_histogram, check_summary
+from models.detection.threshold import EDGES
 from models.mixture.fedem import FedEM, moments_psd
 from models.mixture.gmm import hard_stats, nearest
 from models.mixture.rogues import compliant_rogues
 from models.mixture.simulator import simulate_mixture
 from models.pca.fedmm import admissible_scale
-from models.screening import DEFAULT_GUARD, capped_weights, check_histogram, check_summary
-from models.simulator import simulate_pca
+from models.pca.simulator import simulate_pca
 from models.synthetic import generate_traffic
-from models.threshold import EDGES
 
 pytestmark = pytest.mark.filterwarnings("ignore")
 

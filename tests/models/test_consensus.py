@@ -1,4 +1,4 @@
-"""One consensus-ADMM core (models.consensus) and its three instances, each checked against a dense reference
+"""One consensus-ADMM core (models.core.consensus) and its three instances, each checked against a dense reference
 written from its paper, one client at a time, with nothing shared with the product but the problem.
 
 The references: FedPG and FedPE (seed 004, Alg. 2 and 1: local steps, upload U_i + Y_i / rho, Z the mean of
@@ -12,14 +12,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from models.consensus import ConsensusSum, consensus
-from models.federated import take
+from models.core.consensus import ConsensusSum, consensus
+from models.core.federated import take
+from models.core.rounds import run_round, sample_clients
 from models.pca import make_algorithm
+from models.pca.simulator import prepare_clients
 from models.recsys.data import client_data, split_users, stack, train_test_split, unstack
 from models.recsys.fedmc_admm import FedMCADMM
 from models.recsys.synthetic import generate_ratings
-from models.rounds import run_round, sample_clients
-from models.simulator import prepare_clients
 
 
 @pytest.mark.parametrize("regularizer", ["none", "l2", "l1"])

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from models.detection.preprocessing import as_device_records
 from models.mixture import control
 from models.mixture.fedem import FedEM
 from models.mixture.gmm import m_step
 from models.mixture.simulator import device_data
-from models.preprocessing import as_device_records
 from tests.models.test_mixture import blobs
 
 

@@ -1,8 +1,8 @@
 import numpy as np
 import pytest
 
-from models.detector import PCADetector
-from models.metrics import auc_roc
+from models.detection.detector import PCADetector
+from models.detection.metrics import auc_roc
 from models.synthetic import generate_traffic
 
 

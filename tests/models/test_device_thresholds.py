@@ -1,5 +1,5 @@
-"""Per-device thresholds shrunk toward the fleet's (models.screening.fleet_tail on the coordinator,
-models.threshold.shrunk_threshold on each device): a device moves only as far as its own held-out records
+"""Per-device thresholds shrunk toward the fleet's (models.detection.screening.fleet_tail on the coordinator,
+models.detection.threshold.shrunk_threshold on each device): a device moves only as far as its own held-out records
 justify, never past the published tail, and one device cannot make the others trust themselves more."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from models.screening import exceedance_threshold, fleet_tail
-from models.threshold import Tail, shrunk_threshold, sparse_histogram
+from models.detection.screening import exceedance_threshold, fleet_tail
+from models.detection.threshold import Tail, shrunk_threshold, sparse_histogram
 
 Q = 0.985
 

@@ -3,7 +3,7 @@ import json
 import numpy as np
 import pytest
 
-from models.encoding import (
+from models.detection.encoding import (
     MAX_REPORTED,
     MISSING,
     FeatureEncoder,

@@ -3,13 +3,13 @@
 import numpy as np
 import pytest
 
-from models.detector import PCADetector
+from models.detection.detector import PCADetector
+from models.detection.robust import second_moment
 from models.families import job_spec
 from models.kernel import RandomFourierFeatures, default_gamma
 from models.params import SettingError
 from models.partition import partition
-from models.robust import second_moment
-from models.simulator import prepare_clients, simulate_pca
+from models.pca.simulator import prepare_clients, simulate_pca
 from models.synthetic import generate_traffic
 
 

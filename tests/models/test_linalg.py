@@ -1,6 +1,6 @@
 import numpy as np
 
-from models.linalg import orth, procrustes_align, subspace_distance, top_eigvecs
+from models.core.linalg import orth, procrustes_align, subspace_distance, top_eigvecs
 
 
 def test_subspace_distance_bounds_and_rotation_invariance(rng):

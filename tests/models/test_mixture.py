@@ -6,16 +6,16 @@ import numpy as np
 import pytest
 from sklearn.mixture import GaussianMixture
 
+from models.core.pipeline import close_round
+from models.detection.preprocessing import Moments, Preprocessor, as_device_records, signed_log1p
+from models.detection.screening import exceedance_threshold
+from models.detection.threshold import error_histogram, holdout_mask, quantile_from_histogram, sparse_histogram
 from models.families import job_spec
 from models.mixture.detector import MixtureDetector, fit_em, mixture_problem
 from models.mixture.fedem import FedEM, colluders, standardised_moments
 from models.mixture.gmm import Mixture, e_step, hard_stats, kmeans, m_step, triu_unpack
 from models.mixture.simulator import device_data, device_moments
 from models.params import SettingError
-from models.pipeline import close_round
-from models.preprocessing import Moments, Preprocessor, as_device_records, signed_log1p
-from models.screening import exceedance_threshold
-from models.threshold import error_histogram, holdout_mask, quantile_from_histogram, sparse_histogram
 
 
 def blobs(n=600, d=4, seed=0):
@@ -255,9 +255,9 @@ def test_per_device_calibration_evens_out_false_positives_across_non_iid_devices
     tail is flagged far beyond the promised rate under the one global threshold; calibrated on half of its
     held-out records, every device flags about 1 - q of the other half. (ton-iot, 20 such devices: global
     0-14.7 % per device, calibrated 0-5.2 %.)"""
+    from models.detection.threshold import device_threshold
     from models.mixture.simulator import simulate_mixture, split_holdout
     from models.partition import partition
-    from models.threshold import device_threshold
 
     rng = np.random.default_rng(0)
     X = np.exp(rng.normal(0, 1.5, (20000, 3))) * np.array([1, 10, 100]) + rng.integers(0, 3, (20000, 1))

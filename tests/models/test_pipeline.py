@@ -1,12 +1,12 @@
-"""The aggregation pipeline (models.pipeline): every family's answers pass its stages before the server step, in
+"""The aggregation pipeline (models.core.pipeline): every family's answers pass its stages before the server step, in
 the simulators and the coordinator alike."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from models.federated import FederatedAlgorithm, State
-from models.pipeline import Answers, close_round, validate
+from models.core.federated import FederatedAlgorithm, State
+from models.core.pipeline import Answers, close_round, validate
 
 
 class Recorder(FederatedAlgorithm):

@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from models.preprocessing import Moments, Preprocessor, global_standardisation, signed_log1p
+from models.detection.preprocessing import Moments, Preprocessor, global_standardisation, signed_log1p
 
 
 def test_signed_log1p_is_odd_and_inverted(rng):
@@ -51,8 +51,8 @@ def test_preprocessor_round_trips_through_dict(rng):
 
 
 def test_trace_from_the_statistics_summary_equals_the_second_moments_trace(rng):
-    """What the server bounds a client's uploads with (models.screening), from its summary alone."""
-    from models.screening import Guard, federation_statistics, stack_summaries
+    """What the server bounds a client's uploads with (models.detection.screening), from its summary alone."""
+    from models.detection.screening import Guard, federation_statistics, stack_summaries
 
     parts = [rng.standard_normal((n, 4)) * [1, 5, 2, 3] + 2 for n in (20, 7)]
     moments = [Moments.of(p) for p in parts]

@@ -3,13 +3,13 @@
 import numpy as np
 import pytest
 
+from models.core.rounds import run_round, sample_clients
 from models.recsys import FEDERATED, make_algorithm
 from models.recsys.batch import RatingBatch
 from models.recsys.data import client_data, split_users, stack, train_test_split, unstack
 from models.recsys.fedmc_admm import FedMCADMM
 from models.recsys.simulator import prepare_clients, simulate_recsys
 from models.recsys.synthetic import generate_ratings
-from models.rounds import run_round, sample_clients
 
 
 @pytest.fixture(scope="module")
@@ -21,7 +21,7 @@ def small():
 
 
 def drive(alg, clients, rounds, per_round, seed=0):
-    """The simulator's loop (the shared round of models.rounds), keeping the server state for inspection."""
+    """The simulator's loop (the shared round of models.core.rounds), keeping the server state for inspection."""
     rng = np.random.default_rng(seed)
     server, broadcast = alg.init_server(clients.n_clients, rng)
     states = [alg.init_clients(d, broadcast) for d in clients.data]

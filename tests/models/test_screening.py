@@ -1,11 +1,10 @@
-"""What one device may weigh (models.screening): refused claims, capped weights, bounded influence."""
+"""What one device may weigh (models.detection.screening): refused claims, capped weights, bounded influence."""
 
 import numpy as np
 import pytest
 
-from models.pca.fedmm import plausible
-from models.preprocessing import Moments, global_standardisation
-from models.screening import (
+from models.detection.preprocessing import Moments, global_standardisation
+from models.detection.screening import (
     Guard,
     capped_weights,
     check_histogram,
@@ -14,7 +13,8 @@ from models.screening import (
     robust_threshold,
     stack_summaries,
 )
-from models.threshold import EDGES, error_histogram
+from models.detection.threshold import EDGES, error_histogram
+from models.pca.fedmm import plausible
 
 G = Guard()
 

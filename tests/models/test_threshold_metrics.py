@@ -2,8 +2,8 @@ import numpy as np
 import pytest
 from sklearn.metrics import average_precision_score, roc_auc_score
 
-from models.metrics import auc_roc, average_precision, f1_score
-from models.threshold import error_histogram, federated_quantile, quantile_from_histogram
+from models.detection.metrics import auc_roc, average_precision, f1_score
+from models.detection.threshold import error_histogram, federated_quantile, quantile_from_histogram
 
 
 def test_histogram_quantile_is_close_to_the_exact_one(rng):

@@ -13,9 +13,9 @@ import time
 from sqlalchemy.orm import Session
 
 from edge_agent.sources import Batch
-from models.linalg import subspace_distance
+from models.core.linalg import subspace_distance
 from models.pca.baselines import centralized_pca
-from models.simulator import prepare_clients, simulate_pca
+from models.pca.simulator import prepare_clients, simulate_pca
 from store.db import Alert, Job, ModelVersion, Round, make_engine, unpack
 from tests.integration.conftest import parts_for, wait_until
 

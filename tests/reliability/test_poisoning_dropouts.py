@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 
 from edge_agent.pca_participant import PCAParticipant
-from models.attacks import poison
-from models.linalg import subspace_distance
+from models.core.linalg import subspace_distance
+from models.detection.attacks import poison
 from models.pca.baselines import centralized_pca
-from models.simulator import prepare_clients
+from models.pca.simulator import prepare_clients
 from store.db import ModelVersion, Round, unpack
 from tests.integration.conftest import parts_for, wait_until
 from wire.protocol import Envelope

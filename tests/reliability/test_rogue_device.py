@@ -13,11 +13,11 @@ import numpy as np
 import pytest
 
 from edge_agent.pca_participant import PCAParticipant
-from models.detector import PCADetector
-from models.linalg import orth, subspace_distance
-from models.metrics import detection_report
-from models.preprocessing import Preprocessor
-from models.threshold import EDGES
+from models.core.linalg import orth, subspace_distance
+from models.detection.detector import PCADetector
+from models.detection.metrics import detection_report
+from models.detection.preprocessing import Preprocessor
+from models.detection.threshold import EDGES
 from store.db import ModelVersion, Rejection, Round, unpack
 from tests.integration.conftest import parts_for, wait_until
 from wire.protocol import Envelope

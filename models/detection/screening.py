@@ -22,8 +22,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from models.aggregation import trimmed_weighted_mean, winsorized_weighted_mean
-from models.threshold import EDGES, TAIL_SPAN, TAIL_STEP, Tail, quantile_from_histogram
+from models.core.aggregation import trimmed_weighted_mean, winsorized_weighted_mean
+from models.detection.threshold import EDGES, TAIL_SPAN, TAIL_STEP, Tail, quantile_from_histogram
 
 #: |signed_log1p(x)| for every finite float64 x is below this: a larger transformed value is a lie
 LOG_BOUND = 710.0
@@ -203,7 +203,7 @@ def exceedance_threshold(histograms: list[tuple[np.ndarray, np.ndarray]], weight
 def fleet_tail(histograms: list[tuple[np.ndarray, np.ndarray]], weight: np.ndarray, q: float, trim: float,
                holdout: float, colluders: int = 1) -> tuple[float, Tail]:
     """The fleet's threshold (`exceedance_threshold`, read from the same curve) and what each device needs to
-    shrink its own threshold toward it (`models.threshold.shrunk_threshold`): the fleet's exceedance curve at
+    shrink its own threshold toward it (`models.detection.threshold.shrunk_threshold`): the fleet's exceedance curve at
     levels a factor 16 either side of 1 - q, and how much that curve counts for against a device's own records.
     The weight is the empirical-Bayes (beta-binomial method of moments) prior strength of the devices' shares
     above the fleet's threshold: the more their shares differ beyond what their record counts explain, the

@@ -20,8 +20,8 @@ from typing import Protocol
 
 import numpy as np
 
-from models.federated import FederatedAlgorithm, State, put, take
-from models.pipeline import close_round
+from models.core.federated import FederatedAlgorithm, State, put, take
+from models.core.pipeline import close_round
 
 
 def sample_clients(rng: np.random.Generator, n_clients: int, fraction: float) -> np.ndarray:

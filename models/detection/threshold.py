@@ -84,7 +84,7 @@ TAIL_SPAN, TAIL_STEP = 16, 4
 
 @dataclass(frozen=True)
 class Tail:
-    """The fleet's exceedance curve near its threshold (`models.screening.fleet_tail`): `thresholds`
+    """The fleet's exceedance curve near its threshold (`models.detection.screening.fleet_tail`): `thresholds`
     ascending, `exceedances` the (winsorised) share of the devices' held-out records above each, and `prior`
     how many records that curve counts for beside a device's own. `holdout` is the share of its records a
     device held out in training, the records its own curve comes from."""

@@ -105,7 +105,7 @@ class Preprocessor:
     mean: np.ndarray
     scale: np.ndarray
     version: int = PREPROCESSING_VERSION
-    #: how records with text fields and unset values become these features (models.encoding.FeatureEncoder's
+    #: how records with text fields and unset values become these features (models.detection.encoding.FeatureEncoder's
     #: to_dict), when the job agreed one; None: the features are named numeric columns
     encoding: dict[str, Any] | None = None
     _inv_scale: np.ndarray = field(init=False, repr=False)

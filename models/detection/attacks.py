@@ -29,8 +29,8 @@ from functools import partial
 
 import numpy as np
 
-from models.federated import State, take
-from models.linalg import orth
+from models.core.federated import State, take
+from models.core.linalg import orth
 
 #: every attack, in the order the robustness table lists them
 ATTACKS = ("compliant", "inflate", "max-variance", "non-psd", "threshold", "random", "scaled", "rotated")
@@ -131,7 +131,7 @@ class Adversaries:
 
     def tamper(self, evil: np.ndarray, broadcast: State,
                rng: np.random.Generator) -> Callable[[State], State] | None:
-        """The round's upload tampering (models.rounds.run_round's `tamper`) for the sampled devices flagged in
+        """The round's upload tampering (models.core.rounds.run_round's `tamper`) for the sampled devices flagged in
         evil: a poison for any detector, max-variance and non-psd for a mixture's statistics (a PCA device's
         are tampered with in `second_moments`)."""
         fake: Callable[[State], State]

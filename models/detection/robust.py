@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from models.threshold import federated_quantile
+from models.detection.threshold import federated_quantile
 
 TRIM_CRITERIA = ("distance", "residual")
 

@@ -20,10 +20,10 @@ from typing import Any
 
 import numpy as np
 
+from models.core.linalg import orth, top_eigvecs
+from models.detection.preprocessing import Moments, Preprocessor, global_standardisation, signed_log1p
+from models.detection.threshold import federated_quantile
 from models.kernel import RandomFourierFeatures
-from models.linalg import orth, top_eigvecs
-from models.preprocessing import Moments, Preprocessor, global_standardisation, signed_log1p
-from models.threshold import federated_quantile
 
 MODEL_VERSION = 1
 _CHUNK = 8192

@@ -418,7 +418,7 @@ def binary_standardisation(encoder: FeatureEncoder, device_counts: Sequence[Mapp
 @dataclass
 class EncodedStatistics:
     """Each device's (count, sum, sum of squares) of every encoded column, and the encoder: what the
-    standardisation (models.screening.federation_statistics) takes."""
+    standardisation (models.detection.screening.federation_statistics) takes."""
 
     encoder: FeatureEncoder
     count: np.ndarray  # (devices,)

@@ -57,7 +57,7 @@ class FederatedAlgorithm(ABC):
         clients that were sampled but did not answer are simply absent."""
 
     def screen(self, server: State, client_ids: np.ndarray, uploads: State) -> np.ndarray | None:
-        """What the server admits of each upload before its step (models.pipeline.validate): a factor per upload,
+        """What the server admits of each upload before its step (models.core.pipeline.validate): a factor per upload,
         1 to keep it, in (0, 1) to shrink it, 0 to refuse it; None when there is nothing to check against."""
         return None
 

@@ -5,11 +5,11 @@ one order, each stage a small function (switched per job by the stages given to 
                larger than its own claims allow (a factor in (0, 1)); counted on the server state per round
                ("rejected", "shrunk", and this round's "rejected_ids", "shrunk_ids": the operator's influence view)
     caps       the weights the answers arrive with are the devices' capped shares of the records
-               (models.screening.capped_weights, fixed by the statistics phase)
+               (models.detection.screening.capped_weights, fixed by the statistics phase)
     then the family's server step, whose robust rules (FedEM's support rule, trimmed aggregators) act on what
     passed. The stages of private mode (secure sum, calibrated noise) come after validation, in that order.
 
-The simulators (models.rounds.run_round) and the coordinator (its job runners) close rounds through
+The simulators (models.core.rounds.run_round) and the coordinator (its job runners) close rounds through
 `close_round`, so a refusal is the same refusal in both.
 """
 
@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from models.federated import FederatedAlgorithm, State
+from models.core.federated import FederatedAlgorithm, State
 
 
 @dataclass

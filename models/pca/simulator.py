@@ -13,18 +13,15 @@ from typing import Any
 
 import numpy as np
 
-from models.attacks import NO_ADVERSARIES, Adversaries
-from models.detector import PCADetector
-from models.federated import State
-from models.kernel import DEFAULT_COMPONENTS, KERNELS, RandomFourierFeatures
-from models.linalg import subspace_distance
-from models.metrics import detection_report
-from models.pca import PCAAlgorithm, make_algorithm
-from models.pca.baselines import centralized_pca, local_pca
-from models.preprocessing import Moments, Preprocessor, as_device_records, signed_log1p
-from models.robust import TRIM_CRITERIA, distance_masks, residual_mask, residuals, second_moment
-from models.rounds import BatchedPool, Hooks, RoundResult, Rounds, simulate
-from models.screening import (
+from models.core.federated import State
+from models.core.linalg import subspace_distance
+from models.core.rounds import BatchedPool, Hooks, RoundResult, Rounds, simulate
+from models.detection.attacks import NO_ADVERSARIES, Adversaries
+from models.detection.detector import PCADetector
+from models.detection.metrics import detection_report
+from models.detection.preprocessing import Moments, Preprocessor, as_device_records, signed_log1p
+from models.detection.robust import TRIM_CRITERIA, distance_masks, residual_mask, residuals, second_moment
+from models.detection.screening import (
     DEFAULT_GUARD,
     Guard,
     admitted_histograms,
@@ -34,7 +31,10 @@ from models.screening import (
     stack_summaries,
     value_bound,
 )
-from models.threshold import EDGES, error_histogram, quantile_from_histogram, sparse_histogram
+from models.detection.threshold import EDGES, error_histogram, quantile_from_histogram, sparse_histogram
+from models.kernel import DEFAULT_COMPONENTS, KERNELS, RandomFourierFeatures
+from models.pca import PCAAlgorithm, make_algorithm
+from models.pca.baselines import centralized_pca, local_pca
 
 
 @dataclass
@@ -46,7 +46,7 @@ class ClientData:
     preprocessor: Preprocessor
     X: list[np.ndarray]  # standardised (and lifted) records per client
     C: np.ndarray  # (N, d, d) second moments (of the kept records)
-    weight: np.ndarray  # (N,) n_i / mean(n), capped (models.screening)
+    weight: np.ndarray  # (N,) n_i / mean(n), capped (models.detection.screening)
     diag: np.ndarray  # (N, d) diag(C_i) and (N,) the bound on tr(C_i): what the server checks uploads against
     trace: np.ndarray
     keep: list[np.ndarray] | None = None  # records kept by a distance trim
@@ -65,15 +65,16 @@ def prepare_clients(parts: list[np.ndarray], feature_names: list[str], log_trans
                     lift: RandomFourierFeatures | None = None,
                     adversaries: Adversaries = NO_ADVERSARIES) -> ClientData:
     """Federated statistics phase: each client's count, sum and sum of squares give the global
-    standardisation, its weight and its trace bound (models.screening, as the coordinator computes
+    standardisation, its weight and its trace bound (models.detection.screening, as the coordinator computes
     them); each client then computes its own second moment around the global mean (over the records a
-    distance trim keeps, see models.robust).
+    distance trim keeps, see models.detection.robust).
 
     With a lift, each client maps its standardised records through it and C_i is their uncentred second
     moment; the upload bounds are then the map's a-priori ones (diag(C_i) <= 2/D, tr(C_i) <= 2), which is
     all the coordinator knows too (the statistics phase precedes the lift).
 
-    The adversaries' claims (models.attacks: inflate) pass the coordinator's checks (models.screening) or the
+    The adversaries' claims (models.detection.attacks: inflate) pass the coordinator's checks
+    (models.detection.screening) or the
     run stops saying why."""
     parts = [as_device_records(P) for P in parts]  # as the devices' training buffers hold them
     d = parts[0].shape[1]
@@ -105,7 +106,7 @@ def prepare_clients(parts: list[np.ndarray], feature_names: list[str], log_trans
 def federated_threshold(clients: ClientData, Z: np.ndarray, quantile: float, trim: float = 0.0,
                         guard: Guard = DEFAULT_GUARD, adversaries: Adversaries = NO_ADVERSARIES) -> float:
     """The label-free threshold from per-client histograms of the (kept) training errors (errors never
-    pooled), checked and combined as the coordinator does (models.screening.robust_threshold)."""
+    pooled), checked and combined as the coordinator does (models.detection.screening.robust_threshold)."""
     histograms = []
     for i in range(len(clients.X)):
         X = clients.kept(i)
@@ -144,8 +145,8 @@ def run_federated(
 ) -> FederatedRun:
     """Drive an algorithm for `rounds` rounds with a fraction of the clients sampled each round.
 
-    byzantine: share of the clients (drawn at random) that send poisoned uploads (models.attacks.poison, kind
-    `attack`) every round they are sampled; adversaries: the first clients and their attack (models.attacks);
+    byzantine: share of the clients (drawn at random) that send poisoned uploads (models.detection.attacks.poison, kind
+    `attack`) every round they are sampled; adversaries: the first clients and their attack (models.detection.attacks);
     dropout: share of the sampled clients that never answer (chosen afresh each round)."""
     rng = np.random.default_rng(seed)
     chaos = np.random.default_rng(seed + 7919)  # attacks and dropouts do not disturb the sampling
@@ -218,7 +219,7 @@ def simulate_pca(
 ) -> dict[str, Any]:
     """Train one algorithm on partitioned training records and evaluate it on labelled test records.
 
-    adversaries: the first devices and their attack (models.attacks; their records, for a data attack, are
+    adversaries: the first devices and their attack (models.detection.attacks; their records, for a data attack, are
     already in `train_parts`).
 
     kernel="rff": kernel PCA through `kernel_features` random Fourier features of width `kernel_gamma`

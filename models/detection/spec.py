@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from models.encoding import RecordSchema
+from models.detection.encoding import RecordSchema
+from models.detection.screening import Guard
 from models.jobspec import JobSpec, check
-from models.screening import Guard
 
 
 @dataclass
@@ -16,12 +16,12 @@ class DetectorJobSpec(JobSpec):
     #: no features: the numeric features every agent taking part announces (resolved when the job starts)
     features: list[str] = field(default_factory=list)
     #: text fields one-hot encoded with a vocabulary the statistics phase agrees (e.g. Zeek's proto, service,
-    #: conn_state) and flag-string fields whose letters become columns (Zeek's history): models.encoding
+    #: conn_state) and flag-string fields whose letters become columns (Zeek's history): models.detection.encoding
     categorical: list[str] = field(default_factory=list)
     flags: list[str] = field(default_factory=list)
     quantile: float = 0.99
     log_transform: bool = True
-    # how far one device is trusted (models.screening.Guard)
+    # how far one device is trusted (models.detection.screening.Guard)
     max_records: int = Guard.max_records
     count_cap: float = Guard.count_cap
     max_share: float = Guard.max_share
@@ -59,7 +59,7 @@ class DetectorJobSpec(JobSpec):
         self.validate()
 
     def schema(self) -> RecordSchema:
-        """The fields a device reports counts of in the statistics phase (models.encoding)."""
+        """The fields a device reports counts of in the statistics phase (models.detection.encoding)."""
         return RecordSchema(list(self.features), list(self.categorical), list(self.flags))
 
     def guard(self) -> Guard:
