@@ -57,8 +57,9 @@ def register(groups: dict[str, Any], verbs: Any) -> None:
 def add_data_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("data (one of --dataset or --ratings)")
     g.add_argument("--dataset", help=f"named dataset: {', '.join(ratings_io.DATASETS)} (default movielens-small "
-                   "where the shared data is present, synthetic otherwise; netflix-synthetic: 480,189 users x "
-                   "17,770 items, 100M ratings, 1-5 stars, generated in memory)")
+                   "where the shared data is present, synthetic otherwise; synthetic-longtail: 6,000 users x 3,000 "
+                   "items, 180,200 half-star ratings, Zipf item tail; netflix-synthetic: 480,189 users x "
+                   "17,770 items, 100M ratings, 1-5 stars; both generated in memory)")
     g.add_argument("--synthetic-scale", type=positive_float, metavar="F",
                    help="netflix-synthetic: this share of its users and ratings, all its items (default 1)")
     g.add_argument("--ratings", metavar="CSV", help="any ratings CSV with a header")
