@@ -17,7 +17,7 @@ from fedsentry.runs.recsys import prepare, simulate
 from models.recsys import ALGORITHMS
 from models.recsys.base import REGULARIZERS
 from models.recsys.data import CLIENT_SPLITS, Ratings
-from models.recsys.fedmc_admm import USER_SOLVERS
+from models.recsys.fedmc_admm import USER_ITEMS, USER_SOLVERS
 
 log = logging.getLogger("fedsentry.recsys")
 
@@ -73,12 +73,14 @@ def add_recsys_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--client-split", choices=CLIENT_SPLITS, default="random",
                    help="how users are grouped into clients (default random; activity: sorted by activity)")
     p.add_argument("--regularizer", choices=REGULARIZERS, help="fedmc-admm: l2 or l1 (default l2)")
-    p.add_argument("--rho", type=positive_float, help="fedmc-admm: ADMM penalty, the paper's beta (default 10)")
+    p.add_argument("--rho", type=positive_float, help="fedmc-admm: ADMM penalty, the paper's beta (default 0.5)")
     p.add_argument("--lam", type=positive_float, help="ridge weight of user factors (default per algorithm)")
     p.add_argument("--gamma", type=positive_float, help="ridge weight of item factors (default per algorithm)")
     p.add_argument("--local-steps", type=positive_int, help="local steps per round (fedmc-admm 3, fedmavg 10)")
     p.add_argument("--user-solver", choices=USER_SOLVERS, help="fedmc-admm: exact ridge per user (default, l2) or "
                    "the paper's proximal steps (66)")
+    p.add_argument("--user-items", choices=USER_ITEMS, help="fedmc-admm: fit the user rows against the item factors "
+                   "received this round (consensus, default) or the client's own copy (copy, the paper's (66))")
     p.add_argument("--lr", type=positive_float, help="altgdmin: multiplier of the paper's step size (default 1)")
 
 
