@@ -61,10 +61,12 @@ def command(args: argparse.Namespace) -> str:
     for flag in ("rho", "lam", "gamma", "local_steps", "lr"):
         if getattr(args, flag) is not None:
             parts.append(f"--{flag.replace('_', '-')} {getattr(args, flag):g}")
-    if args.regularizer != "l2":
+    if args.regularizer not in (None, "l2"):
         parts.append(f"--regularizer {args.regularizer}")
     if args.user_solver:
         parts.append(f"--user-solver {args.user_solver}")
+    if getattr(args, "user_items", None):
+        parts.append(f"--user-items {args.user_items}")
     return " ".join(parts)
 
 

@@ -17,7 +17,7 @@ from fedsentry.runs.recsys import prepare, simulate
 from models.recsys import ALGORITHMS
 from models.recsys.base import REGULARIZERS
 from models.recsys.data import CLIENT_SPLITS, Ratings
-from models.recsys.fedmc_admm import USER_SOLVERS
+from models.recsys.fedmc_admm import USER_ITEMS, USER_SOLVERS
 
 log = logging.getLogger("fedsentry.recsys")
 
@@ -57,8 +57,9 @@ def register(groups: dict[str, Any], verbs: Any) -> None:
 def add_data_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("data (one of --dataset or --ratings)")
     g.add_argument("--dataset", help=f"named dataset: {', '.join(ratings_io.DATASETS)} (default movielens-small "
-                   "where the shared data is present, synthetic otherwise; netflix-synthetic: 480,189 users x "
-                   "17,770 items, 100M ratings, 1-5 stars, generated in memory)")
+                   "where the shared data is present, synthetic otherwise; synthetic-longtail: 6,000 users x 3,000 "
+                   "items, 180,200 half-star ratings, Zipf item tail; netflix-synthetic: 480,189 users x "
+                   "17,770 items, 100M ratings, 1-5 stars; both generated in memory)")
     g.add_argument("--synthetic-scale", type=positive_float, metavar="F",
                    help="netflix-synthetic: this share of its users and ratings, all its items (default 1)")
     g.add_argument("--ratings", metavar="CSV", help="any ratings CSV with a header")
@@ -72,12 +73,14 @@ def add_recsys_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--client-split", choices=CLIENT_SPLITS, default="random",
                    help="how users are grouped into clients (default random; activity: sorted by activity)")
     p.add_argument("--regularizer", choices=REGULARIZERS, help="fedmc-admm: l2 or l1 (default l2)")
-    p.add_argument("--rho", type=positive_float, help="fedmc-admm: ADMM penalty, the paper's beta (default 10)")
+    p.add_argument("--rho", type=positive_float, help="fedmc-admm: ADMM penalty, the paper's beta (default 0.5)")
     p.add_argument("--lam", type=positive_float, help="ridge weight of user factors (default per algorithm)")
     p.add_argument("--gamma", type=positive_float, help="ridge weight of item factors (default per algorithm)")
     p.add_argument("--local-steps", type=positive_int, help="local steps per round (fedmc-admm 3, fedmavg 10)")
     p.add_argument("--user-solver", choices=USER_SOLVERS, help="fedmc-admm: exact ridge per user (default, l2) or "
                    "the paper's proximal steps (66)")
+    p.add_argument("--user-items", choices=USER_ITEMS, help="fedmc-admm: fit the user rows against the item factors "
+                   "received this round (consensus, default) or the client's own copy (copy, the paper's (66))")
     p.add_argument("--lr", type=positive_float, help="altgdmin: multiplier of the paper's step size (default 1)")
 
 

@@ -15,9 +15,9 @@ import numpy as np
 from fedsentry.data.datasets import data_dir
 from fedsentry.errors import UsageError
 from models.recsys.data import Ratings, from_indexed, from_triples, index_id_chunks, index_ids
-from models.recsys.synthetic import NETFLIX_SHAPE, generate_netflix_like, generate_ratings
+from models.recsys.synthetic import NETFLIX_SHAPE, generate_longtail, generate_netflix_like, generate_ratings
 
-DATASETS = ("movielens-small", "synthetic", "netflix-synthetic")
+DATASETS = ("movielens-small", "synthetic", "synthetic-longtail", "netflix-synthetic")
 MOVIELENS_COLUMNS = ("userId", "movieId", "rating")
 
 
@@ -32,12 +32,15 @@ def movielens_available(explicit_dir: str | os.PathLike | None = None) -> bool:
 def load_named(name: str, explicit_dir: str | None = None, seed: int = 0, rating_min: float = 0.5,
                rating_max: float = 5.0, scale: float | None = None) -> Ratings:
     """A named data set: movielens-small from the shared data folder, or synthetic (seeded): `synthetic`
-    (600 users, on the given scale) or `netflix-synthetic` (Netflix-shaped, 1 to 5 stars; `scale` takes
-    that share of its 480,189 users and 100,480,507 ratings, all 17,770 items)."""
+    (600 users, on the given scale), `synthetic-longtail` (6,000 users x 3,000 items, a steep tail of
+    items; `models.recsys.synthetic.LONGTAIL`) or `netflix-synthetic` (Netflix-shaped, 1 to 5 stars;
+    `scale` takes that share of its 480,189 users and 100,480,507 ratings, all 17,770 items)."""
     if scale is not None and name != "netflix-synthetic":
         raise UsageError("--synthetic-scale applies to --dataset netflix-synthetic only")
     if name == "synthetic":
         return generate_ratings(seed=seed, rating_min=rating_min, rating_max=rating_max)
+    if name == "synthetic-longtail":
+        return generate_longtail(seed=seed, rating_min=rating_min, rating_max=rating_max)
     if name == "netflix-synthetic":
         users, items, ratings = NETFLIX_SHAPE
         scale = 1.0 if scale is None else scale

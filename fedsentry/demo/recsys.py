@@ -27,7 +27,7 @@ def demo_recsys(args: argparse.Namespace) -> dict[str, Any]:
                           ("rating_max", 5.0), ("ratings", None), ("regularizer", None)):
         if not hasattr(args, name):
             setattr(args, name, default)
-    for name in ("rho", "lam", "gamma", "lr", "user_solver"):
+    for name in ("rho", "lam", "gamma", "lr", "user_solver", "user_items"):
         if not hasattr(args, name):
             setattr(args, name, None)
     prep = prepare(args, [args.rank])

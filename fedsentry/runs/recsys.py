@@ -65,7 +65,8 @@ def prepare(args: argparse.Namespace, ranks: list[int]) -> Prepared:
 
 def algorithm_params(args: argparse.Namespace, regularizer: str | None = None) -> dict[str, Any]:
     return {"rho": args.rho, "lam": args.lam, "gamma": args.gamma, "local_steps": args.local_steps, "lr": args.lr,
-            "regularizer": regularizer or args.regularizer, "user_solver": args.user_solver}
+            "regularizer": regularizer or args.regularizer, "user_solver": args.user_solver,
+            "user_items": getattr(args, "user_items", None)}
 
 
 def simulate(args: argparse.Namespace, prep: Prepared, algorithm: str, rank: int,

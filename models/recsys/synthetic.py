@@ -4,9 +4,16 @@ A rating is mean + user bias + item bias + u.v (rank `rank`) + noise, clipped to
 to its step, like movielens' half stars. Activity is long-tailed on both sides: users' rating counts are
 log-normal (a few rate hundreds of items, most a few dozen) and items are picked with Zipf-like
 popularity, so some items have many ratings and most have few.
+
+Three shapes are built in: `synthetic` (600 users x 1,000 items, the tests' default), `synthetic-longtail`
+(`LONGTAIL`: 6,000 users x 3,000 items, many more users than items, where movielens-small has 16 times more
+items than users; a steep Zipf tail of items and light users) and `netflix-synthetic` (the Netflix Prize's
+shape, `generate_netflix_like`).
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import numpy as np
 
@@ -15,22 +22,32 @@ from models.recsys.data import Ratings, distinct_sorted
 
 def generate_ratings(n_users: int = 600, n_items: int = 1000, rank: int = 5, mean_ratings: float = 50.0,
                      min_ratings: int = 10, noise: float = 0.5, seed: int = 0, rating_min: float = 0.5,
-                     rating_max: float = 5.0, step: float = 0.5) -> Ratings:
-    """Low-rank ratings with biases, noise and long-tailed activity (see the module docstring)."""
+                     rating_max: float = 5.0, step: float = 0.5, activity_sigma: float = 0.9,
+                     popularity_exponent: float = 0.8, cover_items: bool = False,
+                     name: str = "synthetic") -> Ratings:
+    """Low-rank ratings with biases, noise and long-tailed activity (see the module docstring).
+
+    A user's number of ratings is min_ratings + a log-normal (mean about mean_ratings - min_ratings,
+    log-sd `activity_sigma`), at most n_items; the items it rates are drawn without replacement with
+    popularity proportional to 1 / rank^popularity_exponent (ranks shuffled over the items). With
+    `cover_items`, every item no user drew gets one rating, by a user drawn by activity, so no item of
+    the catalogue is without ratings. The defaults give `synthetic`, unchanged since it was added."""
     if n_users < 2 or n_items < 2 or rank < 1:
         raise ValueError("need at least 2 users, 2 items and rank 1")
     if not 1 <= min_ratings <= n_items:
         raise ValueError("min_ratings must be between 1 and n_items")
+    if activity_sigma < 0 or popularity_exponent < 0:
+        raise ValueError("activity_sigma and popularity_exponent must be non-negative")
     rng = np.random.default_rng(seed)
     U = rng.normal(0, 1 / np.sqrt(rank), (n_users, rank)) * 0.9
     V = rng.normal(0, 1 / np.sqrt(rank), (n_items, rank)) * 0.9
     user_bias = rng.normal(0, 0.35, n_users)
     item_bias = rng.normal(0, 0.45, n_items)
     centre = rating_min + 2 * (rating_max - rating_min) / 3
-    sigma = 0.9
+    sigma = activity_sigma
     counts = np.exp(rng.normal(np.log(max(mean_ratings - min_ratings, 1)) - sigma**2 / 2, sigma, n_users))
     counts = np.clip(np.rint(counts) + min_ratings, min_ratings, n_items).astype(int)
-    popularity = 1.0 / np.arange(1, n_items + 1) ** 0.8
+    popularity = 1.0 / np.arange(1, n_items + 1) ** popularity_exponent
     popularity = popularity[rng.permutation(n_items)]
     popularity /= popularity.sum()
     user_parts, item_parts = [], []
@@ -38,11 +55,30 @@ def generate_ratings(n_users: int = 600, n_items: int = 1000, rank: int = 5, mea
         user_parts.append(np.full(c, t))
         item_parts.append(rng.choice(n_items, size=c, replace=False, p=popularity))
     users, items = np.concatenate(user_parts), np.concatenate(item_parts)
+    if cover_items:
+        unrated = np.flatnonzero(np.bincount(items, minlength=n_items) == 0)
+        raters = rng.choice(n_users, size=len(unrated), p=counts / counts.sum())
+        users, items = np.concatenate([users, raters]), np.concatenate([items, unrated])
+        order = np.lexsort((items, users))
+        users, items = users[order], items[order]
     value = (centre + user_bias[users] + item_bias[items] + np.einsum("ij,ij->i", U[users], V[items])
              + rng.normal(0, noise, len(users)))
     value = np.clip(np.round(value / step) * step, rating_min, rating_max)
     return Ratings(users.astype(np.int64), items.astype(np.int64), value, np.arange(n_users), np.arange(n_items),
-                   float(rating_min), float(rating_max), "synthetic")
+                   float(rating_min), float(rating_max), name)
+
+
+#: `synthetic-longtail`: ten times more users than movielens-small and a third of its items (2 users per item,
+#: against its 0.06), most users light (at least 5 ratings, median 16, a few over 500), and items drawn with
+#: Zipf exponent 1.5: a handful rated by most users, median 8 ratings, 36 % of the items 5 or fewer
+LONGTAIL: dict[str, Any] = {
+    "n_users": 6000, "n_items": 3000, "rank": 5, "mean_ratings": 30.0, "min_ratings": 5, "noise": 0.6,
+    "activity_sigma": 1.3, "popularity_exponent": 1.5, "cover_items": True, "name": "synthetic-longtail"}
+
+
+def generate_longtail(seed: int = 0, rating_min: float = 0.5, rating_max: float = 5.0) -> Ratings:
+    """The `synthetic-longtail` data set (`LONGTAIL`), half-star ratings by default."""
+    return generate_ratings(seed=seed, rating_min=rating_min, rating_max=rating_max, **LONGTAIL)
 
 
 #: the Netflix Prize training set's shape: users, movies, ratings (1 to 5 stars)

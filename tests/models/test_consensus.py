@@ -3,9 +3,9 @@ written from its paper, one client at a time, with nothing shared with the produ
 
 The references: FedPG and FedPE (seed 004, Alg. 2 and 1: local steps, upload U_i + Y_i / rho, Z the mean of
 the sampled clients' uploads, Y_i <- Y_i + rho (U_i - Z) with the new Z); FedMC-ADMM (seed 000, Alg. 1, l2:
-per user the ridge fixed point of (66), N linearised steps (67) per item column, Y <- Y + rho (W - V) with the
-V received, V_j = sum_i (rho W_ij + Y_ij) / (n_j rho + gamma) over every client holding item j, stale ones
-with their last values, eq. 68)."""
+per user the ridge fixed point of (66), against W_i as written or against the V received (the default), N
+linearised steps (67) per item column, Y <- Y + rho (W - V) with the V received, V_j = sum_i (rho W_ij +
+Y_ij) / (n_j rho + gamma) over every client holding item j, stale ones with their last values, eq. 68)."""
 
 from __future__ import annotations
 
@@ -125,13 +125,14 @@ def test_fedpca_is_the_papers_algorithm(pca_clients, name, fraction):
 
 
 # -- FedMC-ADMM ---------------------------------------------------------------------------------------------
-def test_fedmc_admm_is_the_papers_algorithm():
+@pytest.mark.parametrize("user_items", ["copy", "consensus"])
+def test_fedmc_admm_is_the_papers_algorithm(user_items):
     r = generate_ratings(n_users=40, n_items=30, rank=2, mean_ratings=10, seed=5)
     train, _ = train_test_split(r, 0.2, seed=0)
     parts = split_users(train.n_users, 5, "random", np.random.default_rng(1))
     mean = float(train.rating.mean())
     data = client_data(train, parts, mean)
-    alg = FedMCADMM(train.n_items, rank=2, rho=3.0, lam=1.0, gamma=2.0, local_steps=3)
+    alg = FedMCADMM(train.n_items, rank=2, rho=3.0, lam=1.0, gamma=2.0, local_steps=3, user_items=user_items)
     rng = np.random.default_rng(0)
     server, bc = alg.init_server(len(parts), rng)
     V0 = bc["item_factors"].copy()
@@ -163,13 +164,15 @@ def reference_fedmc(alg, data, V0, sampled):
             Y = duals.get(i, np.zeros_like(W))
             R = np.full((len(d["user_index"]), len(items)), np.nan)
             R[d["user"], d["item"]] = d["rating"]
-            # (a) each user's exact ridge solve against W (the fixed point of the N steps (66))
+            # (a) each user's exact ridge solve (the fixed point of the N steps (66)) against W as the paper
+            # writes (user_items "copy"), or against the V received ("consensus", the default)
+            A = W if alg.user_items == "copy" else V_received[items]
             P = np.zeros((R.shape[0], W.shape[1]))
             for t in range(R.shape[0]):
                 rated = ~np.isnan(R[t])
-                X = W[rated].copy()
+                X = A[rated].copy()
                 X[:, -1] = 1.0
-                target = R[t, rated] - W[rated, -1]
+                target = R[t, rated] - A[rated, -1]
                 P[t] = np.linalg.solve(X.T @ X + lam * np.eye(X.shape[1]), X.T @ target)
             # (b) N linearised steps (67) per item column, then (c) with the V received. The column's Lipschitz
             # constant is bounded as the product states: min(sum of |[u_t, 1]|^2 over its raters, lambda_max of

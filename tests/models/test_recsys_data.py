@@ -18,7 +18,7 @@ from models.recsys.data import (
 from models.recsys.factors import predict_pairs
 from models.recsys.metrics import mae, predict, rmse
 from models.recsys.simulator import Evaluator, prepare_clients
-from models.recsys.synthetic import generate_netflix_like, generate_ratings
+from models.recsys.synthetic import LONGTAIL, generate_longtail, generate_netflix_like, generate_ratings
 
 
 def test_from_triples_indexes_ids_and_rejects_duplicates_and_out_of_range():
@@ -190,6 +190,29 @@ def test_netflix_shaped_ratings_have_the_declared_shape_skew_and_no_repeats():
     assert not np.array_equal(other.item[:1000], r.item[:1000])
     with pytest.raises(ValueError, match="n_ratings must be between"):
         generate_netflix_like(n_users=10, n_items=10, n_ratings=60)
+
+
+def test_longtail_ratings_have_the_stated_shape():
+    """synthetic-longtail as models/recsys/synthetic.py and docs/recommendation.md state it: 6,000 users x 3,000
+    items (ten users per item where movielens-small has 16 items per user), 180,200 half-star ratings, every item
+    rated, light users (at least 5, median 16) with a few heavy ones, and a steep tail of items."""
+    r = generate_longtail()
+    assert (len(r), r.n_users, r.n_items, r.name) == (180_200, 6000, 3000, "synthetic-longtail")
+    key = r.user.astype(np.int64) * r.n_items + r.item
+    assert len(np.unique(key)) == len(r)  # no pair twice
+    np.testing.assert_array_equal(r.rating * 2, np.round(r.rating * 2))
+    assert r.rating.min() == 0.5 and r.rating.max() == 5.0 and 3.3 < r.rating.mean() < 3.7
+    per_user = np.bincount(r.user, minlength=r.n_users)
+    per_item = np.bincount(r.item, minlength=r.n_items)
+    assert per_user.min() == 5 and np.median(per_user) == 16 and per_user.max() > 500
+    assert per_item.min() >= 1  # cover_items: no item without ratings
+    assert 0.3 < np.mean(per_item <= 5) < 0.4 and np.median(per_item) == 8
+    assert per_item.max() > r.n_users / 2  # a handful of items rated by most users
+    again = generate_longtail()
+    np.testing.assert_array_equal(key, again.user.astype(np.int64) * r.n_items + again.item)
+    np.testing.assert_array_equal(r.rating, again.rating)
+    assert not np.array_equal(generate_longtail(seed=1).item[:1000], r.item[:1000])
+    assert generate_ratings(**{**LONGTAIL, "n_users": 50, "n_items": 40, "min_ratings": 2}).n_items == 40
 
 
 def test_a_million_ratings_take_at_most_17_bytes_each():
