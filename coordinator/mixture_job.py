@@ -81,8 +81,8 @@ class MixtureJob(DetectorJob):
             row = int(self.server["slot"][index[name]]) - 1
             alone = int(np.count_nonzero((self.server["H_rows"][row] > 0) & ~shared)) if row >= 0 else 0
             if alone:
-                out[name] = (f"{alone} of its components too few devices support (the support rule): kept out "
-                             "of the shared model, its own")
+                out[name] = (f"{alone} of its components kept out of the shared model (too few devices support "
+                             "them, or a few devices hold most of their mass: the support rule), its own")
         return out
 
     def histogram_count(self, sender: str) -> float:

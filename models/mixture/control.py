@@ -188,6 +188,19 @@ def devices_and_support(server: State) -> tuple[int, np.ndarray]:
     return int(server["rows"]) + int(extra), server["support"] + server["support_extra"]
 
 
+def heaviest_share(server: State, m: int) -> np.ndarray:
+    """Per component, the share of its weighted mass (sum_i W_i R_ik over the table) that its `m` heaviest devices
+    hold; 0 for a component without mass. One pass over the rows in use."""
+    n = int(server["rows"])
+    mass = server["W_rows"][:n, None] * server["R_rows"][:n].astype(float)
+    total = mass.sum(axis=0) + (server["R_extra"] if float(server.get("extra", 0.0)) else 0.0)
+    if n == 0:
+        return np.zeros(len(total))
+    m = min(m, n)
+    top = -np.partition(-mass, m - 1, axis=0)[:m].sum(axis=0)
+    return np.where(total > 0, top / np.maximum(total, 1e-300), 0.0)
+
+
 def touched(server: State, client_ids: np.ndarray) -> dict[str, np.ndarray]:
     """The rows and devices a step with these devices changed (the last step's retirements included)."""
     ids = np.asarray(client_ids, dtype=np.int64)
