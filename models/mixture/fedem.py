@@ -245,11 +245,16 @@ class FedEM(FederatedAlgorithm):
         that trains honestly on poisoned traffic supports its attack components alone; they stay out of the
         fleet's model (that device keeps them as its own). Colluders whose attack records share a component
         with honest traffic (so that enough devices support it) still cannot make it theirs: a component more
-        than `mass_cap` of whose mass comes from its `colluders(min_support)` heaviest devices stays out too."""
+        than `mass_cap` of whose mass comes from its heaviest `min_support` - 1 devices (fewer in a fleet too
+        small for `min_support`, as the count) stays out too, unless that would leave no component shared."""
         devices, support = control.devices_and_support(server)
         shared = shared_components(support, devices, self.min_support)
-        if self.min_support > 0 and self.mass_cap < 1:
-            shared &= control.heaviest_share(server, colluders(self.min_support)) <= self.mass_cap
+        # as many colluders as the support rule assumes, in a fleet too small for min_support: fewer
+        m = min(self.min_support, max(1, devices // 2)) - 1
+        if m >= 1 and self.mass_cap < 1:
+            owned = control.heaviest_share(server, m) > self.mass_cap
+            if (shared & ~owned).any():  # a fleet too small for the rule keeps its count-only model
+                shared &= ~owned
         return shared
 
     def _seed(self, server: State, ids: np.ndarray, R: np.ndarray, S1: np.ndarray,
