@@ -66,6 +66,11 @@ class MixtureJob(DetectorJob):
         kept_out = self.kept_out()
         if kept_out:
             out.setdefault("influence", {})["kept_out"] = kept_out
+        alg = self.algorithm()
+        if "H_rows" in self.server and "shared" in self.broadcast and isinstance(alg, FedEM):
+            # components enough devices support but a few hold most of the mass of (the mass share): counted,
+            # not put on any device
+            out["components_owned_by_few"] = alg.mass_kept_out(self.server, np.asarray(self.broadcast["shared"]) > 0.5)
         return out
 
     def kept_out(self) -> dict[str, str]:
@@ -75,14 +80,16 @@ class MixtureJob(DetectorJob):
         while few others do is what the operator looks at (store.jobs.influence)."""
         if "H_rows" not in self.server or "shared" not in self.broadcast:
             return {}
-        index, shared = self.index(), np.asarray(self.broadcast["shared"]) > 0.5
+        index = self.index()
+        names = [n for n in self.pending if self.server["slot"][index[n]] > 0]
+        rows = np.array([int(self.server["slot"][index[n]]) - 1 for n in names], dtype=np.int64)
+        alg = self.algorithm()
+        blamed: list[int] = (alg.kept_out(self.server, rows).tolist() if len(rows) and isinstance(alg, FedEM) else [])
         out = {}
-        for name in self.pending:
-            row = int(self.server["slot"][index[name]]) - 1
-            alone = int(np.count_nonzero((self.server["H_rows"][row] > 0) & ~shared)) if row >= 0 else 0
+        for name, alone in zip(names, blamed):
             if alone:
-                out[name] = (f"{alone} of its components kept out of the shared model (too few devices support "
-                             "them, or a few devices hold most of their mass: the support rule), its own")
+                out[name] = (f"{int(alone)} of its components too few devices support (the support rule): kept out "
+                             "of the shared model, its own")
         return out
 
     def histogram_count(self, sender: str) -> float:

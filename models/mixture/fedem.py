@@ -257,6 +257,21 @@ class FedEM(FederatedAlgorithm):
                 shared &= ~owned
         return shared
 
+    def kept_out(self, server: State, rows: np.ndarray) -> np.ndarray:
+        """For each of these table rows, how many of the components its device supports too few devices support
+        (the count rule): the device's own traffic, kept out of the shared model. Components the mass share keeps
+        out are not put on any one device (`mass_kept_out`): the device holding most of one can be an honest
+        device with traffic of its own as well as a rogue, and flagging it every round would cry wolf."""
+        rows = np.asarray(rows, dtype=np.int64)
+        devices, support = control.devices_and_support(server)
+        counted = shared_components(support, devices, self.min_support)
+        return np.asarray(((server["H_rows"][rows] > 0) & ~counted).sum(axis=1))
+
+    def mass_kept_out(self, server: State, shared: np.ndarray) -> int:
+        """How many components enough devices support but the mass share keeps out of the shared model."""
+        devices, support = control.devices_and_support(server)
+        return int(np.count_nonzero(shared_components(support, devices, self.min_support) & ~np.asarray(shared)))
+
     def _seed(self, server: State, ids: np.ndarray, R: np.ndarray, S1: np.ndarray,
               S2: np.ndarray, weight: np.ndarray) -> tuple[State, State]:
         """Merge the seeding devices' clusters into K components (or keep seeding while none came). With
