@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from fedsentry.errors import UsageError
 from fedsentry.output import write_results
 from models.core.rounds import Rounds
 from models.pca import FEDERATED
@@ -116,7 +117,23 @@ def _in_own_process(args: tuple[int, int, int, int, int]) -> dict[str, Any]:
     return mixture_round_seconds(*args)
 
 
+def check_mixture(features: int, components: int) -> None:
+    """UsageError unless FedEM takes these settings and one upload fits a message (what an agent could send)."""
+    from models.mixture.fedem import FedEM
+    from wire.protocol import MAX_PAYLOAD
+
+    try:
+        alg = FedEM(features, components=components)
+    except ValueError as e:
+        raise UsageError(f"--components {components}: {e}") from None
+    if alg.upload_bytes() > MAX_PAYLOAD:
+        raise UsageError(f"--mixture-features {features} with --components {components}: one upload would be "
+                         f"{alg.upload_bytes() / 2**20:,.0f} MiB, more than a message carries "
+                         f"({MAX_PAYLOAD // 2**20} MiB)")
+
+
 def run(args: argparse.Namespace) -> int:
+    check_mixture(args.mixture_features, args.components)  # before anything runs
     rows = [server_round_seconds(a, n, args.sampled, args.rounds, args.features, args.rank)
             for n in args.clients for a in FEDERATED]
     mixtures = []
