@@ -63,28 +63,25 @@ class MixtureJob(DetectorJob):
         out = {**super().round_metrics(before), "stage": ["seeding", "em", "k-means"][int(self.broadcast["stage"])],
                "components_used": int(np.count_nonzero(weights > 1e-4)),
                "mean_shift": float(np.abs(self.broadcast["means"] - before["means"]).max())}
-        kept_out = self.kept_out()
-        if kept_out:
-            out.setdefault("influence", {})["kept_out"] = kept_out
         alg = self.algorithm()
         if "H_rows" in self.server and "shared" in self.broadcast and isinstance(alg, FedEM):
+            kept_out = self.kept_out(alg)
+            if kept_out:
+                out.setdefault("influence", {})["kept_out"] = kept_out
             # components enough devices support but a few hold most of the mass of (the mass share): counted,
             # not put on any device
             out["components_owned_by_few"] = alg.mass_kept_out(self.server, np.asarray(self.broadcast["shared"]) > 0.5)
         return out
 
-    def kept_out(self) -> dict[str, str]:
+    def kept_out(self, alg: FedEM) -> dict[str, str]:
         """This round's devices whose own traffic forms components too few devices support (the support rule,
         models.mixture.fedem.shared_components): those stay out of the fleet's model, personal to the devices
         holding them. An honest device with unusual traffic shows here too; one that shows round after round
         while few others do is what the operator looks at (store.jobs.influence)."""
-        if "H_rows" not in self.server or "shared" not in self.broadcast:
-            return {}
         index = self.index()
         names = [n for n in self.pending if self.server["slot"][index[n]] > 0]
         rows = np.array([int(self.server["slot"][index[n]]) - 1 for n in names], dtype=np.int64)
-        alg = self.algorithm()
-        blamed: list[int] = (alg.kept_out(self.server, rows).tolist() if len(rows) and isinstance(alg, FedEM) else [])
+        blamed: list[int] = alg.kept_out(self.server, rows).tolist() if len(rows) else []
         out = {}
         for name, alone in zip(names, blamed):
             if alone:

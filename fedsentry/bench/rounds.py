@@ -19,8 +19,20 @@ import numpy as np
 
 from fedsentry.errors import UsageError
 from fedsentry.output import write_results
+from models.core.federated import FederatedAlgorithm
 from models.core.rounds import Rounds
 from models.pca import FEDERATED
+
+
+def stored_bytes(alg: FederatedAlgorithm, server: dict[str, np.ndarray], ids: np.ndarray) -> int:
+    """What the coordinator writes for a round: the small arrays whole, the row tables by the chunks holding the
+    rows the round changed (of the rows in use)."""
+    from store import row_tables
+    from store.db import pack
+
+    small = pack({k: v for k, v in server.items() if k not in alg.row_tables})
+    chunks = row_tables.changed(server, list(alg.row_tables), alg.touched(server, ids), alg.table_lengths(server))
+    return len(small) + sum(len(c) for _, _, c in chunks)
 
 
 def server_round_seconds(algorithm: str, n_clients: int, sampled: int, rounds: int, d: int, rank: int,
@@ -34,7 +46,6 @@ def server_round_seconds(algorithm: str, n_clients: int, sampled: int, rounds: i
     A = rng.standard_normal((sampled, d, d))
     data = {"C": A @ np.swapaxes(A, 1, 2) / d, "weight": np.ones(sampled)}
     data["C"] *= d / np.trace(data["C"], axis1=1, axis2=2)[:, None, None]  # trace d, as after standardising
-    from store import row_tables
     from store.db import pack
 
     times, stored = [], []
@@ -45,11 +56,8 @@ def server_round_seconds(algorithm: str, n_clients: int, sampled: int, rounds: i
         t0 = time.perf_counter()
         loop.close(ids, uploads, np.ones(len(ids)))
         times.append(time.perf_counter() - t0)
-        # what the coordinator writes for this round: the small arrays whole, row tables by changed chunk
         server = loop.server
-        small = pack({k: v for k, v in server.items() if k not in alg.row_tables})
-        chunks = row_tables.changed(server, list(alg.row_tables), alg.touched(server, ids))
-        stored.append(len(small) + sum(len(data) for _, _, data in chunks))
+        stored.append(stored_bytes(alg, server, ids))
     table_mb = sum(v.nbytes for k, v in server.items() if k in alg.row_tables) / 2**20
     return {"algorithm": algorithm, "clients": n_clients, "sampled": sampled, "features": d, "rank": rank,
             "median_round_seconds": float(np.median(times)), "max_round_seconds": float(np.max(times)),
@@ -83,9 +91,6 @@ def mixture_round_seconds(n_clients: int, sampled: int, rounds: int, d: int, com
     _, up = alg.client_update({}, data, loop.broadcast)
     capacity = len(loop.server["owner"])
     fill = -(-min(capacity, n_clients) // sampled)
-    from store import row_tables
-    from store.db import pack
-
     times, stored, order = [], [], rng.permutation(n_clients)
     for r in range(fill + rounds):
         # first every row of the table once (devices not seen before), then the usual sampling
@@ -96,10 +101,7 @@ def mixture_round_seconds(n_clients: int, sampled: int, rounds: int, d: int, com
         times.append(time.perf_counter() - t)
         server = loop.server
         if r >= fill:
-            small = pack({k: v for k, v in server.items() if k not in alg.row_tables})
-            chunks = row_tables.changed(server, list(alg.row_tables), alg.touched(server, ids),
-                                        alg.table_lengths(server))
-            stored.append(len(small) + sum(len(c) for _, _, c in chunks))
+            stored.append(stored_bytes(alg, server, ids))
     server = loop.server
     mem = status(os.getpid())
     steady = times[fill:]

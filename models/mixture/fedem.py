@@ -247,15 +247,19 @@ class FedEM(FederatedAlgorithm):
         with honest traffic (so that enough devices support it) still cannot make it theirs: a component more
         than `mass_cap` of whose mass comes from its heaviest `min_support` - 1 devices (fewer in a fleet too
         small for `min_support`, as the count) stays out too, unless that would leave no component shared."""
-        devices, support = control.devices_and_support(server)
-        shared = shared_components(support, devices, self.min_support)
+        shared = self.counted(server)
         # as many colluders as the support rule assumes, in a fleet too small for min_support: fewer
-        m = min(self.min_support, max(1, devices // 2)) - 1
+        m = min(self.min_support, max(1, control.devices_and_support(server)[0] // 2)) - 1
         if m >= 1 and self.mass_cap < 1:
             owned = control.heaviest_share(server, m) > self.mass_cap
             if (shared & ~owned).any():  # a fleet too small for the rule keeps its count-only model
                 shared &= ~owned
         return shared
+
+    def counted(self, server: State) -> np.ndarray:
+        """The components at least `min_support` devices support (the count, before the mass share)."""
+        devices, support = control.devices_and_support(server)
+        return shared_components(support, devices, self.min_support)
 
     def kept_out(self, server: State, rows: np.ndarray) -> np.ndarray:
         """For each of these table rows, how many of the components its device supports too few devices support
@@ -263,14 +267,11 @@ class FedEM(FederatedAlgorithm):
         out are not put on any one device (`mass_kept_out`): the device holding most of one can be an honest
         device with traffic of its own as well as a rogue, and flagging it every round would cry wolf."""
         rows = np.asarray(rows, dtype=np.int64)
-        devices, support = control.devices_and_support(server)
-        counted = shared_components(support, devices, self.min_support)
-        return np.asarray(((server["H_rows"][rows] > 0) & ~counted).sum(axis=1))
+        return np.asarray(((server["H_rows"][rows] > 0) & ~self.counted(server)).sum(axis=1))
 
     def mass_kept_out(self, server: State, shared: np.ndarray) -> int:
         """How many components enough devices support but the mass share keeps out of the shared model."""
-        devices, support = control.devices_and_support(server)
-        return int(np.count_nonzero(shared_components(support, devices, self.min_support) & ~np.asarray(shared)))
+        return int(np.count_nonzero(self.counted(server) & ~np.asarray(shared)))
 
     def _seed(self, server: State, ids: np.ndarray, R: np.ndarray, S1: np.ndarray,
               S2: np.ndarray, weight: np.ndarray) -> tuple[State, State]:
@@ -280,10 +281,10 @@ class FedEM(FederatedAlgorithm):
         keep = R > 0
         if not keep.any():
             return server, self.current(server)
-        if self.seed_rows:  # the merge weighs each device's clusters by its share
-            w = weight[:, None]
-            labels = merge_labels((R * w)[keep], (S1 * w[..., None])[keep], self.components,
-                                  np.random.default_rng(int(server["seed"])))
+        w = weight[:, None]  # the merge weighs each device's clusters by its share
+        wR, wS1 = R * w, S1 * w[..., None]
+        if self.seed_rows:
+            labels = merge_labels(wR[keep], wS1[keep], self.components, np.random.default_rng(int(server["seed"])))
             dev, K = np.nonzero(keep)[0], self.components
             grouped = []
             for stat in (R, S1, S2):
@@ -293,9 +294,8 @@ class FedEM(FederatedAlgorithm):
             control.write(server, ids, weight, (grouped[0], grouped[1], grouped[2]), 0)
             m = self.aggregate(server)
         else:
-            w = weight[:, None]
-            m = merge_clusters((R * w)[keep], (S1 * w[..., None])[keep], (S2 * w[..., None])[keep], self.components,
-                               self.reg, np.random.default_rng(int(server["seed"])))
+            m = merge_clusters(wR[keep], wS1[keep], (S2 * w[..., None])[keep], self.components, self.reg,
+                               np.random.default_rng(int(server["seed"])))
         server["stage"] = np.array(1)
         return self.keep(server, broadcast_of(m, 2 if self.hard_rounds > 0 else 1,
                                               self.shared(server) if self.seed_rows else None))
