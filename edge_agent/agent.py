@@ -263,6 +263,16 @@ class Agent:
                 self.counters["rounds"] += 1
                 self.client.publish(self.topic("upload"), reply.encode(), qos=1)
 
+    def handle_safely(self, topic: str, payload: bytes) -> None:
+        """One message; whatever breaks its handler beyond the errors `handle` expects (a bug, the runtime) is
+        logged and counted, and the agent goes on: a round it could not answer is a dropout for the coordinator,
+        the next one is answered. Before, the exception ended the agent's worker thread for good."""
+        try:
+            self.handle(topic, payload)
+        except Exception:
+            self.counters["errors"] = self.counters.get("errors", 0) + 1
+            log.exception("agent=%s: handling a message on %s failed (continuing)", self.cfg.agent_id, topic)
+
     def _confirmed(self, env: Envelope) -> None:
         """The coordinator stored (or, for a malformed alert, refused for good) these alerts."""
         stored, refused = env.meta.get("stored", []), env.meta.get("refused", [])
@@ -417,7 +427,7 @@ class Agent:
                 idle = exhausted or (self.cfg.wait_for_model and self.scorer.detector is None)
                 try:  # with no traffic to read, sleep on the inbox: many idle agents cost no CPU
                     topic, payload = self.inbox.get(timeout=0.25 if idle else 0.002)
-                    self.handle(topic, payload)
+                    self.handle_safely(topic, payload)
                     continue
                 except queue.Empty:
                     pass

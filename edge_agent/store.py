@@ -6,11 +6,17 @@ import io
 import json
 import os
 import sqlite3
+import threading
 import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+#: np.load reads each array's header with ast.literal_eval, and CPython 3.11's AST constructor is not safe across
+#: threads ("SystemError: AST constructor recursion depth mismatch", seen with agents run as threads of one
+#: process, as the test fleets and embedded agents are): one load at a time per process
+_NPZ_LOCK = threading.Lock()
 
 
 def atomic_write(path: Path, data: bytes) -> None:
@@ -40,7 +46,7 @@ class AgentStore:
         p = self.folder / f"{name}.npz"
         if not p.exists():
             return None
-        with np.load(p, allow_pickle=False) as z:
+        with _NPZ_LOCK, np.load(p, allow_pickle=False) as z:
             return {k: z[k] for k in z.files}
 
     def save_arrays(self, name: str, arrays: dict[str, np.ndarray]) -> None:
