@@ -77,8 +77,12 @@ class AlertIngest:
         try:
             with self.sessions.begin() as s:
                 fresh = store_alerts(s, rows)
-        except OperationalError:
-            raise  # the database is down: nothing confirmed, the devices send these again
+        except OperationalError:  # the database is down or locked: nothing stored, confirmed or acknowledged;
+            self.rows, self.acks = batch + self.rows, acks + self.acks  # the batch waits for the next flush
+            for device, ids in refused.items():
+                self.refused.setdefault(device, [])[:0] = ids
+            self.since = time.monotonic()
+            raise
         except Exception:  # a row the database refuses: store the others one by one, refuse that one alone
             log.exception("storing a batch of %d alerts failed; storing them one by one", len(rows))
             fresh, kept = Counter(), []

@@ -3,13 +3,16 @@ stored once, device counters bumped per batch, on SQLite and PostgreSQL."""
 
 from __future__ import annotations
 
+import sqlite3
 import time
 import uuid
 
 import pytest
+from sqlalchemy import create_engine
+from sqlalchemy.exc import OperationalError
 
 from coordinator.service import Coordinator
-from store.db import Alert, Device
+from store.db import Alert, Device, session_factory
 from wire.protocol import ALERTS_PER_MESSAGE, Envelope, agent_topic, alert_batches, decode
 
 
@@ -110,3 +113,36 @@ def test_alerts_keep_their_flow_fields_and_bad_ones_are_refused(coordinator):
         stored = {a.id: a.flow for a in s.query(Alert)}
     assert stored == {good[0]["id"]: flow, good[1]["id"]: {"row": 42}, good[2]["id"]: None}
     assert coordinator.rejected["alert"] == len(bad)
+
+
+
+def test_a_flush_the_database_refuses_keeps_its_batch_for_the_next(tmp_path):
+    """A locked or unreachable database raises out of the flush (the worker retries after a pause); the
+    batch, its refusals and its unacknowledged messages wait in memory and go with the next flush."""
+    db_file = tmp_path / "c.db"
+    c = Coordinator("mqtt://127.0.0.1:9", f"sqlite:///{db_file}")
+    impatient = create_engine(f"sqlite:///{db_file}", connect_args={"timeout": 0})  # sees the lock at once
+    c.ingest.sessions = session_factory(impatient)
+    acked: list[int] = []
+    confirmed: list[dict] = []
+    c.ingest.ack = lambda mid, qos: acked.append(mid)
+    c.ingest.publish = lambda topic, payload: confirmed.append(decode(payload).meta)
+    lock = sqlite3.connect(db_file, isolation_level=None)
+    try:
+        good, bad = alert(), alert(score=float("nan"))
+        (env,) = alert_batches("job-1", 2, "dev-1", [good, bad])
+        assert c.handle(agent_topic("dev-1", "alerts"), env.encode(), mid=7, qos=1) == "buffered"
+        lock.execute("BEGIN EXCLUSIVE")
+        with pytest.raises(OperationalError):
+            c.ingest.flush()
+        assert acked == [] and confirmed == []
+        lock.execute("ROLLBACK")
+        c.ingest.flush()
+        assert acked == [7]
+        assert confirmed == [{"stored": [good["id"]], "refused": []}, {"stored": [], "refused": [bad["id"]]}]
+        with c.sessions() as s:
+            assert s.get(Alert, good["id"]) is not None
+    finally:
+        lock.close()
+        impatient.dispose()
+        c.engine.dispose()

@@ -45,6 +45,20 @@ def storing(dump: str) -> bool:
     return any("ingest.py" in line and line.rstrip().endswith("in flush") for line in dump.splitlines())
 
 
+def send(sender: mqtt.Client) -> dict:
+    """One alert from dev-1, published once (QoS 1) and never again."""
+    alert = {"id": uuid.uuid4().hex, "ts": time.time(), "score": 5.0, "threshold": 1.0, "count": 1,
+             "explanation": [{"feature": "src_bytes", "share": 1.0, "value": 9.0, "expected": 1.0}]}
+    env = Envelope("alert", "job-1", 1, "dev-1", {}, alert)
+    sender.publish(agent_topic("dev-1", "alerts"), env.encode(), qos=1).wait_for_publish(10)
+    return alert
+
+
+def stored_in(db_file: Path, alert: dict) -> bool:
+    with sqlite3.connect(db_file) as conn:
+        return conn.execute("SELECT 1 FROM alerts WHERE id = ?", (alert["id"],)).fetchone() is not None
+
+
 def test_a_coordinator_killed_before_its_commit_gets_the_alert_again_from_the_broker(broker, tmp_path):
     db_file = tmp_path / "c.db"
     db = f"sqlite:///{db_file}"
@@ -59,12 +73,16 @@ def test_a_coordinator_killed_before_its_commit_gets_the_alert_again_from_the_br
     lock = sqlite3.connect(db_file, timeout=30, isolation_level=None)
     try:
         wait_until(lambda: "coordinator connected" in Path(log).read_text(), 60, "the coordinator to connect")
+        # a first alert, stored as usual, shows the coordinator's subscription is in place (a message
+        # published before it would reach no one, and nothing would be stored for a reason unrelated to this)
+        first = send(sender)
+        wait_until(lambda: stored_in(db_file, first), 30, "a first alert to be stored")
         lock.execute("BEGIN EXCLUSIVE")  # every write of the coordinator now waits (up to its 30 s timeout)
-        alert = {"id": uuid.uuid4().hex, "ts": time.time(), "score": 5.0, "threshold": 1.0, "count": 1,
-                 "explanation": [{"feature": "src_bytes", "share": 1.0, "value": 9.0, "expected": 1.0}]}
-        env = Envelope("alert", "job-1", 1, "dev-1", {}, alert)
-        sender.publish(agent_topic("dev-1", "alerts"), env.encode(), qos=1).wait_for_publish(10)
-        wait_until(lambda: storing(stacks(proc, log)), 20, "the coordinator to be storing the alert")
+        alert = send(sender)
+        try:
+            wait_until(lambda: storing(stacks(proc, log)), 25, "the coordinator to be storing the alert")
+        except AssertionError as e:
+            raise AssertionError(f"{e}; the coordinator's log ends:\n{Path(log).read_text()[-3000:]}") from None
         proc.kill()  # inside the commit: a crash between receiving and storing
         proc.wait(10)
     finally:
