@@ -14,11 +14,16 @@ from api.jsonsafe import SafeJSONResponse
 from api.middleware import AuthFirst, BodyLimit, SecurityHeaders
 from api.routes import anomalies, charts, dashboard, devices, docs, health, incidents, jobs, models
 from api.settings import Settings
+from models.families import FAMILIES
 
 
 def _problem(e: dict) -> dict[str, str]:
     """One validation error as {field, problem}; checks across fields name the field they are about."""
     loc = [str(p) for p in e.get("loc", ())]
+    if len(loc) > 1 and loc[0] == "body" and loc[1] in FAMILIES:  # the job body's union member: not a field
+        family = loc.pop(1)
+        if e.get("type") == "extra_forbidden":
+            return {"field": ".".join(loc), "problem": f"not a setting of a {family} job"}
     ctx = e.get("ctx") or {}
     if e.get("type") == "job" and "field" in ctx:
         return {"field": ".".join([*loc, str(ctx["field"])]), "problem": str(ctx["problem"])}
@@ -48,6 +53,7 @@ def create_app(settings: Settings | None = None, sessions=None) -> FastAPI:
     app.add_middleware(AuthFirst)
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
     app.add_middleware(SecurityHeaders, https=settings.cookie_secure)
+    app.include_router(jobs.create_router())  # the job body of the families registered now
     for r in (jobs, anomalies, incidents, devices, models, health, dashboard, charts, docs):
         app.include_router(r.router)
     app.mount("/static", StaticFiles(directory=str(Path(__file__).parent / "static")), name="static")

@@ -68,6 +68,7 @@ def _note(v: str) -> str:
     return v
 
 
+Int64 = Annotated[int, AfterValidator(_int64)]
 Name = Annotated[str, StringConstraints(min_length=1, max_length=200), AfterValidator(_text)]
 Note = Annotated[str, StringConstraints(max_length=500), AfterValidator(_note)]
 Scalar = Annotated[Any, AfterValidator(_scalar), WithJsonSchema(

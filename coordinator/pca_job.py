@@ -8,11 +8,11 @@ import numpy as np
 
 from coordinator.detector_job import DetectorJob
 from models.core.linalg import subspace_distance
-from models.detection.detector import PCADetector
 from models.detection.preprocessing import Preprocessor
 from models.detection.screening import Federation, model_problem
 from models.kernel import RandomFourierFeatures
 from models.pca import PCAAlgorithm
+from models.pca.detector import PCADetector
 from models.pca.spec import PCAJobSpec
 
 

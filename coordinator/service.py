@@ -27,7 +27,7 @@ from coordinator.ingest import AlertIngest
 from coordinator.ingest_limit import IngestLimit
 from coordinator.job_runner import JobRunner
 from coordinator.models_service import publish_promoted
-from models.families import family, job_spec
+from models.families import LEGACY_JOBS, family, job_spec
 from store.alerts import insert_for
 from store.db import Alert, Device, Job, Rejection, Round, make_engine, migrate, session_factory, utcnow
 from store.jobs import create_job
@@ -274,7 +274,7 @@ class Coordinator:
             online = list(s.scalars(select(Device.id).where(Device.online.is_(True))))
         if job_type is None:
             return online
-        return [d for d in online if job_type in self.capabilities.get(d, ("pca",))]
+        return [d for d in online if job_type in self.capabilities.get(d, LEGACY_JOBS)]
 
     # -- messages -------------------------------------------------------------------------------------
     def reject(self, reason: str, detail: str, topic: str, n: int = 1) -> None:

@@ -34,7 +34,7 @@ from edge_agent.scorer import Scorer
 from edge_agent.sources import Batch, SchemaError, Source, ZeekFollower, as_source, csv_source, take_rows
 from edge_agent.store import AgentStore, Outbox
 from models.detection.threshold import holdout_mask
-from models.families import family
+from models.families import FAMILIES, LEGACY_JOBS
 from wire.mqtt import NOT_AUTHORISED_HINT, make_client, redact_url, unreachable_because
 from wire.protocol import (
     JOB_SUBSCRIPTION,
@@ -96,12 +96,14 @@ class Agent:
                                   "Zeek log with a #fields header or JSON lines)")
             self.buffer.save()
         self.rest()
-        # the job families this agent has data for, each with its participant (models.families)
-        local: dict[str, tuple[Any, ...]] = {"pca": (self.buffer,), "gmm": (self.buffer,)}
-        if ratings is not None:  # a ratings shard: this agent takes part in recommendation jobs
-            local["recsys"] = tuple(ratings)
+        # the job families this agent has data for, each with its participant (models.families): every family
+        # that learns from records, and with a ratings shard those that learn from ratings
+        data: dict[str, tuple[Any, ...]] = {"records": (self.buffer,)}
+        if ratings is not None:
+            data["ratings"] = tuple(ratings)
         self.participants: dict[str, Participant] = {
-            name: family(name).load_participant()(cfg.agent_id, self.store, *data) for name, data in local.items()}
+            name: f.load_participant()(cfg.agent_id, self.store, *data[f.data])
+            for name, f in FAMILIES.items() if f.data in data}
         self.scorer = Scorer(cfg.agent_id, cfg.alert_burst, cfg.alert_window)
         # models this device's source cannot score (job, version): never loaded again; the last model that
         # scored a batch is kept to fall back on
@@ -244,7 +246,7 @@ class Agent:
             self._score_waiting()  # what was read before this model: scored now, not with the next record
             log.info("agent=%s model job=%s version=%s loaded", self.cfg.agent_id, env.job, env.meta.get("version"))
         elif env.kind == "round":
-            participant = self.participants.get(env.meta.get("type", "pca"))
+            participant = self.participants.get(env.meta.get("type", LEGACY_JOBS[0]))
             if participant is None:
                 return  # a job of a kind this agent has no data for
             try:

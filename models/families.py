@@ -30,6 +30,12 @@ class JobFamily:
     summary: str = ""
     #: families that share a slot replace each other's promoted model (agents score with one anomaly model)
     model_slot: str = ""
+    #: an anomaly detector: "package.module:Class" of what agents score with (its from_wire / from_dict read the
+    #: published model); empty for other families
+    detector: str = ""
+    #: what an agent's participant is given: its training records ("records") or a ratings shard ("ratings");
+    #: a family of recommendations ("ratings") is served by the API's recommendation routes
+    data: str = "records"
 
     @property
     def slot(self) -> str:
@@ -45,6 +51,9 @@ class JobFamily:
     def load_participant(self) -> Any:
         return _load(self.participant)
 
+    def load_detector(self) -> Any:
+        return _load(self.detector)
+
 
 def _load(path: str) -> Any:
     module, _, name = path.partition(":")
@@ -53,22 +62,50 @@ def _load(path: str) -> Any:
 
 FAMILIES: dict[str, JobFamily] = {
     "pca": JobFamily("pca", PCAJobSpec, "coordinator.pca_job:PCAJob", "edge_agent.pca_participant:PCAParticipant",
-                     "federated PCA anomaly detection: agents name the features they provide", "anomaly"),
+                     "federated PCA anomaly detection: agents name the features they provide", "anomaly",
+                     "models.pca.detector:PCADetector"),
     "gmm": JobFamily("gmm", MixtureJobSpec, "coordinator.mixture_job:MixtureJob",
                      "edge_agent.mixture_participant:MixtureParticipant",
                      "federated Gaussian-mixture anomaly detection (FedMM on EM statistics): agents name the "
-                     "features they provide", "anomaly"),
+                     "features they provide", "anomaly", "models.mixture.detector:MixtureDetector"),
     "recsys": JobFamily("recsys", RecsysJobSpec, "coordinator.recsys_job:RecsysJob",
                         "edge_agent.recsys_participant:RecsysParticipant",
-                        "federated recommendation: agents hold ratings shards; the job names the item catalogue"),
+                        "federated recommendation: agents hold ratings shards; the job names the item catalogue",
+                        data="ratings"),
 }
+
+#: what agents and models that predate the choice of family meant: an agent that announced no job types takes
+#: part in these, a published model that names no detector is this one
+LEGACY_JOBS: Final = ("pca",)
+LEGACY_DETECTOR: Final = "pca"
+
+
+def register(f: JobFamily) -> None:
+    """Add a family (a plug-in: its spec, runner and participant); its name must be new."""
+    if f.name in FAMILIES:
+        raise ValueError(f"a job family {f.name!r} exists already")
+    FAMILIES[f.name] = f
+
+
+def unregister(name: str) -> None:
+    FAMILIES.pop(name, None)
+
+
+def detectors() -> list[str]:
+    """The anomaly-detection families (the ones `--detector` chooses between), the default first."""
+    return sorted((n for n, f in FAMILIES.items() if f.detector), key=lambda n: (n != DEFAULT_DETECTOR, n))
+
+
+def families_with(data: str) -> list[str]:
+    """The families whose agents take part with this data ("records" or "ratings")."""
+    return [n for n, f in FAMILIES.items() if f.data == data]
 
 
 #: the detector family every entry point trains unless told otherwise (job create, the REST body, simulate, bench,
 #: demo): the Gaussian mixture catches far more attacks on real IoT traffic than linear PCA (README)
 DEFAULT_DETECTOR: Final = "gmm"
 #: the anomaly-detection families (the ones `--detector` chooses between)
-DETECTORS = ("gmm", "pca")
+DETECTORS = tuple(detectors())
 
 
 def spec_default(type_: str, name: str) -> Any:

@@ -1,6 +1,9 @@
 """The typed settings of a training job, shared by the API, the command line, the demo and the runners.
 
-Each job family subclasses `JobSpec` with its own fields. `from_dict` is the only way in from untyped
+Each job family subclasses `JobSpec` with its own fields, each declared with `setting` (its default and the
+words that explain it). Every surface is generated from them (`JobSpec.settings`): the REST body of the job's
+family (api/job_body.py), the flags of `fedsentry job create`, their help and the OpenAPI schema, so that a
+default or an explanation is written once. `from_dict` is the only way in from untyped
 input (a JSON body, a stored job row): an unknown setting, a value of the wrong type or out of range,
 an unknown algorithm or an algorithm parameter the algorithm does not take is a `SettingError` naming the
 field (``algorithm_params.<name>`` for an algorithm parameter).
@@ -11,12 +14,29 @@ from __future__ import annotations
 import dataclasses
 import typing
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import MISSING, dataclass, field
 from typing import Any, ClassVar, TypeVar
 
 from models.params import SettingError, check_params, coerce
 
 S = TypeVar("S", bound="JobSpec")
+
+
+def setting(default: Any = MISSING, *, help: str, factory: Any = None) -> Any:
+    """A spec field: its default (or a factory for a mutable one) and what it means, in words every surface shows."""
+    if factory is not None:
+        return field(default_factory=factory, metadata={"help": help})
+    return field(default=default, metadata={"help": help})
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One setting of a family as the surfaces show it."""
+
+    name: str
+    hint: Any  # the field's type (resolved)
+    default: Any
+    help: str
 
 
 @dataclass
@@ -27,15 +47,36 @@ class JobSpec:
     #: settings a job of this family cannot do without -> what they are (for the message)
     required: ClassVar[dict[str, str]] = {}
 
-    algorithm: str = ""
-    rank: int = 3
-    rounds: int = 30
-    fraction: float = 0.3
-    seed: int = 0
-    min_agents: int = 1
-    max_agents: int | None = None
-    deadline: float = 10.0
-    algorithm_params: dict[str, Any] = field(default_factory=dict)
+    algorithm: str = setting("", help="the federated algorithm")
+    rank: int = setting(3, help="subspace dimension or latent factors")
+    rounds: int = setting(30, help="training rounds")
+    fraction: float = setting(0.3, help="share of agents sampled per round")
+    seed: int = setting(0, help="sampling and initialisation seed")
+    min_agents: int = setting(1, help="wait until this many agents are online")
+    max_agents: int | None = setting(None, help="take part with at most this many agents (none: all online)")
+    deadline: float = setting(10.0, help="seconds to wait for a round's uploads")
+    algorithm_params: dict[str, Any] = setting(factory=dict, help="the algorithm's parameters: its constructor's "
+                                               "keyword arguments")
+
+    @classmethod
+    def settings(cls) -> list[Setting]:
+        """Every setting with its type, default and words (a field a subclass redeclares keeps its base's words
+        unless it gives its own). The algorithm shows its choices; its parameters those of the default
+        algorithm with their defaults."""
+        hints = typing.get_type_hints(cls)
+        out = []
+        for f in dataclasses.fields(cls):
+            declared = [getattr(b, "__dataclass_fields__", {}).get(f.name) for b in cls.__mro__]
+            words = next((d.metadata["help"] for d in declared if d is not None and d.metadata.get("help")), "")
+            default = f.default_factory() if f.default is MISSING and f.default_factory is not MISSING else f.default
+            if f.name == "algorithm":
+                default = cls.default_algorithm()
+                words = f"{words}: one of {', '.join(cls.algorithms)}"
+            elif f.name == "algorithm_params":
+                words = f"{words} ({default_algorithm_params(cls.algorithms[cls.default_algorithm()])})"
+                default = None
+            out.append(Setting(f.name, hints[f.name], default, words or f.name.replace("_", " ")))
+        return out
 
     @classmethod
     def from_dict(cls: type[S], values: Mapping[str, Any]) -> S:
@@ -101,3 +142,14 @@ def check(ok: bool, name: str, problem: str) -> None:
     """Raise the SettingError naming `name` unless ok."""
     if not ok:
         raise SettingError(name, problem)
+
+
+def default_algorithm_params(cls: type) -> str:
+    """The keyword arguments an algorithm takes beyond the job's dimensions, with their defaults (as help shows
+    them: "components default 64, reg default 0.0001, ...")."""
+    import inspect
+
+    dims = ("n_features", "rank", "n_items", "seed")
+    shown = [f"{n} default {p.default}" for n, p in inspect.signature(cls).parameters.items()
+             if p.default is not inspect.Parameter.empty and n not in dims]
+    return f"{cls.__name__}: " + ", ".join(shown[:12]) if shown else cls.__name__

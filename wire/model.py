@@ -1,7 +1,8 @@
 """The promoted anomaly model on the wire: what the coordinator publishes and agents load.
 
-The envelope's meta names the detector (``pca``, the default for models published before there was a
-choice, or ``gmm``); its arrays and the rest of the meta are the detector's own (``to_wire``)."""
+The envelope's meta names the detector family (`models.families`: a family with a ``detector``; models published
+before there was a choice name none, and are the registry's LEGACY_DETECTOR); its arrays and the rest of the meta
+are the detector's own (``to_wire``)."""
 
 from __future__ import annotations
 
@@ -9,9 +10,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from models.detection.detector import PCADetector
 from models.detection.preprocessing import Preprocessor
-from models.mixture.detector import MixtureDetector
+from models.families import FAMILIES, LEGACY_DETECTOR, detectors
 from wire.protocol import Envelope
 
 
@@ -30,7 +30,12 @@ class Detector(Protocol):
     def to_wire(self) -> tuple[dict[str, np.ndarray], dict[str, Any]]: ...
 
 
-DETECTORS: dict[str, Any] = {"pca": PCADetector, "gmm": MixtureDetector}
+def detector_class(kind: Any) -> Any:
+    """The class that reads a model of this detector family (ValueError for a family that is not a detector)."""
+    f = FAMILIES.get(kind) if isinstance(kind, str) else None
+    if f is None or not f.detector:
+        raise ValueError(f"unknown detector {kind!r} (this agent knows {', '.join(detectors())})")
+    return f.load_detector()
 
 
 def model_envelope(job: str, version: int, detector: Detector, sender: str = "coordinator") -> Envelope:
@@ -44,21 +49,17 @@ def stored_envelope(job: str, version: int, arrays: dict[str, np.ndarray], info:
 
 
 def detector_from_dict(d: dict[str, Any]) -> Detector:
-    """A detector saved with its ``to_dict`` (PCA when the dict does not name one)."""
-    kind = d.get("detector", "pca")
-    if kind not in DETECTORS:
-        raise ValueError(f"unknown detector {kind!r}")
-    det: Detector = DETECTORS[kind].from_dict(d)
+    """A detector saved with its ``to_dict`` (LEGACY_DETECTOR's when the dict does not name one)."""
+    det: Detector = detector_class(d.get("detector", LEGACY_DETECTOR)).from_dict(d)
     return det
 
 
 def detector_from_envelope(env: Envelope) -> Detector:
     """The promoted model as published on the model topic (ValueError when it is not a model we know)."""
-    kind = env.meta.get("detector", "pca")
-    if kind not in DETECTORS:
-        raise ValueError(f"unknown detector {kind!r} (this agent knows {', '.join(DETECTORS)})")
+    kind = env.meta.get("detector", LEGACY_DETECTOR)
+    cls = detector_class(kind)
     try:
-        det: Detector = DETECTORS[kind].from_wire(env.arrays, env.meta)
+        det: Detector = cls.from_wire(env.arrays, env.meta)
     except KeyError as e:
         raise ValueError(f"the {kind} model lacks {e}") from None
     return det

@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import uuid
+from typing import Any
 
 from fastapi import APIRouter, Depends, HTTPException, Path, Query, Request
 from sqlalchemy import select, tuple_
 from sqlalchemy.orm import Session
 
 from api.deps import admin, caller, get_db
+from api.job_body import job_body
 from api.pagination import CURSOR, decode_cursor, encode_cursor
-from api.schemas import ID_PATTERN, InfluenceOut, JobCreate, JobDetail, JobOut, Page, RoundOut
+from api.schemas import ID_PATTERN, InfluenceOut, JobDetail, JobOut, Page, RoundOut
 from store import jobs as store_jobs
 from store.db import Job
 
@@ -28,15 +30,25 @@ def job_out(job: Job) -> JobOut:
                   updated=job.updated)
 
 
-@router.post("", status_code=201, response_model=JobOut, dependencies=[Depends(admin)])
-def create_job(request: Request, body: JobCreate) -> JobOut:
-    spec = body.spec()
-    job_id = body.id or f"{body.type}-{uuid.uuid4().hex[:8]}"
-    try:
-        job = store_jobs.create_job(request.app.state.sessions, job_id, spec)
-    except store_jobs.JobExistsError:
-        raise HTTPException(409, [{"field": "body.id", "problem": f"job {job_id!r} exists already"}]) from None
-    return job_out(job)
+def create_router() -> APIRouter:
+    """POST /api/v1/jobs, whose body is generated from the job families registered when the app is built
+    (api/job_body.py): a plug-in family registered before gets its body and its OpenAPI schema."""
+    creating = APIRouter(prefix="/api/v1/jobs", tags=["jobs"])
+
+    def create_job(request: Request, body: Any) -> JobOut:
+        """Create a training job; a running coordinator picks it up. The body's fields are the job family's
+        settings (`type`, default the recommended detector)."""
+        spec = body.spec()
+        job_id = body.id or f"{body.type}-{uuid.uuid4().hex[:8]}"
+        try:
+            job = store_jobs.create_job(request.app.state.sessions, job_id, spec)
+        except store_jobs.JobExistsError:
+            raise HTTPException(409, [{"field": "body.id", "problem": f"job {job_id!r} exists already"}]) from None
+        return job_out(job)
+
+    create_job.__annotations__["body"] = job_body()  # built now, from the registry (not a name to resolve)
+    creating.post("", status_code=201, response_model=JobOut, dependencies=[Depends(admin)])(create_job)
+    return creating
 
 
 @router.get("", response_model=Page, dependencies=[Depends(caller)])

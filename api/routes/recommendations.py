@@ -16,6 +16,7 @@ from sqlalchemy.orm import Session
 
 from api.deps import caller, get_db
 from api.schemas import RecommendRequest
+from models.families import families_with
 from models.recsys.recommend import ItemModel, fold_in
 from store.db import ModelVersion, unpack
 
@@ -55,10 +56,11 @@ def _item_model(mv: ModelVersion) -> ItemModel:
 @router.post("", response_model=RecommendResponse, dependencies=[Depends(caller)])
 def recommend(body: RecommendRequest, db: Session = Depends(get_db)) -> RecommendResponse:
     """Top-N items for a new user from `ratings` ({item id: rating}); the rated items are left out."""
-    mv = db.scalars(select(ModelVersion).where(ModelVersion.type == "recsys", ModelVersion.promoted.is_(True))
-                    ).first()
+    recommenders = families_with("ratings")
+    mv = db.scalars(select(ModelVersion).where(ModelVersion.type.in_(recommenders), ModelVersion.promoted.is_(True))
+                    .order_by(ModelVersion.created.desc())).first()
     if mv is None:
-        raise HTTPException(409, "no recommendation model yet: finish a recsys job first")
+        raise HTTPException(409, f"no recommendation model yet: finish a {' or '.join(recommenders)} job first")
     model = _item_model(mv)
     keys = list(body.ratings)
     ids = [_item_key(k, model.item_ids.dtype.kind in "iu") for k in keys]

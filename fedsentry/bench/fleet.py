@@ -228,7 +228,7 @@ def agent_memory(records: int = 200_000) -> dict[str, Any]:
     """Peak resident memory of a real `fedsentry agent` process scoring a CSV replay with a model."""
     from coordinator.broker import EmbeddedBroker
     from coordinator.service import Coordinator
-    from models.detection.detector import PCADetector
+    from models.pca.detector import PCADetector
     from models.synthetic import generate_traffic
     from wire.model import model_envelope
     from wire.mqtt import make_client

@@ -21,11 +21,11 @@ from typing import Any
 import numpy as np
 
 from fedsentry.data import datasets
-from models.detection.detector import PCADetector
 from models.detection.metrics import detection_report
 from models.detection.preprocessing import signed_log1p
 from models.mixture.spec import MixtureJobSpec
 from models.partition import partition
+from models.pca.detector import PCADetector
 from models.pca.simulator import federated_threshold, prepare_clients
 from models.pca.spec import PCAJobSpec
 

@@ -61,6 +61,11 @@ def positive_float(text: str) -> float:
     return v
 
 
+def number(text: str) -> float:
+    """A finite number."""
+    return _float(text, "value")
+
+
 def _float(text: str, what: str) -> float:
     try:
         v = float(text)

@@ -15,14 +15,13 @@ from fedsentry.cli.common import (
     add_credential_args,
     add_federation_args,
     broker_password,
-    positive_float,
     positive_int,
     utc_time,
 )
+from fedsentry.cli.job_flags import add_job_flags, flag_of, job_values
 from fedsentry.cli.pca import add_data_args, add_pca_args, resolve_detector
 from fedsentry.errors import Terminated, UsageError
 from fedsentry.output import write_json
-from models.families import DEFAULT_DETECTOR, FAMILIES, algorithm_default, family, spec_default
 from models.mixture import FEDERATED as MIXTURE
 from models.pca import FEDERATED
 from models.recsys import FEDERATED as RECSYS
@@ -44,48 +43,7 @@ def register(groups: dict[str, Any], verbs: Any) -> None:
     create = job.add_parser("create", help="create a job (the API's settings); a running coordinator picks it up")
     create.add_argument("--db", help=DB_HELP)
     create.add_argument("--id", help="job id (default: generated)")
-    create.add_argument("--type", "--detector", dest="type", choices=sorted(FAMILIES),
-                        help=f"the job family: gmm (Gaussian mixture, recommended), pca (the paper's federated PCA) "
-                        f"or recsys; --detector is the same flag, as in simulate and demo (default {DEFAULT_DETECTOR}, "
-                        "or the family of the --algorithm named)")
-    create.add_argument("--features", help="pca, gmm: comma-separated feature names the agents provide")
-    create.add_argument("--categorical", help="pca, gmm: comma-separated text fields to one-hot encode with a "
-                        "vocabulary the devices agree, e.g. proto,service,conn_state (Zeek)")
-    create.add_argument("--flags", help="pca, gmm: comma-separated flag-string fields whose letters become columns, "
-                        "e.g. history (Zeek)")
-    create.add_argument("--items", help="recsys: the item catalogue, comma-separated ids or @FILE (one id a line)")
-    create.add_argument("--algorithm", help=f"gmm: fedem; pca: {family('pca').spec.default_algorithm()} (default), "
-                        f"fedpg, fedpe; recsys: {family('recsys').spec.default_algorithm()} (default), fedmavg, "
-                        "altgdmin")
-    create.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
-                        help="an algorithm parameter (repeatable), e.g. --param rho=20 --param aggregator=median; "
-                        f"gmm: --param components=64 --param reg=0.01 (reg: default {algorithm_default('gmm', 'reg')})")
-    create.add_argument("--rank", type=positive_int, help="subspace dimension or latent factors (3 pca, 10 recsys)")
-    create.add_argument("--rounds", type=positive_int,
-                        help=f"training rounds (default {spec_default(DEFAULT_DETECTOR, 'rounds')})")
-    create.add_argument("--fraction", type=float, help="share of agents sampled per round (default "
-                        f"{spec_default(DEFAULT_DETECTOR, 'fraction')})")
-    create.add_argument("--seed", type=int, help="sampling and initialisation seed (default 0)")
-    create.add_argument("--quantile", type=float, help="gmm, pca: threshold quantile of normal errors (default "
-                        f"{spec_default('gmm', 'quantile')} for gmm, {spec_default('pca', 'quantile')} for pca)")
-    create.add_argument("--holdout", type=float, help="gmm: share of each device's records held out of training; "
-                        f"the threshold is read from their scores (default {spec_default('gmm', 'holdout')})")
-    create.add_argument("--min-agents", type=positive_int, help="wait until this many agents are online (default 1)")
-    create.add_argument("--deadline", type=positive_float, help="seconds to wait for a round's uploads (default 10)")
-    create.add_argument("--rating-min", type=float, help="recsys: lowest valid rating (default 0.5)")
-    create.add_argument("--rating-max", type=float, help="recsys: highest valid rating (default 5)")
-    create.add_argument("--kernel", help="pca: rff for kernel PCA through random Fourier features (default none)")
-    create.add_argument("--kernel-features", type=int,
-                        help="pca, rff: number of random Fourier features (default 1000)")
-    create.add_argument("--kernel-gamma", type=float, help="pca, rff: Gaussian kernel width (default 1/(2 x features))")
-    trust = create.add_argument_group("how far one device is trusted (pca; README, Reliability)")
-    trust.add_argument("--max-records", type=positive_int, help="refuse a device claiming more records (default 10^6)")
-    trust.add_argument("--count-cap", type=float, help="cap counts at this multiple of the median count (default 2)")
-    trust.add_argument("--max-share", type=float, help="no device weighs more than this share (default 0.1)")
-    trust.add_argument("--influence", type=float,
-                       help="one device raises a feature's pooled variance by at most 1 + this factor (default 3)")
-    trust.add_argument("--device-trim", type=float,
-                       help="share of devices' error quantiles left out on either side of the threshold (default 0.1)")
+    add_job_flags(create)  # one per setting of every registered family (their typed specs)
     create.set_defaults(func=run_job_create)
 
     ls = job.add_parser("list", help="jobs, newest first")
@@ -309,21 +267,12 @@ def run_job_create(args: argparse.Namespace) -> int:
     from store.jobs import JobExistsError, create_job
     from wire.protocol import check_id
 
-    values: dict[str, Any] = {k: getattr(args, k) for k in ("algorithm", "rank", "rounds", "fraction", "seed",
-                                                             "quantile", "min_agents", "deadline", "rating_min",
-                                                             "rating_max", "holdout", "kernel", "kernel_features",
-                                                             "kernel_gamma", *guard_settings())}
-    for name in ("features", "categorical", "flags"):
-        if getattr(args, name) is not None:
-            values[name] = [f.strip() for f in getattr(args, name).split(",") if f.strip()]
-    if args.items is not None:
-        values["items"] = _items(args.items)
-    values["algorithm_params"] = dict(_param(p) for p in args.param)
+    values = job_values(args)
     args.type = family_for(args.type, args.algorithm)
     try:
         spec = job_spec(args.type, {k: v for k, v in values.items() if v is not None})
     except SettingError as e:
-        raise UsageError(f"{_flag(e.field)}: {e.problem}") from None
+        raise UsageError(f"{flag_of(e.field)}: {e.problem}") from None
     job_id = args.id or f"{args.type}-{uuid.uuid4().hex[:8]}"
     try:
         check_id(job_id, "job id")
@@ -453,44 +402,12 @@ def run_job_cancel(args: argparse.Namespace) -> int:
     return 0
 
 
-def guard_settings() -> list[str]:
-    """The job settings of how far one device is trusted (models.detection.screening.Guard's fields)."""
-    import dataclasses
-
-    from models.detection.screening import Guard
-
-    return [f.name for f in dataclasses.fields(Guard)]
 
 
-def _flag(field: str) -> str:
-    """The `job create` flag that sets a spec's field (algorithm parameters come through --param)."""
-    head, _, rest = field.partition(".")
-    if head == "algorithm_params":
-        return f"--param {rest}" if rest else "--param"
-    return "--" + head.split("[")[0].replace("_", "-")
 
 
-def _param(text: str) -> tuple[str, Any]:
-    """NAME=VALUE with VALUE read as JSON where it parses (numbers, true/false/null), else as a string."""
-    import json
-
-    name, sep, value = text.partition("=")
-    if not sep or not name.strip():
-        raise UsageError(f"--param {text!r}: expected NAME=VALUE")
-    try:
-        return name.strip(), json.loads(value)
-    except ValueError:
-        return name.strip(), value
 
 
-def _items(text: str) -> list[str]:
-    if text.startswith("@"):
-        try:
-            with open(text[1:]) as f:
-                return [line.strip() for line in f if line.strip()]
-        except OSError as e:
-            raise UsageError(f"--items {text}: {e.strerror}") from None
-    return [i.strip() for i in text.split(",") if i.strip()]
 
 
 def run_demo(args: argparse.Namespace) -> int:

@@ -4,29 +4,34 @@ add their own settings."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from models.detection.encoding import RecordSchema
 from models.detection.screening import Guard
-from models.jobspec import JobSpec, check
+from models.jobspec import JobSpec, check, setting
 
 
 @dataclass
 class DetectorJobSpec(JobSpec):
     #: no features: the numeric features every agent taking part announces (resolved when the job starts)
-    features: list[str] = field(default_factory=list)
+    features: list[str] = setting(factory=list, help="numeric feature names the agents provide (none: those "
+                                  "every agent taking part announces)")
     #: text fields one-hot encoded with a vocabulary the statistics phase agrees (e.g. Zeek's proto, service,
     #: conn_state) and flag-string fields whose letters become columns (Zeek's history): models.detection.encoding
-    categorical: list[str] = field(default_factory=list)
-    flags: list[str] = field(default_factory=list)
-    quantile: float = 0.99
-    log_transform: bool = True
+    categorical: list[str] = setting(factory=list, help="text fields one-hot encoded with a vocabulary the devices "
+                                     "agree, e.g. proto, service, conn_state (Zeek)")
+    flags: list[str] = setting(factory=list, help="flag-string fields whose letters become columns, e.g. history "
+                               "(Zeek)")
+    quantile: float = setting(0.99, help="threshold quantile of normal errors")
+    log_transform: bool = setting(True, help="signed log1p before standardising")
     # how far one device is trusted (models.detection.screening.Guard)
-    max_records: int = Guard.max_records
-    count_cap: float = Guard.count_cap
-    max_share: float = Guard.max_share
-    influence: float = Guard.influence
-    device_trim: float = Guard.device_trim
+    max_records: int = setting(Guard.max_records, help="refuse a device claiming more records")
+    count_cap: float = setting(Guard.count_cap, help="cap counts at this multiple of the median count")
+    max_share: float = setting(Guard.max_share, help="no device weighs more than this share")
+    influence: float = setting(Guard.influence, help="one device raises a feature's pooled variance by at most "
+                               "1 + this factor")
+    device_trim: float = setting(Guard.device_trim, help="share of the devices' error quantiles left out on either "
+                                 "side of the threshold")
 
     def check_family(self) -> None:
         check(not self.features or 2 <= len(self.features) <= 1000, "features", f"a {self.family} job needs 2 to "

@@ -1,6 +1,6 @@
 """The mixture detector: negative log-likelihood under a Gaussian mixture of standardised records.
 
-Shaped like `models.detection.detector.PCADetector` (and scikit-learn / PyOD): ``score_samples`` (higher is more
+Shaped like `models.pca.detector.PCADetector` (and scikit-learn / PyOD): ``score_samples`` (higher is more
 anomalous), ``decision_function``, ``predict``, ``explain``, ``threshold_``, ``to_dict``/``from_dict``.
 
 The score is NLL(x) - floor, where floor = -log max_k N_k(mu_k) bounds the NLL of any record from below, so

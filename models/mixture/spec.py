@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from models.detection.spec import DetectorJobSpec
-from models.jobspec import check
+from models.jobspec import check, setting
 from models.mixture import FEDERATED
 
 
@@ -17,11 +17,12 @@ class MixtureJobSpec(DetectorJobSpec):
     family: ClassVar[str] = "gmm"
 
     #: share of each device's records held out of training; the threshold is read from their scores
-    holdout: float = 0.2
+    holdout: float = setting(0.2, help="share of each device's records held out of training; the threshold is read "
+                             "from their scores")
     # held-out scores promise what they flag, so the mixture affords a lower quantile than PCA's training
     # errors; one device's exceedance curve is clipped at each side (models.detection.screening.exceedance_threshold)
-    quantile: float = 0.985
-    device_trim: float = 0.01
+    quantile: float = setting(0.985, help="threshold quantile of held-out normal scores")
+    device_trim: float = setting(0.01, help="share of the devices' exceedance curves clipped at each side")
 
     def problem(self) -> dict[str, int]:
         return {"n_features": len(self.features)}

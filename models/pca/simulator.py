@@ -17,7 +17,6 @@ from models.core.federated import State
 from models.core.linalg import subspace_distance
 from models.core.rounds import BatchedPool, Hooks, RoundResult, Rounds, simulate
 from models.detection.attacks import NO_ADVERSARIES, Adversaries
-from models.detection.detector import PCADetector
 from models.detection.metrics import detection_report
 from models.detection.preprocessing import Moments, Preprocessor, as_device_records, signed_log1p
 from models.detection.robust import TRIM_CRITERIA, distance_masks, residual_mask, residuals, second_moment
@@ -35,6 +34,7 @@ from models.detection.threshold import EDGES, error_histogram, quantile_from_his
 from models.kernel import DEFAULT_COMPONENTS, KERNELS, RandomFourierFeatures
 from models.pca import PCAAlgorithm, make_algorithm
 from models.pca.baselines import centralized_pca, local_pca
+from models.pca.detector import PCADetector
 
 
 @dataclass

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from models.detection.spec import DetectorJobSpec
-from models.jobspec import check
+from models.jobspec import check, setting
 from models.kernel import DEFAULT_COMPONENTS, KERNELS, MAX_COMPONENTS, MIN_COMPONENTS, RandomFourierFeatures
 from models.pca import FEDERATED
 
@@ -19,9 +19,11 @@ class PCAJobSpec(DetectorJobSpec):
 
     #: "rff": kernel PCA through random Fourier features (models.kernel); the algorithm then works on
     #: kernel_features lifted features, and the map is regenerated everywhere from (features, D, gamma, seed)
-    kernel: str = "none"
-    kernel_features: int = DEFAULT_COMPONENTS
-    kernel_gamma: float | None = None  # None: 1 / (2 d), the median heuristic on z-scored records
+    kernel: str = setting("none", help=f"one of {', '.join(KERNELS)}: rff for kernel PCA through random Fourier "
+                          "features")
+    kernel_features: int = setting(DEFAULT_COMPONENTS, help="rff: number of random Fourier features")
+    kernel_gamma: float | None = setting(None, help="rff: Gaussian kernel width (none: 1/(2 x features), the median "
+                                         "heuristic on z-scored records)")
 
     @classmethod
     def default_algorithm(cls) -> str:

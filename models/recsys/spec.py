@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import ClassVar
 
-from models.jobspec import JobSpec, check
+from models.jobspec import JobSpec, check, setting
 from models.recsys import FEDERATED
 
 
@@ -16,10 +16,10 @@ class RecsysJobSpec(JobSpec):
     family: ClassVar[str] = "recsys"
     required: ClassVar[dict[str, str]] = {"items": "the item catalogue"}
 
-    rank: int = 10
-    items: list[int | str] = field(default_factory=list)
-    rating_min: float = 0.5
-    rating_max: float = 5.0
+    rank: int = setting(10, help="latent factors")
+    items: list[int | str] = setting(factory=list, help="the item catalogue (ids)")
+    rating_min: float = setting(0.5, help="lowest valid rating")
+    rating_max: float = setting(5.0, help="highest valid rating")
 
     def problem(self) -> dict[str, int]:
         return {"n_items": len(self.items), "rank": self.rank}

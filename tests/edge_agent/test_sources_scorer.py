@@ -201,8 +201,8 @@ def test_rate_limiting_groups_flagged_records_into_incidents_and_counts_every_on
 
 def test_agent_scores_unset_values_at_the_models_mean_not_at_zero(tmp_path):
     from edge_agent.agent import Agent, AgentConfig
-    from models.detection.detector import PCADetector
     from models.detection.preprocessing import Preprocessor
+    from models.pca.detector import PCADetector
 
     names = ["duration", "src_bytes", "dst_bytes", "proto_tcp"]
     pre = Preprocessor(names, np.array([True, True, True, False]), np.array([0.5, 5.0, 6.0, 0.7]),
@@ -249,7 +249,7 @@ def test_an_agent_with_calibrate_scores_at_its_own_threshold(tmp_path):
 def test_alerts_carry_the_flow_of_their_record(tmp_path):
     """An alert names its connection: Zeek's uid, time, addresses, ports, proto and service; a CSV's line."""
     from edge_agent.scorer import Scorer
-    from models.detection.detector import PCADetector
+    from models.pca.detector import PCADetector
     from wire.model import model_envelope
 
     log = tmp_path / "conn.log"

@@ -10,7 +10,7 @@ import time
 import numpy as np
 
 from edge_agent.sources import Batch
-from models.detection.detector import PCADetector
+from models.pca.detector import PCADetector
 from store.db import Alert
 from store.triage import AlertFilter, incidents
 from tests.integration.conftest import wait_until

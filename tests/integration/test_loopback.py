@@ -13,12 +13,12 @@ import pytest
 from edge_agent.detector_participant import TrainingBuffer
 from edge_agent.sources import Batch
 from edge_agent.store import AgentStore
-from models.detection.detector import PCADetector
 from models.families import FAMILIES, family, job_spec
 from models.mixture import FEDERATED as GMM
 from models.mixture.simulator import simulate_mixture
 from models.partition import partition
 from models.pca import FEDERATED as PCA
+from models.pca.detector import PCADetector
 from models.pca.simulator import federated_threshold, prepare_clients, run_federated
 from models.recsys import FEDERATED as RECSYS
 from models.recsys.data import from_triples, split_users, train_test_split

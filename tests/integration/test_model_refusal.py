@@ -10,7 +10,7 @@ import time
 import numpy as np
 
 from edge_agent.sources import Batch
-from models.detection.detector import PCADetector
+from models.pca.detector import PCADetector
 from store.db import Device
 from tests.integration.conftest import wait_until
 from tests.integration.test_pca_job import publish_as

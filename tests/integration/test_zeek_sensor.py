@@ -19,8 +19,8 @@ from sqlalchemy import func
 from api.app import create_app
 from api.security import create_key
 from api.settings import Settings
-from models.detection.detector import PCADetector
 from models.detection.encoding import ZEEK_CONN
+from models.pca.detector import PCADetector
 from store.db import Alert, Device
 from tests.integration.conftest import wait_until
 from tests.integration.test_model_refusal import publish_model

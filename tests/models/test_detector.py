@@ -1,8 +1,8 @@
 import numpy as np
 import pytest
 
-from models.detection.detector import PCADetector
 from models.detection.metrics import auc_roc
+from models.pca.detector import PCADetector
 from models.synthetic import generate_traffic
 
 

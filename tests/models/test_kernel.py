@@ -3,12 +3,12 @@
 import numpy as np
 import pytest
 
-from models.detection.detector import PCADetector
 from models.detection.robust import second_moment
 from models.families import job_spec
 from models.kernel import RandomFourierFeatures, default_gamma
 from models.params import SettingError
 from models.partition import partition
+from models.pca.detector import PCADetector
 from models.pca.simulator import prepare_clients, simulate_pca
 from models.synthetic import generate_traffic
 

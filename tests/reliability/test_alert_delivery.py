@@ -22,8 +22,8 @@ from sqlalchemy.orm import Session
 
 from coordinator.broker import Mosquitto
 from edge_agent.sources import ZEEK_FIELDS, Batch
-from models.detection.detector import PCADetector
 from models.detection.preprocessing import Preprocessor
+from models.pca.detector import PCADetector
 from store.db import Alert, ModelVersion, Rejection, make_engine, unpack
 from tests.integration.conftest import HAVE_MOSQUITTO, parts_for, wait_until
 from tests.reliability.test_crashes import create_job, start_coordinator, status

@@ -14,10 +14,10 @@ import pytest
 
 from edge_agent.pca_participant import PCAParticipant
 from models.core.linalg import orth, subspace_distance
-from models.detection.detector import PCADetector
 from models.detection.metrics import detection_report
 from models.detection.preprocessing import Preprocessor
 from models.detection.threshold import EDGES
+from models.pca.detector import PCADetector
 from store.db import ModelVersion, Rejection, Round, unpack
 from tests.integration.conftest import parts_for, wait_until
 from wire.protocol import Envelope

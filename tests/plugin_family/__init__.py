@@ -1,0 +1,12 @@
+"""A fourth job family written as a plug-in would be: the fleet's feature means, federated.
+
+It exists to prove that a family is one package per side plus one registry line (issue 25, point 2): `model.py`
+(the typed spec and the algorithm, the `models/` side), `runner.py` (the coordinator's), `participant.py` (the
+agent's) and `FAMILY` below, which a test registers. No file of the product names it."""
+
+from models.families import JobFamily
+from tests.plugin_family.model import MeanJobSpec
+
+FAMILY = JobFamily("fleetmean", MeanJobSpec, "tests.plugin_family.runner:MeanJob",
+                   "tests.plugin_family.participant:MeanParticipant",
+                   "the fleet's mean of named features (a test plug-in)")

@@ -1,0 +1,53 @@
+"""The coordinator side of the plug-in family: stats (record counts), then `rounds` averaging rounds."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import numpy as np
+
+from coordinator.job_runner import JobRunner
+from models.core.pipeline import close_round
+from tests.plugin_family.model import MeanJobSpec
+from wire.protocol import Envelope, ProtocolError
+
+
+class MeanJob(JobRunner):
+    type = "fleetmean"
+    replies: ClassVar[dict[str, str]] = {"stats": "stats", "train": "upload"}
+
+    spec: MeanJobSpec
+
+    def content(self, phase: str) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+        meta = {"features": self.spec.features, "params": self.spec.algorithm_params}
+        return ({} if phase == "stats" else dict(self.broadcast)), meta
+
+    def validate(self, env: Envelope) -> None:
+        a, d = env.arrays, len(self.spec.features)
+        want = {"count": (1,)} if self.phase == "stats" else {"sum": (d,), "count": ()}
+        if {k: v.shape for k, v in a.items()} != want or not all(np.isfinite(v).all() for v in a.values()):
+            raise ProtocolError("shape", f"expected {want}")
+
+    def close(self, answered: list[str]) -> dict[str, Any]:
+        if self.phase == "stats":
+            if not answered:
+                self.fail("no agent answered the statistics phase")
+                return {}
+            self.participants = answered
+            self.counts = [float(self.pending[a].arrays["count"][0]) for a in answered]
+            self.roster_saved = False
+            self.rng = np.random.default_rng(self.spec.seed)
+            self.server, self.broadcast = self.algorithm().init_server(len(answered), self.rng)
+            return {"records": sum(self.counts)}
+        if answered:
+            uploads = {k: np.stack([self.pending[a].arrays[k] for a in answered]) for k in ("sum", "count")}
+            ids, weights = self.weights(answered)
+            self.server, self.broadcast = close_round(self.algorithm(), self.server, ids, uploads, weights)
+        return {"mean": self.broadcast["mean"].tolist()}
+
+    def follow(self) -> None:
+        if self.phase == "stats" or (self.phase == "train" and self.round < self.spec.rounds):
+            self.sample("train", self.round + 1)
+        else:
+            self.phase = "finished"
+            self.set_job(status="finished", phase="finished")
