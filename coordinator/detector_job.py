@@ -19,8 +19,10 @@ from typing import Any, ClassVar
 import numpy as np
 
 from coordinator.job_runner import JobRunner
+from models.core.messages import MessageType, Upload
 from models.core.pipeline import close_round
 from models.detection.encoding import check_counts, encoded_statistics
+from models.detection.messages import Histogram, Statistics
 from models.detection.preprocessing import Preprocessor
 from models.detection.screening import (
     Federation,
@@ -36,7 +38,7 @@ from models.detection.spec import DetectorJobSpec
 from models.params import SettingError
 from store.db import ModelVersion, pack, unpack
 from wire.model import Detector, stored_envelope
-from wire.protocol import Envelope, ProtocolError, expect_arrays
+from wire.protocol import ProtocolError, expect_arrays, expect_shapes
 
 log = logging.getLogger("fedsentry.coordinator")
 
@@ -44,10 +46,10 @@ MAX_UPLOAD_NORM = 1e8
 
 
 class DetectorJob(JobRunner):
-    replies: ClassVar[dict[str, str]] = {"stats": "stats", "train": "upload", "threshold": "histogram"}
-    #: extra count arrays a statistics reply carries (the mixture's held-out count)
+    replies: ClassVar[dict[str, MessageType]] = {"stats": Statistics, "train": Upload, "threshold": Histogram}
+    #: fields of the family's statistics message that are record counts (the mixture's held-out count)
     stats_counts: ClassVar[tuple[str, ...]] = ()
-    #: extra one-number arrays a threshold reply carries (the mixture's held-out log-likelihood)
+    #: fields of the family's histogram message that are one number each (the mixture's held-out log-likelihood)
     threshold_extras: ClassVar[tuple[str, ...]] = ()
 
     spec: DetectorJobSpec
@@ -156,48 +158,42 @@ class DetectorJob(JobRunner):
             self.finish()
 
     # -- replies --------------------------------------------------------------------------------------
-    def validate(self, env: Envelope) -> None:
+    def validate(self, msg: Any, sender: str) -> None:
         """Nothing a device claims is taken on trust (models.detection.screening): sums that real records could
         have, an upload of the algorithm's shape with finite values, a histogram of exactly the records
         it claimed, on the agreed grid."""
-        if self.phase == "stats":
+        if isinstance(msg, Statistics):
             d = len(self.spec.features)
-            expect_arrays(env, {"count": (1,), "total": (d,), "sumsq": (d,), "present": (d,),
-                                **{k: (1,) for k in self.stats_counts}})
-            a = env.arrays
-            if any(a[k].dtype.kind not in "fiu" for k in a):
-                raise ProtocolError("dtype", "statistics must be real numbers")
-            n = float(a["count"][0])
-            if not ((a["present"] >= 0) & (a["present"] <= n)).all():
+            expect_shapes("statistics", {"count": (msg.count, (1,)), "total": (msg.total, (d,)),
+                                         "sumsq": (msg.sumsq, (d,)), "present": (msg.present, (d,)),
+                                         **{k: (getattr(msg, k), (1,)) for k in self.stats_counts}})
+            n = float(msg.count[0])
+            if not ((msg.present >= 0) & (msg.present <= n)).all():
                 raise ProtocolError("value", "present counts must be between 0 and the record count")
-            problem = check_summary(n, a["total"].astype(float), a["sumsq"].astype(float), self.spec.guard(),
-                                    value_bound(self.spec.log_transform), a["present"].astype(float))
+            problem = check_summary(n, msg.total.astype(float), msg.sumsq.astype(float), self.spec.guard(),
+                                    value_bound(self.spec.log_transform), msg.present.astype(float))
             if problem:
                 raise ProtocolError("value", problem)
             try:
-                reported = check_counts(env.meta.get("counts"), self.spec.schema())
+                reported = check_counts(msg.counts, self.spec.schema())
             except ValueError as e:
                 raise ProtocolError("value", f"counts: {e}") from None
             if reported["n"] != n or any(reported["numeric"][f]["present"] != int(p)
-                                       for f, p in zip(self.spec.features, a["present"])):
+                                       for f, p in zip(self.spec.features, msg.present)):
                 raise ProtocolError("value", "counts disagree with the statistics' record and present counts")
             for k in self.stats_counts:
-                if not 0 <= float(a[k][0]) <= self.spec.max_records:
+                if not 0 <= float(getattr(msg, k)[0]) <= self.spec.max_records:
                     raise ProtocolError("value", f"{k} must be a count between 0 and {self.spec.max_records}")
-        elif self.phase == "threshold":
-            bins, counts = env.arrays.get("bins"), env.arrays.get("counts")
-            if bins is None or counts is None or set(env.arrays) != {"bins", "counts", *self.threshold_extras}:
-                raise ProtocolError("shape", "a histogram is the arrays bins and counts"
-                                    + "".join(f" and {k}" for k in self.threshold_extras))
+        elif isinstance(msg, Histogram):
             for k in self.threshold_extras:
-                v = env.arrays[k]
-                if v.shape != (1,) or v.dtype.kind != "f" or not abs(float(v[0])) < 1e12:
+                v = getattr(msg, k)
+                if v.shape != (1,) or not abs(float(v[0])) < 1e12:
                     raise ProtocolError("value", f"{k} must be one finite number")
-            problem = check_histogram(bins, counts, self.histogram_count(env.sender))
+            problem = check_histogram(msg.bins, msg.counts, self.histogram_count(sender))
             if problem:
                 raise ProtocolError("value", problem)
         else:
-            expect_arrays(env, self.expected_upload(), max_norm=MAX_UPLOAD_NORM)
+            expect_arrays(msg.arrays, self.expected_upload(), max_norm=MAX_UPLOAD_NORM)
 
     # -- closing rounds -------------------------------------------------------------------------------
     def close(self, answered: list[str]) -> dict[str, Any]:
@@ -212,12 +208,12 @@ class DetectorJob(JobRunner):
             self.fail("no agent answered the statistics phase")
             return {}
         self.participants = answered
-        a = [self.pending[p].arrays for p in answered]
+        a: list[Statistics] = [self.pending[p] for p in answered]
         try:
-            encoded = encoded_statistics(self.spec.schema(), [self.pending[p].meta["counts"] for p in answered],
-                                         np.stack([x["total"] for x in a]).astype(float),
-                                         np.stack([x["sumsq"] for x in a]).astype(float),
-                                         np.stack([x["present"] for x in a]).astype(float))
+            encoded = encoded_statistics(self.spec.schema(), [x.counts for x in a],
+                                         np.stack([x.total for x in a]).astype(float),
+                                         np.stack([x.sumsq for x in a]).astype(float),
+                                         np.stack([x.present for x in a]).astype(float))
         except ValueError as e:
             self.fail(f"the devices' statistics do not agree on a feature encoding: {e}")
             return {}
@@ -228,7 +224,7 @@ class DetectorJob(JobRunner):
                                                                                        bool)]
         self.info = {"features": enc.feature_names, "mean": fed.mean.tolist(), "scale": fed.scale.tolist(),
                      "encoding": enc.to_dict(), "log_mask": log_mask.astype(int).tolist(),
-                     **{k: [float(x[k][0]) for x in a] for k in self.stats_counts}}
+                     **{k: [float(getattr(x, k)[0]) for x in a] for k in self.stats_counts}}
         self.counts, self.roster_saved = counts.tolist(), False
         self.rng = np.random.default_rng(self.spec.seed)
         self.start_algorithm(fed, counts, total, sumsq)
@@ -249,7 +245,7 @@ class DetectorJob(JobRunner):
         alg = self.algorithm()
         ids, weights = self.weights(answered)
         uploads = {k: np.stack([self.pending[a].arrays[k] for a in answered]) for k in
-                   (self.pending[answered[0]].arrays if answered else {})}
+                   (self.pending[answered[0]].arrays if answered else {})}  # Upload messages
         before = self.broadcast
         self.server, self.broadcast = close_round(alg, self.server, ids, uploads, weights)
         if self.touched is not None:
@@ -262,7 +258,7 @@ class DetectorJob(JobRunner):
             self.fail("no agent answered the threshold phase")
             return float("nan")
         _, weights = self.weights(answered)
-        histograms = [(self.pending[a].arrays["bins"], self.pending[a].arrays["counts"]) for a in answered]
+        histograms = [(self.pending[a].bins, self.pending[a].counts) for a in answered]
         try:
             threshold = self.threshold_from(histograms, weights)
         except ValueError as e:

@@ -23,10 +23,12 @@ from sqlalchemy import update
 from sqlalchemy.orm import Session, sessionmaker
 
 from models.core.federated import FederatedAlgorithm
+from models.core.messages import Decline, MessageType
 from models.core.rounds import sample_clients
 from models.families import job_spec
 from store import row_tables
 from store.db import Device, Job, JobState, ModelVersion, Round, pack, unpack, utcnow
+from wire.messages import read
 from wire.protocol import Envelope, ProtocolError
 
 log = logging.getLogger("fedsentry.coordinator")
@@ -38,8 +40,8 @@ MAX_REASON = 300
 
 class JobRunner(ABC):
     type: str = ""
-    #: phase -> the kind of reply it expects
-    replies: ClassVar[dict[str, str]] = {}
+    #: phase -> the message a reply to it is (`models.core.messages`: typed, versioned)
+    replies: ClassVar[dict[str, MessageType]] = {}
 
     def __init__(self, job: Job, sessions: sessionmaker, publish: Callable[[str, bytes, bool], None],
                  job_topic: str):
@@ -54,7 +56,7 @@ class JobRunner(ABC):
         self.info: dict[str, Any] = {}
         self.server: dict[str, np.ndarray] = {}
         self.broadcast: dict[str, np.ndarray] = {}
-        self.pending: dict[str, Envelope] = {}
+        self.pending: dict[str, Any] = {}  # sender -> its reply to this round (the phase's message)
         self.declined: dict[str, str] = {}  # this round's agents that said they cannot take part, and why
         self.refused: dict[str, str] = {}  # this round's agents whose answer was refused on arrival, and why
         self.sampled: list[str] = []
@@ -83,8 +85,8 @@ class JobRunner(ABC):
         """Arrays and metadata the round message of `phase` carries (besides phase, type and sampled)."""
 
     @abstractmethod
-    def validate(self, env: Envelope) -> None:
-        """Raise ProtocolError for a reply that must not touch the model."""
+    def validate(self, msg: Any, sender: str) -> None:
+        """Raise ProtocolError for a reply (the phase's message, read) that must not touch the model."""
 
     @abstractmethod
     def close(self, answered: list[str]) -> dict[str, Any]:
@@ -170,27 +172,32 @@ class JobRunner(ABC):
             raise ProtocolError("stale", f"round {env.round} < current {self.round}")
         if env.round > self.round:
             raise ProtocolError("future", f"round {env.round} > current {self.round}")
-        if env.kind not in (self.replies.get(self.phase), "decline"):
+        reply = self.replies.get(self.phase)
+        if reply is None or env.kind not in (reply.kind, Decline.kind):
             raise ProtocolError("kind", f"{env.kind} during phase {self.phase}")
         if env.sender not in self.sampled:
             raise ProtocolError("not_sampled", f"{env.sender} was not asked in round {self.round}")
-        if env.kind == "decline":  # the agent cannot take part (e.g. its data lacks the job's features): why
-            reason = env.meta.get("reason")
-            if not isinstance(reason, str) or env.sender in self.pending:
+        if env.kind == Decline.kind:  # the agent cannot take part (e.g. its data lacks the job's features): why
+            try:
+                reason = read(Decline, env).reason
+            except ProtocolError:
+                reason = None
+            if not reason or env.sender in self.pending:
                 raise ProtocolError("decline", "a decline carries its reason as text, instead of an answer")
             self.declined[env.sender] = printable(reason)
             log.warning("job=%s round=%s agent=%s declined: %s", self.job_id, self.round, env.sender,
                         self.declined[env.sender])
             return
-        try:
-            self.validate(env)  # the content first: garbage is reported as such even when it repeats an answer
+        try:  # the content first: garbage is reported as such even when it repeats an answer
+            msg = read(reply, env)
+            self.validate(msg, env.sender)
         except ProtocolError as e:
             if env.sender not in self.pending:  # what the operator sees for this device in this round
                 self.refused[env.sender] = printable(f"{e.reason}: {e.detail}")
             raise
         if env.sender in self.pending:
             raise ProtocolError("duplicate", f"{env.sender} already answered round {self.round}")
-        self.pending[env.sender] = env
+        self.pending[env.sender] = msg
 
     def tick(self) -> bool:
         """Close the round if everyone answered or the deadline passed; True when the job is over."""

@@ -14,17 +14,20 @@ import numpy as np
 
 from coordinator.detector_job import DetectorJob
 from models.core.aggregation import winsorized_weighted_mean
+from models.core.messages import MessageType, Upload
 from models.detection.preprocessing import Preprocessor
 from models.detection.screening import Federation, fleet_tail
 from models.detection.threshold import EDGES, Tail
 from models.mixture.detector import MixtureDetector
 from models.mixture.fedem import FedEM, colluders, shared_of, standardised_moments
+from models.mixture.messages import MixtureHistogram, MixtureStatistics
 from models.mixture.spec import MixtureJobSpec
 
 
 class MixtureJob(DetectorJob):
     type = "gmm"
-    replies: ClassVar[dict[str, str]] = {**DetectorJob.replies, "seed": "upload"}
+    replies: ClassVar[dict[str, MessageType]] = {**DetectorJob.replies, "stats": MixtureStatistics, "seed": Upload,
+                                                   "threshold": MixtureHistogram}
     stats_counts = ("held",)
     threshold_extras = ("nll",)
 
@@ -95,7 +98,7 @@ class MixtureJob(DetectorJob):
     def model_info(self, answered: list[str], weights: np.ndarray) -> dict[str, Any]:
         """The held-out records' mean negative log-likelihood (the devices' means, a winsorised weighted mean):
         what compares mixtures without labels (lower is better), e.g. jobs with different components."""
-        nll = np.array([float(self.pending[a].arrays["nll"][0]) for a in answered])
+        nll = np.array([float(self.pending[a].nll[0]) for a in answered])
         held = np.array([self.info["held"][self.index()[a]] for a in answered]) > 0
         if not held.any():
             return {}

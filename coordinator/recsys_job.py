@@ -19,12 +19,14 @@ from typing import Any, ClassVar, cast
 import numpy as np
 
 from coordinator.job_runner import JobRunner
+from models.core.messages import MessageType, Upload
 from models.core.pipeline import close_round
 from models.recsys import RecsysAlgorithm
 from models.recsys.data import global_mean, stack
+from models.recsys.messages import Evaluation, RatingSums, SetupStep
 from models.recsys.spec import RecsysJobSpec
 from store.db import ModelVersion, pack, unpack
-from wire.protocol import Envelope, ProtocolError
+from wire.protocol import ProtocolError
 
 log = logging.getLogger("fedsentry.coordinator")
 
@@ -33,7 +35,8 @@ MAX_UPLOAD_NORM = 1e9
 
 class RecsysJob(JobRunner):
     type = "recsys"
-    replies: ClassVar[dict[str, str]] = {"stats": "stats", "setup": "setup", "train": "upload", "eval": "eval"}
+    replies: ClassVar[dict[str, MessageType]] = {"stats": RatingSums, "setup": SetupStep, "train": Upload,
+                                                   "eval": Evaluation}
 
     spec: RecsysJobSpec
 
@@ -70,16 +73,16 @@ class RecsysJob(JobRunner):
             self.finish()
 
     # -- replies --------------------------------------------------------------------------------------
-    def validate(self, env: Envelope) -> None:
-        a = env.arrays
-        if self.phase == "stats":
-            if set(a) != {"count", "sum"} or a["count"].shape != (1,) or a["sum"].shape != (1,) or a["count"][0] < 0:
+    def validate(self, msg: Any, sender: str) -> None:
+        if isinstance(msg, RatingSums):
+            if msg.count.shape != (1,) or msg.sum.shape != (1,) or msg.count[0] < 0:
                 raise ProtocolError("shape", "stats need count (1,) >= 0 and sum (1,)")
             return
-        if self.phase == "eval":
-            if set(a) != {"sq_error", "count"} or a["sq_error"][0] < 0 or a["count"][0] < 0:
+        if isinstance(msg, Evaluation):
+            if msg.sq_error.shape != (1,) or msg.count.shape != (1,) or msg.sq_error[0] < 0 or msg.count[0] < 0:
                 raise ProtocolError("shape", "eval needs sq_error (1,) >= 0 and count (1,) >= 0")
             return
+        a = msg.arrays
         items = a.get("items")
         if items is None or items.ndim != 1 or items.dtype.kind not in "iu":
             raise ProtocolError("shape", "an upload needs a 1-d integer array 'items'")
@@ -96,8 +99,8 @@ class RecsysJob(JobRunner):
         if self.phase == "stats":
             return self.close_stats(answered)
         if self.phase == "eval":
-            sq = sum(float(self.pending[a].arrays["sq_error"][0]) for a in answered)
-            n = sum(int(self.pending[a].arrays["count"][0]) for a in answered)
+            sq = sum(float(self.pending[a].sq_error[0]) for a in answered)
+            n = sum(int(self.pending[a].count[0]) for a in answered)
             self.info["test_rmse"] = float(np.sqrt(sq / n)) if n else None
             return {"test_rmse": self.info["test_rmse"], "test_ratings": n}
         if not answered:
@@ -118,8 +121,8 @@ class RecsysJob(JobRunner):
             self.fail("no agent answered the statistics phase")
             return {}
         self.participants = answered
-        counts = np.array([int(self.pending[a].arrays["count"][0]) for a in answered], dtype=float)
-        sums = np.array([float(self.pending[a].arrays["sum"][0]) for a in answered])
+        counts = np.array([int(self.pending[a].count[0]) for a in answered], dtype=float)
+        sums = np.array([float(self.pending[a].sum[0]) for a in answered])
         self.info = {"mean": global_mean(counts, sums)}
         self.counts, self.roster_saved = counts.tolist(), False
         self.rng = np.random.default_rng(self.spec.seed)

@@ -33,8 +33,10 @@ from edge_agent.participant import Participant
 from edge_agent.scorer import Scorer
 from edge_agent.sources import Batch, SchemaError, Source, ZeekFollower, as_source, csv_source, take_rows
 from edge_agent.store import AgentStore, Outbox
+from models.core.messages import Decline
 from models.detection.threshold import holdout_mask
 from models.families import FAMILIES, LEGACY_JOBS
+from wire.messages import envelope
 from wire.mqtt import NOT_AUTHORISED_HINT, make_client, redact_url, unreachable_because
 from wire.protocol import (
     JOB_SUBSCRIPTION,
@@ -256,7 +258,7 @@ class Agent:
                 log.error("agent=%s cannot take part in job=%s round=%s: %s", self.cfg.agent_id, env.job,
                           env.round, e)
                 if self.cfg.agent_id in env.meta.get("sampled", ()):  # the coordinator records why
-                    decline = Envelope("decline", env.job, env.round, self.cfg.agent_id, {}, {"reason": str(e)[:300]})
+                    decline = envelope(Decline(reason=str(e)[:300]), env.job, env.round, self.cfg.agent_id)
                     self.client.publish(self.topic("upload"), decline.encode(), qos=1)
                 return
             finally:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -20,8 +20,10 @@ from edge_agent.participant import Participant
 from edge_agent.sources import FLOW_FIELDS, Batch, SchemaError, batch_counts, encode_batch, select, take_rows
 from edge_agent.store import AgentStore
 from models.detection.encoding import FeatureEncoder, RecordSchema
+from models.detection.messages import Histogram, Statistics
 from models.detection.preprocessing import RECORD_DTYPE, Preprocessor, signed_log1p
 from models.detection.threshold import sparse_histogram
+from wire.messages import envelope
 from wire.protocol import Envelope
 
 log = logging.getLogger("fedsentry.agent")
@@ -143,6 +145,9 @@ class TrainingBuffer:
 
 class DetectorParticipant(Participant):
     extra_arrays = ("mean", "scale", "weights")
+    #: the family's replies to the statistics and threshold phases (models.detection.messages)
+    statistics: ClassVar[type[Statistics]] = Statistics
+    histogram: ClassVar[type[Histogram]] = Histogram
 
     def __init__(self, agent_id: str, store: AgentStore, buffer: TrainingBuffer):
         super().__init__(agent_id, store)
@@ -198,7 +203,7 @@ class DetectorParticipant(Participant):
         raise NotImplementedError
 
     def stats_extra(self, meta: dict[str, Any]) -> dict[str, np.ndarray]:
-        """Arrays a family adds to the statistics reply."""
+        """The fields a family's statistics message adds (`statistics`)."""
         return {}
 
     # -- shared ---------------------------------------------------------------------------------------------
@@ -249,17 +254,16 @@ class DetectorParticipant(Participant):
             total += np.nansum(T, axis=0)
             sumsq += np.nansum(T**2, axis=0)
             present += (~np.isnan(T)).sum(axis=0)
-        return Envelope("stats", env.job, env.round, self.id,
-                        {"count": np.array([len(X)], dtype=np.int64), "total": total, "sumsq": sumsq,
-                         "present": present, **self.stats_extra(env.meta)},
-                        {"counts": batch_counts(batch, spec_schema, numeric=X)})
+        stats = self.statistics(count=np.array([len(X)], dtype=np.int64), total=total, sumsq=sumsq, present=present,
+                                counts=batch_counts(batch, spec_schema, numeric=X), **self.stats_extra(env.meta))
+        return envelope(stats, env.job, env.round, self.id)
 
     def threshold_extras(self, env: Envelope, errors: np.ndarray) -> dict[str, np.ndarray]:
-        """Arrays a family adds to the threshold reply."""
+        """The fields a family's histogram message adds (`histogram`)."""
         return {}
 
     def _threshold(self, env: Envelope) -> Envelope:
         errors = self.threshold_errors(env, self.preprocessor(env))
         bins, counts = sparse_histogram(errors)
-        return Envelope("histogram", env.job, env.round, self.id,
-                        {"bins": bins, "counts": counts, **self.threshold_extras(env, errors)})
+        reply = self.histogram(bins=bins, counts=counts, **self.threshold_extras(env, errors))
+        return envelope(reply, env.job, env.round, self.id)

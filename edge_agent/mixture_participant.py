@@ -14,15 +14,20 @@ import numpy as np
 
 from edge_agent.detector_participant import DetectorParticipant
 from edge_agent.sources import take_rows
+from models.core.messages import Upload
 from models.detection.preprocessing import Preprocessor
 from models.detection.threshold import holdout_mask
 from models.mixture.detector import MixtureDetector
 from models.mixture.fedem import FedEM, device_seed, shared_of
+from models.mixture.messages import MixtureHistogram, MixtureStatistics
+from wire.messages import envelope
 from wire.protocol import Envelope
 
 
 class MixtureParticipant(DetectorParticipant):
     family = "gmm"
+    statistics = MixtureStatistics
+    histogram = MixtureHistogram
 
     def problem(self, meta: dict[str, Any]) -> dict[str, int]:
         return {"n_features": len(meta["features"])}
@@ -56,7 +61,7 @@ class MixtureParticipant(DetectorParticipant):
         alg = self.algorithm(env.meta)
         data = self.client_data(env)
         _, upload = alg.client_update(alg.init_clients(data, self.broadcast(env)), data, self.broadcast(env))
-        return Envelope("upload", env.job, env.round, self.id, {k: v[0] for k, v in upload.items()})
+        return envelope(Upload(arrays={k: v[0] for k, v in upload.items()}), env.job, env.round, self.id)
 
     def threshold_extras(self, env: Envelope, errors: np.ndarray) -> dict[str, np.ndarray]:
         """The held-out records' mean negative log-likelihood (scores are NLL minus the mixture's floor)."""

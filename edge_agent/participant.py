@@ -24,7 +24,9 @@ import numpy as np
 
 from edge_agent.store import AgentStore
 from models.core.federated import FederatedAlgorithm, State
+from models.core.messages import Upload
 from models.families import family
+from wire.messages import envelope
 from wire.protocol import Envelope, decode
 
 OWED = "__finish_owed__"  # the state's client_finish is still to be applied with the next broadcast
@@ -140,7 +142,7 @@ class Participant(ABC):
         if state is None:
             state = alg.init_clients(data, self.initial(env) or broadcast)
         state, upload = alg.client_update(state, data, broadcast)
-        reply = Envelope("upload", env.job, env.round, self.id, {k: v[0] for k, v in upload.items()})
+        reply = envelope(Upload(arrays={k: v[0] for k, v in upload.items()}), env.job, env.round, self.id)
         self.save_state(env.job, state, True, {REPLY: np.frombuffer(reply.encode(), dtype=np.uint8),
                                                REPLY_ROUND: np.array(env.round)})
         return reply

@@ -25,6 +25,8 @@ from edge_agent.store import AgentStore
 from models.recsys.base import RecsysAlgorithm
 from models.recsys.data import Ratings, client_data
 from models.recsys.factors import predict_pairs
+from models.recsys.messages import Evaluation, RatingSums, SetupStep
+from wire.messages import envelope
 from wire.protocol import Envelope
 
 log = logging.getLogger("fedsentry.agent")
@@ -83,8 +85,8 @@ class RecsysParticipant(Participant):
     def _stats(self, env: Envelope) -> Envelope:
         self._job(env)
         _, _, v = self._indexed(self.train, env.meta["items"])
-        return Envelope("stats", env.job, env.round, self.id,
-                        {"count": np.array([len(v)], dtype=np.int64), "sum": np.array([float(v.sum())])})
+        sums = RatingSums(count=np.array([len(v)], dtype=np.int64), sum=np.array([float(v.sum())]))
+        return envelope(sums, env.job, env.round, self.id)
 
     def _setup(self, env: Envelope) -> Envelope:
         """The algorithm's setup step, with every participant; the state starts here (as in the simulator)."""
@@ -94,7 +96,7 @@ class RecsysParticipant(Participant):
             state = alg.init_clients(data, self.initial(env) or self.broadcast(env))
             self.save_state(env.job, state, False)
         uploads = alg.client_setup(state, data, self.broadcast(env))
-        return Envelope("setup", env.job, env.round, self.id, {k: v[0] for k, v in uploads.items()})
+        return envelope(SetupStep(arrays={k: v[0] for k, v in uploads.items()}), env.job, env.round, self.id)
 
     def _eval(self, env: Envelope) -> Envelope:
         alg = self.algorithm(env.meta)
@@ -107,5 +109,5 @@ class RecsysParticipant(Participant):
             pred = np.clip(float(env.meta["mean"]) + predict_pairs(P[u], Q[i]), self.test.rating_min,
                            self.test.rating_max)
             sq, n = float(((pred - v) ** 2).sum()), len(v)
-        return Envelope("eval", env.job, env.round, self.id,
-                        {"sq_error": np.array([sq]), "count": np.array([n], dtype=np.int64)})
+        evaluation = Evaluation(sq_error=np.array([sq]), count=np.array([n], dtype=np.int64))
+        return envelope(evaluation, env.job, env.round, self.id)

@@ -184,22 +184,30 @@ def _descriptor(d: Any) -> tuple[str, str, tuple[int, ...]]:
     return name, dt, tuple(shape)
 
 
-def expect_arrays(env: Envelope, shapes: dict[str, tuple[int, ...]], max_norm: float | None = None) -> None:
+def expect_arrays(arrays: dict[str, np.ndarray], shapes: dict[str, tuple[int, ...]],
+                  max_norm: float | None = None) -> None:
     """Check that exactly these arrays came, with these shapes, and (optionally) a sane Frobenius norm."""
-    if set(env.arrays) != set(shapes):
-        raise ProtocolError("shape", f"expected arrays {sorted(shapes)}, got {sorted(env.arrays)}")
+    if set(arrays) != set(shapes):
+        raise ProtocolError("shape", f"expected arrays {sorted(shapes)}, got {sorted(arrays)}")
     for name, shape in shapes.items():
-        got = env.arrays[name].shape
+        got = arrays[name].shape
         if got != tuple(shape):
             raise ProtocolError("shape", f"array {name!r} has shape {got}, expected {tuple(shape)}")
         if max_norm is not None:
-            a = env.arrays[name]
+            a = arrays[name]
             if a.dtype.kind not in "fiu":
                 raise ProtocolError("dtype", f"array {name!r} must hold real numbers, not {a.dtype}")
             norm = float(np.linalg.norm(a))
             if not norm <= max_norm:  # NaN and infinity fail too
                 raise ProtocolError("norm", f"array {name!r} has norm {norm:.3g}, not a finite number "
                                             f"<= {max_norm:.3g}")
+
+
+def expect_shapes(what: str, arrays: dict[str, tuple[np.ndarray, tuple[int, ...]]]) -> None:
+    """Check each named array of a typed message against the shape the job expects."""
+    for name, (a, shape) in arrays.items():
+        if a.shape != shape:
+            raise ProtocolError("shape", f"{what}: array {name!r} has shape {a.shape}, expected {shape}")
 
 
 ALERTS_PER_MESSAGE = 100

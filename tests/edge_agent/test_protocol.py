@@ -63,13 +63,13 @@ def test_nan_oversize_and_bad_dtype_are_rejected():
 
 def test_expected_shapes_and_norms():
     env = decode(encode(sample(U=np.ones((4, 3)))))
-    expect_arrays(env, {"U": (4, 3)}, max_norm=10)
+    expect_arrays(env.arrays, {"U": (4, 3)}, max_norm=10)
     with pytest.raises(ProtocolError, match="shape"):
-        expect_arrays(env, {"U": (3, 4)})
+        expect_arrays(env.arrays, {"U": (3, 4)})
     with pytest.raises(ProtocolError, match="expected arrays"):
-        expect_arrays(env, {"S": (4, 3)})
+        expect_arrays(env.arrays, {"S": (4, 3)})
     with pytest.raises(ProtocolError) as e:
-        expect_arrays(env, {"U": (4, 3)}, max_norm=1)
+        expect_arrays(env.arrays, {"U": (4, 3)}, max_norm=1)
     assert e.value.reason == "norm"
 
 

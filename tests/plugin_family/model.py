@@ -8,6 +8,7 @@ from typing import ClassVar
 import numpy as np
 
 from models.core.federated import FederatedAlgorithm, State
+from models.core.messages import Message, array
 from models.jobspec import JobSpec, check, setting
 
 
@@ -37,6 +38,14 @@ class FedMean(FederatedAlgorithm):
         server["counts"][client_ids] = uploads["count"]
         total = max(float(server["counts"].sum()), 1.0)
         return server, {"mean": (1 - self.shrink) * server["sums"].sum(axis=0) / total}
+
+
+@dataclass(kw_only=True)
+class RecordCount(Message):
+    """A device's answer to the statistics phase: how many records it holds."""
+
+    kind: ClassVar[str] = "stats"
+    count: np.ndarray = array(kinds="fiu")
 
 
 @dataclass

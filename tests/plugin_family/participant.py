@@ -11,6 +11,8 @@ from edge_agent.detector_participant import TrainingBuffer
 from edge_agent.participant import Participant
 from edge_agent.store import AgentStore
 from models.core.federated import State
+from tests.plugin_family.model import RecordCount
+from wire.messages import envelope
 from wire.protocol import Envelope
 
 
@@ -33,4 +35,4 @@ class MeanParticipant(Participant):
     def _stats(self, env: Envelope) -> Envelope | None:
         if self.id not in env.meta.get("sampled", ()):
             return None
-        return Envelope("stats", env.job, env.round, self.id, {"count": np.array([float(self.buffer.seen)])})
+        return envelope(RecordCount(count=np.array([float(self.buffer.seen)])), env.job, env.round, self.id)

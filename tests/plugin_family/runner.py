@@ -7,14 +7,15 @@ from typing import Any, ClassVar
 import numpy as np
 
 from coordinator.job_runner import JobRunner
+from models.core.messages import MessageType, Upload
 from models.core.pipeline import close_round
-from tests.plugin_family.model import MeanJobSpec
-from wire.protocol import Envelope, ProtocolError
+from tests.plugin_family.model import MeanJobSpec, RecordCount
+from wire.protocol import ProtocolError
 
 
 class MeanJob(JobRunner):
     type = "fleetmean"
-    replies: ClassVar[dict[str, str]] = {"stats": "stats", "train": "upload"}
+    replies: ClassVar[dict[str, MessageType]] = {"stats": RecordCount, "train": Upload}
 
     spec: MeanJobSpec
 
@@ -22,10 +23,13 @@ class MeanJob(JobRunner):
         meta = {"features": self.spec.features, "params": self.spec.algorithm_params}
         return ({} if phase == "stats" else dict(self.broadcast)), meta
 
-    def validate(self, env: Envelope) -> None:
-        a, d = env.arrays, len(self.spec.features)
-        want = {"count": (1,)} if self.phase == "stats" else {"sum": (d,), "count": ()}
-        if {k: v.shape for k, v in a.items()} != want or not all(np.isfinite(v).all() for v in a.values()):
+    def validate(self, msg: Any, sender: str) -> None:
+        if isinstance(msg, RecordCount):
+            if msg.count.shape != (1,) or not msg.count[0] >= 0:
+                raise ProtocolError("value", "a record count is one number >= 0")
+            return
+        want = {"sum": (len(self.spec.features),), "count": ()}
+        if {k: v.shape for k, v in msg.arrays.items()} != want:
             raise ProtocolError("shape", f"expected {want}")
 
     def close(self, answered: list[str]) -> dict[str, Any]:
@@ -34,7 +38,7 @@ class MeanJob(JobRunner):
                 self.fail("no agent answered the statistics phase")
                 return {}
             self.participants = answered
-            self.counts = [float(self.pending[a].arrays["count"][0]) for a in answered]
+            self.counts = [float(self.pending[a].count[0]) for a in answered]
             self.roster_saved = False
             self.rng = np.random.default_rng(self.spec.seed)
             self.server, self.broadcast = self.algorithm().init_server(len(answered), self.rng)

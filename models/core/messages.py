@@ -1,0 +1,154 @@
+"""Typed, versioned messages: what a phase of a job sends, declared once as a class and read the same way on both
+sides (no dict with magic keys crosses a boundary).
+
+A message is a dataclass. Fields typed `np.ndarray` travel as named arrays (`array()` declares the rank and the
+kinds of number they may hold); one field declared with `open_arrays()` holds every other array (an algorithm's
+upload, whose names and shapes the algorithm defines); the other fields travel as JSON in the header's meta,
+with the message's version under "v" (a message without one is version 1). `parts` gives what the wire carries
+and `from_parts` reads it back, raising MessageError (with a short reason, as the coordinator counts refusals) for
+anything missing, surplus, of the wrong kind or of another version. What a message's values must satisfy in a
+given job (shapes against the job's features, bounds) is checked by the job's runner on the typed message.
+
+`wire.messages` puts a message in an envelope and reads one out of it; a family declares its messages in its own
+package (models/detection/messages.py, models/recsys/messages.py) and its runner's and participant's phase
+tables name them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import typing
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, TypeAlias, TypeVar
+
+import numpy as np
+
+M = TypeVar("M", bound="Message")
+
+
+class MessageError(ValueError):
+    """A message that must be refused; `reason` is a short label for counting."""
+
+    def __init__(self, reason: str, detail: str):
+        super().__init__(f"{reason}: {detail}")
+        self.reason, self.detail = reason, detail
+
+
+def array(ndim: int = 1, kinds: str = "fiu", default: Any = dataclasses.MISSING) -> Any:
+    """A field that travels as one array of `ndim` dimensions holding numbers of these kinds (numpy's dtype
+    kinds: f float, i signed, u unsigned, b bool)."""
+    return field(default=default, metadata={"ndim": ndim, "kinds": kinds})
+
+
+def open_arrays() -> Any:
+    """The field that holds every array no other field names (an algorithm's upload or broadcast)."""
+    return field(default_factory=dict, metadata={"open": True})
+
+
+@dataclass(kw_only=True)
+class Message:
+    #: the envelope kind it travels as
+    kind: ClassVar[str] = ""
+    #: bumped when a field changes meaning or goes away; a side refuses a version it does not read
+    version: ClassVar[int] = 1
+
+    def parts(self) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+        """(arrays, meta) as the wire carries them."""
+        arrays: dict[str, np.ndarray] = {}
+        meta: dict[str, Any] = {"v": self.version}
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if f.metadata.get("open"):
+                arrays.update(value)
+            elif "ndim" in f.metadata:
+                if value is not None:
+                    arrays[f.name] = np.asarray(value)
+            else:
+                meta[f.name] = value
+        return arrays, meta
+
+    @classmethod
+    def from_parts(cls: type[M], arrays: dict[str, np.ndarray], meta: dict[str, Any]) -> M:
+        version = meta.get("v", 1)
+        if version != cls.version:
+            raise MessageError("version", f"a {cls.kind} message of version {version!r}; this side reads version "
+                                          f"{cls.version}")
+        hints = typing.get_type_hints(cls)
+        rest: dict[str, np.ndarray] = dict(arrays)
+        values: dict[str, Any] = {}
+        open_field = None
+        for f in dataclasses.fields(cls):
+            required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+            if f.metadata.get("open"):
+                open_field = f.name
+            elif "ndim" in f.metadata:
+                if f.name not in rest:
+                    if required:
+                        raise MessageError("shape", f"a {cls.kind} message needs the array {f.name!r}")
+                    continue
+                a = rest.pop(f.name)
+                if a.ndim != f.metadata["ndim"] or a.dtype.kind not in f.metadata["kinds"]:
+                    raise MessageError("shape" if a.ndim != f.metadata["ndim"] else "dtype",
+                                       f"array {f.name!r} of a {cls.kind} message must have {f.metadata['ndim']} "
+                                       f"dimension(s) of kind {f.metadata['kinds']}, got {a.shape} {a.dtype}")
+                values[f.name] = a
+            elif f.name in meta:
+                values[f.name] = _typed(cls.kind, f.name, meta[f.name], hints[f.name])
+            elif required:
+                raise MessageError("malformed", f"a {cls.kind} message needs {f.name!r}")
+        if open_field is not None:
+            values[open_field] = rest
+        elif rest:
+            raise MessageError("shape", f"a {cls.kind} message has no arrays {sorted(rest)}")
+        return cls(**values)
+
+
+def _typed(kind: str, name: str, value: Any, hint: Any) -> Any:
+    """A meta value checked against its field's type (None where the type allows it)."""
+    args = typing.get_args(hint)
+    if value is None and type(None) in args:
+        return None
+    base = next((a for a in args if a is not type(None)), hint) if type(None) in args else hint
+    origin = typing.get_origin(base)
+    ok = {str: lambda v: isinstance(v, str),
+          bool: lambda v: isinstance(v, bool),
+          int: lambda v: isinstance(v, int) and not isinstance(v, bool),
+          float: lambda v: isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)}
+    if base in ok:
+        if not ok[base](value):
+            raise MessageError("malformed",
+                               f"{name!r} of a {kind} message must be a {base.__name__}, got {value!r}"[:200])
+        return float(value) if base is float else value
+    if origin is list:
+        (item,) = typing.get_args(base) or (Any,)
+        if not isinstance(value, list) or (item in ok and not all(ok[item](v) for v in value)):
+            raise MessageError("malformed", f"{name!r} of a {kind} message must be a list of "
+                                            f"{getattr(item, '__name__', item)}")
+        return value
+    if origin is dict or base is dict:
+        if not isinstance(value, dict):
+            raise MessageError("malformed", f"{name!r} of a {kind} message must be an object")
+        return value
+    return value  # Any
+
+
+#: a message class (what a phase table names: the reply a phase expects)
+MessageType: TypeAlias = "type[Message]"
+
+
+@dataclass(kw_only=True)
+class Upload(Message):
+    """A client step's upload: the arrays the algorithm's `client_update` returns for one client (its shapes are
+    the algorithm's: the runner checks them against what the algorithm would send)."""
+
+    kind: ClassVar[str] = "upload"
+    arrays: dict[str, np.ndarray] = open_arrays()
+
+
+@dataclass(kw_only=True)
+class Decline(Message):
+    """An agent that cannot take part in a round says why (its data lacks the job's features, ...)."""
+
+    kind: ClassVar[str] = "decline"
+    reason: str = ""

@@ -1,0 +1,37 @@
+"""The messages of a recommendation job's own phases (training rounds upload the algorithm's item-side rows,
+`models.core.messages.Upload`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import numpy as np
+
+from models.core.messages import Message, array, open_arrays
+
+
+@dataclass(kw_only=True)
+class RatingSums(Message):
+    """A device's rating count and sum (the fleet's mean rating)."""
+
+    kind: ClassVar[str] = "stats"
+    count: np.ndarray = array(kinds="iu")
+    sum: np.ndarray = array(kinds="f")
+
+
+@dataclass(kw_only=True)
+class SetupStep(Message):
+    """The algorithm's setup step of one device (AltGDMin's spectral start)."""
+
+    kind: ClassVar[str] = "setup"
+    arrays: dict[str, np.ndarray] = open_arrays()
+
+
+@dataclass(kw_only=True)
+class Evaluation(Message):
+    """The squared error and count of a device's held-out ratings under its own user factors and the final items."""
+
+    kind: ClassVar[str] = "eval"
+    sq_error: np.ndarray = array(kinds="f")
+    count: np.ndarray = array(kinds="iu")
