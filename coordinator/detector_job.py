@@ -22,7 +22,7 @@ from coordinator.job_runner import JobRunner
 from models.core.messages import MessageType, Upload
 from models.core.pipeline import close_round
 from models.detection.encoding import check_counts, encoded_statistics
-from models.detection.messages import Histogram, Statistics
+from models.detection.messages import DetectorRound, Histogram, Statistics
 from models.detection.preprocessing import Preprocessor
 from models.detection.screening import (
     Federation,
@@ -126,21 +126,25 @@ class DetectorJob(JobRunner):
         """The finished model (raises ValueError when it must not be promoted)."""
         raise NotImplementedError
 
-    def meta(self) -> dict[str, Any]:
-        return {"rank": self.spec.rank, "params": self.spec.algorithm_params, "log_transform": self.spec.log_transform}
+    #: the family's round message (models.detection.messages.DetectorRound or a subclass)
+    round_message: ClassVar[type[DetectorRound]] = DetectorRound
+
+    def round_fields(self) -> dict[str, Any]:
+        """The fields the family's round message adds to the detector's."""
+        return {}
 
     # -- rounds ---------------------------------------------------------------------------------------
-    def content(self, phase: str) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
-        meta = self.meta()
+    def content(self, phase: str, header: dict[str, Any]) -> DetectorRound:
+        common = {**header, "params": self.spec.algorithm_params, "rank": self.spec.rank,
+                  "log_transform": self.spec.log_transform, **self.round_fields()}
         if phase == "stats":
-            return {}, {**meta, "features": self.spec.features, "categorical": self.spec.categorical,
-                        "flags": self.spec.flags}
-        meta.update(encoding=self.info["encoding"], log_mask=self.info["log_mask"])
-        arrays = {**self.broadcast, **{f"init.{k}": v for k, v in self.initial().items()},
-                  "mean": np.array(self.info["mean"]), "scale": np.array(self.info["scale"])}
-        if phase not in ("stats", "threshold"):  # each sampled device's weight, as capped (in `sampled` order)
-            arrays["weights"] = self.weights(self.sampled)[1]
-        return arrays, {**meta, "features": self.info["features"]}
+            return self.round_message(**common, features=self.spec.features, categorical=self.spec.categorical,
+                                      flags=self.spec.flags)
+        # training rounds: each sampled device's weight, as capped (in `sampled` order)
+        weights = None if phase == "threshold" else self.weights(self.sampled)[1]
+        return self.round_message(**common, features=self.info["features"], encoding=self.info["encoding"],
+                                  log_mask=self.info["log_mask"], broadcast=dict(self.broadcast), init=self.initial(),
+                                  mean=np.array(self.info["mean"]), scale=np.array(self.info["scale"]), weights=weights)
 
     def device_weights(self, counts: np.ndarray) -> np.ndarray:
         return capped_weights(counts, self.spec.guard())

@@ -23,12 +23,12 @@ from sqlalchemy import update
 from sqlalchemy.orm import Session, sessionmaker
 
 from models.core.federated import FederatedAlgorithm
-from models.core.messages import Decline, MessageType
+from models.core.messages import Decline, MessageType, RoundMessage
 from models.core.rounds import sample_clients
 from models.families import job_spec
 from store import row_tables
 from store.db import Device, Job, JobState, ModelVersion, Round, pack, unpack, utcnow
-from wire.messages import read
+from wire.messages import envelope, read
 from wire.protocol import Envelope, ProtocolError
 
 log = logging.getLogger("fedsentry.coordinator")
@@ -81,8 +81,9 @@ class JobRunner(ABC):
         return self.spec.make_algorithm()
 
     @abstractmethod
-    def content(self, phase: str) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
-        """Arrays and metadata the round message of `phase` carries (besides phase, type and sampled)."""
+    def content(self, phase: str, header: dict[str, Any]) -> RoundMessage:
+        """The round message of `phase`: the family's round message class, given the header every round carries
+        (phase, type, sampled, algorithm) and the family's own fields."""
 
     @abstractmethod
     def validate(self, msg: Any, sender: str) -> None:
@@ -135,9 +136,9 @@ class JobRunner(ABC):
         self.refused = {}
         self.started_at = time.monotonic()
         self.deadline = self.started_at + self.deadline_s
-        arrays, meta = self.content(phase)
-        meta.update(phase=phase, type=self.type, sampled=sampled, algorithm=self.algorithm_name)
-        self.publish(self.job_topic, Envelope("round", self.job_id, rnd, "coordinator", arrays, meta).encode(), True)
+        msg = self.content(phase, {"phase": phase, "type": self.type, "sampled": sampled,
+                                   "algorithm": self.algorithm_name})
+        self.publish(self.job_topic, envelope(msg, self.job_id, rnd, "coordinator").encode(), True)
         self.set_job(status="running", phase=phase, current_round=rnd)
         log.info("job=%s round=%s phase=%s sampled=%d", self.job_id, rnd, phase, len(sampled))
 

@@ -20,7 +20,7 @@ from models.detection.screening import Federation, fleet_tail
 from models.detection.threshold import EDGES, Tail
 from models.mixture.detector import MixtureDetector
 from models.mixture.fedem import FedEM, colluders, shared_of, standardised_moments
-from models.mixture.messages import MixtureHistogram, MixtureStatistics
+from models.mixture.messages import MixtureHistogram, MixtureRound, MixtureStatistics
 from models.mixture.spec import MixtureJobSpec
 
 
@@ -37,8 +37,10 @@ class MixtureJob(DetectorJob):
     def algorithm(self) -> FedEM:
         return cast(FedEM, super().algorithm())
 
-    def meta(self) -> dict[str, Any]:
-        return {**super().meta(), "holdout": self.spec.holdout, "seed": self.spec.seed}
+    round_message = MixtureRound
+
+    def round_fields(self) -> dict[str, Any]:
+        return {"holdout": self.spec.holdout, "seed": self.spec.seed}
 
     def start_algorithm(self, fed: Federation, counts: np.ndarray, total: np.ndarray, sumsq: np.ndarray) -> None:
         alg = self.algorithm()

@@ -13,6 +13,7 @@ from models.detection.screening import Federation, model_problem
 from models.kernel import RandomFourierFeatures
 from models.pca import PCAAlgorithm
 from models.pca.detector import PCADetector
+from models.pca.messages import PCARound
 from models.pca.spec import PCAJobSpec
 
 
@@ -42,9 +43,11 @@ class PCAJob(DetectorJob):
             self.server = alg.attach_bounds(self.server, np.full((n, lift.n_components), lift.diag_bound),
                                             np.full(n, lift.trace_bound))
 
-    def meta(self) -> dict[str, Any]:
+    round_message = PCARound
+
+    def round_fields(self) -> dict[str, Any]:
         lift = self.lift()
-        return {**super().meta(), **({"rff": lift.params()} if lift else {})}
+        return {"rff": lift.params() if lift else None}
 
     def expected_upload(self) -> dict[str, tuple[int, ...]]:
         """The upload a client would send (shapes only matter), from the algorithm itself."""

@@ -23,7 +23,7 @@ from models.core.messages import MessageType, Upload
 from models.core.pipeline import close_round
 from models.recsys import RecsysAlgorithm
 from models.recsys.data import global_mean, stack
-from models.recsys.messages import Evaluation, RatingSums, SetupStep
+from models.recsys.messages import Evaluation, RatingSums, RecsysRound, SetupStep
 from models.recsys.spec import RecsysJobSpec
 from store.db import ModelVersion, pack, unpack
 from wire.protocol import ProtocolError
@@ -47,14 +47,14 @@ class RecsysJob(JobRunner):
     def setup_rounds(self) -> int:
         return int(self.algorithm().setup_rounds)
 
-    def content(self, phase: str) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
-        meta = {"rank": self.spec.rank, "params": self.spec.algorithm_params, "n_items": len(self.spec.items)}
+    def content(self, phase: str, header: dict[str, Any]) -> RecsysRound:
+        common = {**header, "rank": self.spec.rank, "params": self.spec.algorithm_params,
+                  "n_items": len(self.spec.items)}
         if phase == "stats":
-            return {}, {**meta, "items": self.spec.items}
-        arrays = dict(self.broadcast)
-        if self.round <= self.setup_rounds + 1:  # until every participant has initialised its state
-            arrays.update({f"init.{k}": v for k, v in unpack(bytes.fromhex(self.info["init_blob"])).items()})
-        return arrays, {**meta, "mean": self.info["mean"]}
+            return RecsysRound(**common, items=self.spec.items)
+        # the initial state, until every participant has initialised its own
+        init = unpack(bytes.fromhex(self.info["init_blob"])) if self.round <= self.setup_rounds + 1 else {}
+        return RecsysRound(**common, broadcast=dict(self.broadcast), init=init, mean=self.info["mean"])
 
     def follow(self) -> None:
         rounds, S = self.spec.rounds, self.setup_rounds

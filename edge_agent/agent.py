@@ -33,10 +33,10 @@ from edge_agent.participant import Participant
 from edge_agent.scorer import Scorer
 from edge_agent.sources import Batch, SchemaError, Source, ZeekFollower, as_source, csv_source, take_rows
 from edge_agent.store import AgentStore, Outbox
-from models.core.messages import Decline
+from models.core.messages import Decline, RoundMessage
 from models.detection.threshold import holdout_mask
 from models.families import FAMILIES, LEGACY_JOBS
-from wire.messages import envelope
+from wire.messages import envelope, read
 from wire.mqtt import NOT_AUTHORISED_HINT, make_client, redact_url, unreachable_because
 from wire.protocol import (
     JOB_SUBSCRIPTION,
@@ -248,7 +248,13 @@ class Agent:
             self._score_waiting()  # what was read before this model: scored now, not with the next record
             log.info("agent=%s model job=%s version=%s loaded", self.cfg.agent_id, env.job, env.meta.get("version"))
         elif env.kind == "round":
-            participant = self.participants.get(env.meta.get("type", LEGACY_JOBS[0]))
+            try:
+                header = read(RoundMessage, env)  # the part every family's round message shares
+            except ProtocolError as e:
+                self.counters["rejected"] += 1
+                log.warning("agent=%s refused a round message of job=%s: %s", self.cfg.agent_id, env.job, e)
+                return
+            participant = self.participants.get(header.type or LEGACY_JOBS[0])
             if participant is None:
                 return  # a job of a kind this agent has no data for
             try:
@@ -257,7 +263,7 @@ class Agent:
                 self.counters["rejected"] += 1
                 log.error("agent=%s cannot take part in job=%s round=%s: %s", self.cfg.agent_id, env.job,
                           env.round, e)
-                if self.cfg.agent_id in env.meta.get("sampled", ()):  # the coordinator records why
+                if self.cfg.agent_id in header.sampled:  # the coordinator records why
                     decline = envelope(Decline(reason=str(e)[:300]), env.job, env.round, self.cfg.agent_id)
                     self.client.publish(self.topic("upload"), decline.encode(), qos=1)
                 return

@@ -11,22 +11,24 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Any, ClassVar
+from typing import ClassVar, Generic, TypeVar
 
 import numpy as np
 
 from edge_agent.memory import buffer_capacity
-from edge_agent.participant import Participant
+from edge_agent.participant import Participant, Request
 from edge_agent.sources import FLOW_FIELDS, Batch, SchemaError, batch_counts, encode_batch, select, take_rows
 from edge_agent.store import AgentStore
+from models.core.messages import RoundMessage
 from models.detection.encoding import FeatureEncoder, RecordSchema
-from models.detection.messages import Histogram, Statistics
+from models.detection.messages import DetectorRound, Histogram, Statistics
 from models.detection.preprocessing import RECORD_DTYPE, Preprocessor, signed_log1p
 from models.detection.threshold import sparse_histogram
-from wire.messages import envelope
 from wire.protocol import Envelope
 
 log = logging.getLogger("fedsentry.agent")
+#: the round message of the detector family (DetectorRound or a family's subclass)
+R = TypeVar("R", bound=DetectorRound)
 #: records a training buffer holds unless a memory budget says fewer (edge_agent.memory)
 DEFAULT_CAPACITY = 50_000
 STATS_CHUNK = 4096
@@ -143,8 +145,8 @@ class TrainingBuffer:
         return select(Batch(self.columns, self.X), features)
 
 
-class DetectorParticipant(Participant):
-    extra_arrays = ("mean", "scale", "weights")
+class DetectorParticipant(Participant, Generic[R]):
+    round_message: ClassVar[type[RoundMessage]] = DetectorRound
     #: the family's replies to the statistics and threshold phases (models.detection.messages)
     statistics: ClassVar[type[Statistics]] = Statistics
     histogram: ClassVar[type[Histogram]] = Histogram
@@ -153,7 +155,7 @@ class DetectorParticipant(Participant):
         super().__init__(agent_id, store)
         self.buffer = buffer
 
-    def phases(self) -> dict[str, Callable[[Envelope], Envelope | None]]:
+    def phases(self) -> dict[str, Callable[[Request], Envelope | None]]:
         return {"stats": self._stats, "threshold": self._threshold}
 
     # -- what a family decides ----------------------------------------------------------------------------
@@ -162,86 +164,94 @@ class DetectorParticipant(Participant):
             raise SchemaError("no training records yet: give --train FILE (CSV or Zeek log), or let the agent "
                               "learn from the traffic it reads (--learn; on by default with --zeek)")
 
-    def training(self, meta: dict[str, Any]) -> Batch:
+    def training(self, msg: R) -> Batch:
         """The records the model is fitted on (a family may hold some out: `training_rows`)."""
         self.require_records()
-        rows = self.training_rows(meta)
+        rows = self.training_rows(msg)
         return self.buffer.batch() if rows is None else take_rows(self.buffer.batch(), rows)
 
-    def training_rows(self, meta: dict[str, Any]) -> np.ndarray | None:
+    def training_rows(self, msg: R) -> np.ndarray | None:
         """Which of the buffer's records the model is fitted on (None: all of them)."""
         return None
 
     @staticmethod
-    def columns(batch: Batch, meta: dict[str, Any]) -> np.ndarray:
+    def columns(batch: Batch, msg: R) -> np.ndarray:
         """A batch in the model's columns: after the statistics phase, encoded as the job agreed
         (models.detection.encoding;
         NaN where a number is unset), before it, the job's numeric features."""
-        if meta.get("encoding"):
-            return encode_batch(batch, FeatureEncoder.from_dict(meta["encoding"]))
-        return select(batch, meta["features"])
+        if msg.encoding:
+            return encode_batch(batch, FeatureEncoder.from_dict(msg.encoding))
+        return select(batch, msg.features)
 
-    def records(self, meta: dict[str, Any]) -> np.ndarray:
+    def records(self, msg: R) -> np.ndarray:
         """The training records in the model's columns, as float64."""
-        return np.asarray(self.columns(self.training(meta), meta), dtype=float)
+        return np.asarray(self.columns(self.training(msg), msg), dtype=float)
 
-    def standardised(self, env: Envelope) -> np.ndarray:
+    def standardised(self, msg: R) -> np.ndarray:
         """The training records in the model's columns, standardised, as RECORD_DTYPE: built a chunk of the
         buffer at a time, so the only copy of the training records is the result (4 bytes a value)."""
         self.require_records()
-        pre = self.preprocessor(env)
+        pre = self.preprocessor(msg)
         batch = self.buffer.batch()
-        rows = self.training_rows(env.meta)
+        rows = self.training_rows(msg)
         rows = np.arange(len(batch.X)) if rows is None else np.flatnonzero(rows) if rows.dtype == bool else rows
         out = np.empty((len(rows), pre.n_features), dtype=RECORD_DTYPE)
         for i in range(0, len(rows), STATS_CHUNK):
-            out[i: i + STATS_CHUNK] = pre.transform(self.columns(take_rows(batch, rows[i: i + STATS_CHUNK]), env.meta))
+            out[i: i + STATS_CHUNK] = pre.transform(self.columns(take_rows(batch, rows[i: i + STATS_CHUNK]), msg))
         return out
 
-    def threshold_errors(self, env: Envelope, pre: Preprocessor) -> np.ndarray:
+    def threshold_errors(self, msg: R, pre: Preprocessor) -> np.ndarray:
         """The errors whose histogram sets the threshold, under the final model."""
         raise NotImplementedError
 
-    def stats_extra(self, meta: dict[str, Any]) -> dict[str, np.ndarray]:
+    def stats_extra(self, msg: R) -> dict[str, np.ndarray]:
         """The fields a family's statistics message adds (`statistics`)."""
         return {}
 
     # -- shared ---------------------------------------------------------------------------------------------
-    def weight(self, env: Envelope) -> float:
+    def weight(self, msg: R) -> float:
         """The weight the coordinator gives this device (its record count, capped: models.detection.screening)."""
-        return float(env.arrays["weights"][env.meta["sampled"].index(self.id)])
+        if msg.weights is None:
+            raise ValueError("a training round carries the sampled devices' weights")
+        return float(msg.weights[msg.sampled.index(self.id)])
 
     @staticmethod
-    def log_mask(meta: dict[str, Any], d: int) -> np.ndarray:
+    def log_mask(msg: R, d: int) -> np.ndarray:
         """Which columns get signed log1p: the job's (after the statistics phase), else every numeric one."""
-        if "log_mask" in meta:
-            return np.asarray(meta["log_mask"], dtype=bool)
-        return np.full(d, bool(meta.get("log_transform", True)))
+        if msg.log_mask is not None:
+            return np.asarray(msg.log_mask, dtype=bool)
+        return np.full(d, msg.log_transform)
 
-    def transformed(self, X: np.ndarray, meta: dict[str, Any]) -> np.ndarray:
-        return signed_log1p(X, self.log_mask(meta, X.shape[1]))
+    def transformed(self, X: np.ndarray, msg: R) -> np.ndarray:
+        return signed_log1p(X, self.log_mask(msg, X.shape[1]))
 
-    def preprocessor(self, env: Envelope) -> Preprocessor:
-        features = env.meta["features"]
-        return Preprocessor(features, self.log_mask(env.meta, len(features)), env.arrays["mean"], env.arrays["scale"],
-                            encoding=env.meta.get("encoding"))
+    @staticmethod
+    def standardisation(msg: R) -> tuple[np.ndarray, np.ndarray]:
+        """The fleet's mean and scale (every round after the statistics phase carries them)."""
+        if msg.mean is None or msg.scale is None:
+            raise ValueError(f"a {msg.phase} round carries the fleet's standardisation (mean and scale)")
+        return msg.mean, msg.scale
 
-    def imputed(self, env: Envelope) -> np.ndarray:
+    def preprocessor(self, msg: R) -> Preprocessor:
+        mean, scale = self.standardisation(msg)
+        return Preprocessor(msg.features, self.log_mask(msg, len(msg.features)), mean, scale, encoding=msg.encoding)
+
+    def imputed(self, msg: R) -> np.ndarray:
         """The transformed training records with unset values at the global mean (as the coordinator's
         statistics assume)."""
-        T = self.transformed(self.records(env.meta), env.meta)
+        T = self.transformed(self.records(msg), msg)
         missing = np.isnan(T)
         if missing.any():
-            T[missing] = np.broadcast_to(env.arrays["mean"], T.shape)[missing]
+            T[missing] = np.broadcast_to(self.standardisation(msg)[0], T.shape)[missing]
         return T
 
-    def _stats(self, env: Envelope) -> Envelope:
+    def _stats(self, req: Request) -> Envelope:
         """Count, and per numeric feature the sum and sum of squares of its set values and how many are set
-        (transformed); the counts of every text value and unset number (models.detection.encoding) in the meta."""
-        spec_schema = RecordSchema(list(env.meta["features"]), list(env.meta.get("categorical", [])),
-                                   list(env.meta.get("flags", [])))
+        (transformed); the counts of every text value and unset number (models.detection.encoding)."""
+        msg: R = req.msg
+        spec_schema = RecordSchema(list(msg.features), list(msg.categorical), list(msg.flags))
         self.require_records()
-        rows = self.training_rows(env.meta)
+        rows = self.training_rows(msg)
         full = self.buffer.batch()
         X = select(full, spec_schema.numeric, rows=rows)
         # the text fields of the same records (the numbers are not copied twice)
@@ -250,20 +260,19 @@ class DetectorParticipant(Participant):
         d = X.shape[1]
         total, sumsq, present = np.zeros(d), np.zeros(d), np.zeros(d, dtype=np.int64)
         for i in range(0, len(X), STATS_CHUNK):  # in chunks: a few MB whatever the buffer holds
-            T = self.transformed(np.asarray(X[i: i + STATS_CHUNK], dtype=float), env.meta)
+            T = self.transformed(np.asarray(X[i: i + STATS_CHUNK], dtype=float), msg)
             total += np.nansum(T, axis=0)
             sumsq += np.nansum(T**2, axis=0)
             present += (~np.isnan(T)).sum(axis=0)
         stats = self.statistics(count=np.array([len(X)], dtype=np.int64), total=total, sumsq=sumsq, present=present,
-                                counts=batch_counts(batch, spec_schema, numeric=X), **self.stats_extra(env.meta))
-        return envelope(stats, env.job, env.round, self.id)
+                                counts=batch_counts(batch, spec_schema, numeric=X), **self.stats_extra(msg))
+        return req.reply(stats, self.id)
 
-    def threshold_extras(self, env: Envelope, errors: np.ndarray) -> dict[str, np.ndarray]:
+    def threshold_extras(self, msg: R, errors: np.ndarray) -> dict[str, np.ndarray]:
         """The fields a family's histogram message adds (`histogram`)."""
         return {}
 
-    def _threshold(self, env: Envelope) -> Envelope:
-        errors = self.threshold_errors(env, self.preprocessor(env))
+    def _threshold(self, req: Request) -> Envelope:
+        errors = self.threshold_errors(req.msg, self.preprocessor(req.msg))
         bins, counts = sparse_histogram(errors)
-        reply = self.histogram(bins=bins, counts=counts, **self.threshold_extras(env, errors))
-        return envelope(reply, env.job, env.round, self.id)
+        return req.reply(self.histogram(bins=bins, counts=counts, **self.threshold_extras(req.msg, errors)), self.id)

@@ -10,23 +10,26 @@ every family shares:
 - Rounds are idempotent: the reply to a (job, phase, round) is stored with the state it produced, in one
   atomic write, and re-sent unchanged if the same round arrives again; a finish is applied once.
 
-A family adds its data (`client_data`), the algorithm's problem size (`problem`) and its other phases
-(`phases`: statistics, thresholds, evaluation, ...). It is registered in `models.families`.
+A family names its round message (`round_message`, a `models.core.messages.RoundMessage`: every handler is given
+the round as that typed message, in a `Request`), and adds its data (`client_data`), the algorithm's problem size
+(`problem`) and its other phases (`phases`: statistics, thresholds, evaluation, ...). It is registered in
+`models.families`.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
 
 from edge_agent.store import AgentStore
 from models.core.federated import FederatedAlgorithm, State
-from models.core.messages import Upload
+from models.core.messages import Message, RoundMessage, Upload
 from models.families import family
-from wire.messages import envelope
+from wire.messages import envelope, read
 from wire.protocol import Envelope, decode
 
 OWED = "__finish_owed__"  # the state's client_finish is still to be applied with the next broadcast
@@ -34,10 +37,22 @@ REPLY = "__reply__"  # the upload this state produced (encoded envelope)
 REPLY_ROUND = "__reply_round__"
 
 
+@dataclass
+class Request:
+    """A round as a participant's handlers see it: the job, the round and the family's typed round message."""
+
+    job: str
+    round: int
+    msg: Any  # the family's RoundMessage subclass
+
+    def reply(self, message: Message, sender: str) -> Envelope:
+        return envelope(message, self.job, self.round, sender)
+
+
 class Participant(ABC):
     family: ClassVar[str] = ""
-    #: round-message arrays that are not part of the algorithm's broadcast
-    extra_arrays: ClassVar[tuple[str, ...]] = ()
+    #: the family's round message (what the coordinator's runner of the family sends)
+    round_message: ClassVar[type[RoundMessage]] = RoundMessage
 
     def __init__(self, agent_id: str, store: AgentStore):
         self.id, self.store = agent_id, store
@@ -47,48 +62,44 @@ class Participant(ABC):
 
     # -- what a family provides -------------------------------------------------------------------------
     @abstractmethod
-    def phases(self) -> dict[str, Callable[[Envelope], Envelope | None]]:
+    def phases(self) -> dict[str, Callable[[Request], Envelope | None]]:
         """Handlers of the phases other than ``train``."""
 
     @abstractmethod
-    def client_data(self, env: Envelope) -> State:
+    def client_data(self, req: Request) -> State:
         """This agent's data for the algorithm, as a batch of one."""
 
     @abstractmethod
-    def problem(self, meta: dict[str, Any]) -> dict[str, int]:
-        """The dimensions the job's algorithm is built with (n_features or n_items, rank)."""
+    def problem(self, msg: Any) -> dict[str, int]:
+        """The dimensions the job's algorithm is built with (n_features or n_items, rank), from the round message."""
 
     # -- dispatch ---------------------------------------------------------------------------------------
     def on_round(self, env: Envelope) -> Envelope | None:
-        phase = env.meta.get("phase")
+        """The reply to a round message (None: nothing to send); a round message that does not read as the
+        family's is a ProtocolError (a ValueError: the agent declines, saying why)."""
+        req = Request(env.job, env.round, read(self.round_message, env))
+        phase = req.msg.phase
         if phase == "train":
-            if self.id not in env.meta.get("sampled", []):
-                self.settle(env)
+            if self.id not in req.msg.sampled:
+                self.settle(req)
                 return None
-            return self._train_once(env)
-        handler = self.phases().get(str(phase))
+            return self._train_once(req)
+        handler = self.phases().get(phase)
         if handler is None:
             return None
         key = f"reply-{env.job}-{phase}-{env.round}.bin"
         cached = self.store.load_bytes(key)
         if cached is not None:
             return decode(cached)
-        reply = handler(env)
+        reply = handler(req)
         if reply is not None:
             self.store.save_bytes(key, reply.encode())
         return reply
 
     # -- the algorithm and its state ----------------------------------------------------------------------
-    def algorithm(self, meta: dict[str, Any]) -> FederatedAlgorithm:
-        cls = family(self.family).algorithms[meta["algorithm"]]
-        return cls(**self.problem(meta), **meta.get("params", {}))
-
-    def broadcast(self, env: Envelope) -> State:
-        return {k: v for k, v in env.arrays.items() if not k.startswith("init.") and k not in self.extra_arrays}
-
-    @staticmethod
-    def initial(env: Envelope) -> State:
-        return {k[5:]: v for k, v in env.arrays.items() if k.startswith("init.")}
+    def algorithm(self, msg: Any) -> FederatedAlgorithm:
+        cls = family(self.family).algorithms[msg.algorithm]
+        return cls(**self.problem(msg), **msg.params)
 
     def load_state(self, job: str) -> tuple[State | None, dict[str, np.ndarray]]:
         """(the algorithm's state, bookkeeping arrays) of a job, or (None, {})."""
@@ -108,41 +119,41 @@ class Participant(ABC):
         self._saved[job] = arrays
         self._owed[job] = owed
 
-    def settle(self, env: Envelope) -> None:
+    def settle(self, req: Request) -> None:
         """Apply an owed finish (a train round this agent is not sampled in); no disk access when none is
         owed."""
-        if self._owed.get(env.job) is not False:
-            self.current_state(env)
+        if self._owed.get(req.job) is not False:
+            self.current_state(req)
 
-    def current_state(self, env: Envelope) -> State | None:
+    def current_state(self, req: Request) -> State | None:
         """The job's state with any owed finish applied (with this message's broadcast)."""
-        state, book = self.load_state(env.job)
+        state, book = self.load_state(req.job)
         if state is not None and bool(book.get(OWED, False)):
-            state = self.algorithm(env.meta).client_finish(state, self.broadcast(env))
-            self.save_state(env.job, state, False, book)
-        self._owed[env.job] = False
+            state = self.algorithm(req.msg).client_finish(state, req.msg.broadcast)
+            self.save_state(req.job, state, False, book)
+        self._owed[req.job] = False
         return state
 
-    def _train_once(self, env: Envelope) -> Envelope | None:
-        _, book = self.load_state(env.job)
+    def _train_once(self, req: Request) -> Envelope | None:
+        _, book = self.load_state(req.job)
         answered = int(book.get(REPLY_ROUND, -1))
-        if answered == env.round and REPLY in book:
+        if answered == req.round and REPLY in book:
             return decode(book[REPLY].tobytes())  # a redelivered round: the same answer, nothing applied
-        if answered > env.round:
+        if answered > req.round:
             return None  # an old round delivered late: already past it
-        return self._train(env)
+        return self._train(req)
 
-    def _train(self, env: Envelope) -> Envelope | None:
+    def _train(self, req: Request) -> Envelope | None:
         """Finish owed, client step, upload; the state and the reply are written in one atomic step."""
-        alg, broadcast = self.algorithm(env.meta), self.broadcast(env)
-        state, book = self.load_state(env.job)
+        alg, broadcast = self.algorithm(req.msg), req.msg.broadcast
+        state, book = self.load_state(req.job)
         if state is not None and bool(book.get(OWED, False)):
             state = alg.client_finish(state, broadcast)
-        data = self.client_data(env)
+        data = self.client_data(req)
         if state is None:
-            state = alg.init_clients(data, self.initial(env) or broadcast)
+            state = alg.init_clients(data, req.msg.init or broadcast)
         state, upload = alg.client_update(state, data, broadcast)
-        reply = envelope(Upload(arrays={k: v[0] for k, v in upload.items()}), env.job, env.round, self.id)
-        self.save_state(env.job, state, True, {REPLY: np.frombuffer(reply.encode(), dtype=np.uint8),
-                                               REPLY_ROUND: np.array(env.round)})
+        reply = req.reply(Upload(arrays={k: v[0] for k, v in upload.items()}), self.id)
+        self.save_state(req.job, state, True, {REPLY: np.frombuffer(reply.encode(), dtype=np.uint8),
+                                               REPLY_ROUND: np.array(req.round)})
         return reply

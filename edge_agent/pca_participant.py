@@ -7,51 +7,53 @@ models.pca.simulator.prepare_clients."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 
 from edge_agent.detector_participant import DetectorParticipant
+from edge_agent.participant import Request
 from models.detection.preprocessing import Moments, Preprocessor
 from models.detection.robust import residuals, second_moment
 from models.kernel import RandomFourierFeatures
 from models.pca.base import PCAAlgorithm
-from wire.protocol import Envelope
+from models.pca.messages import PCARound
 
 
-class PCAParticipant(DetectorParticipant):
+class PCAParticipant(DetectorParticipant[PCARound]):
     family = "pca"
+    round_message = PCARound
 
-    def problem(self, meta: dict[str, Any]) -> dict[str, int]:
-        lift = self.lift(meta)
-        return {"n_features": len(meta["features"]) if lift is None else lift.n_components, "rank": int(meta["rank"])}
+    def problem(self, msg: PCARound) -> dict[str, int]:
+        lift = self.lift(msg)
+        return {"n_features": len(msg.features) if lift is None else lift.n_components, "rank": int(msg.rank)}
 
     @staticmethod
-    def lift(meta: dict[str, Any]) -> RandomFourierFeatures | None:
-        if not meta.get("rff"):
+    def lift(msg: PCARound) -> RandomFourierFeatures | None:
+        if not msg.rff:
             return None
-        lift = RandomFourierFeatures.from_params(meta["rff"])
-        if lift.n_features != len(meta["features"]):
-            raise ValueError(f"the job's feature map takes {lift.n_features} features, not {len(meta['features'])}")
+        lift = RandomFourierFeatures.from_params(msg.rff)
+        if lift.n_features != len(msg.features):
+            raise ValueError(f"the job's feature map takes {lift.n_features} features, not {len(msg.features)}")
         return lift
 
-    def algorithm(self, meta: dict[str, Any]) -> PCAAlgorithm:
-        alg = super().algorithm(meta)
+    def algorithm(self, msg: PCARound) -> PCAAlgorithm:
+        alg = super().algorithm(msg)
         if not isinstance(alg, PCAAlgorithm):  # the family registry holds only PCAAlgorithm subclasses
             raise TypeError(f"{type(alg).__name__} is not a PCAAlgorithm")
         return alg
 
-    def client_data(self, env: Envelope) -> dict[str, np.ndarray]:
-        T = self.imputed(env)
-        lift = self.lift(env.meta)
+    def client_data(self, req: Request) -> dict[str, np.ndarray]:
+        msg: PCARound = req.msg
+        T = self.imputed(msg)
+        lift = self.lift(msg)
+        mean, scale = self.standardisation(msg)
         if lift is None:
-            C = Moments.of(T).second_moment(env.arrays["mean"], env.arrays["scale"])
+            C = Moments.of(T).second_moment(mean, scale)
         else:
-            C = second_moment(lift.transform((T - env.arrays["mean"]) / env.arrays["scale"]))
-        return {"C": C[None], "weight": np.array([self.weight(env)])}
+            C = second_moment(lift.transform((T - mean) / scale))
+        return {"C": C[None], "weight": np.array([self.weight(msg)])}
 
-    def threshold_errors(self, env: Envelope, pre: Preprocessor) -> np.ndarray:
-        Z = self.algorithm(env.meta).consensus(self.broadcast(env))
-        X = pre.transform(self.records(env.meta))
-        lift = self.lift(env.meta)
+    def threshold_errors(self, msg: PCARound, pre: Preprocessor) -> np.ndarray:
+        Z = self.algorithm(msg).consensus(msg.broadcast)
+        X = pre.transform(self.records(msg))
+        lift = self.lift(msg)
         return residuals(X if lift is None else lift.transform(X), Z)

@@ -41,9 +41,11 @@ def array(ndim: int = 1, kinds: str = "fiu", default: Any = dataclasses.MISSING)
     return field(default=default, metadata={"ndim": ndim, "kinds": kinds})
 
 
-def open_arrays() -> Any:
-    """The field that holds every array no other field names (an algorithm's upload or broadcast)."""
-    return field(default_factory=dict, metadata={"open": True})
+def open_arrays(prefix: str = "") -> Any:
+    """A field holding a set of arrays the message does not name: those whose wire names start with `prefix`
+    (which the field's keys leave out), or, without one, every array no other field takes (an algorithm's upload
+    or broadcast)."""
+    return field(default_factory=dict, metadata={"open": True, "prefix": prefix})
 
 
 @dataclass(kw_only=True)
@@ -60,11 +62,11 @@ class Message:
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
             if f.metadata.get("open"):
-                arrays.update(value)
+                arrays.update({f.metadata["prefix"] + k: v for k, v in value.items()})
             elif "ndim" in f.metadata:
                 if value is not None:
                     arrays[f.name] = np.asarray(value)
-            else:
+            elif value is not None:  # absent is None
                 meta[f.name] = value
         return arrays, meta
 
@@ -80,7 +82,10 @@ class Message:
         open_field = None
         for f in dataclasses.fields(cls):
             required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
-            if f.metadata.get("open"):
+            prefix = f.metadata.get("prefix")
+            if prefix:
+                values[f.name] = {k[len(prefix):]: rest.pop(k) for k in [k for k in rest if k.startswith(prefix)]}
+            elif f.metadata.get("open"):
                 open_field = f.name
             elif "ndim" in f.metadata:
                 if f.name not in rest:
@@ -131,6 +136,23 @@ def _typed(kind: str, name: str, value: Any, hint: Any) -> Any:
             raise MessageError("malformed", f"{name!r} of a {kind} message must be an object")
         return value
     return value  # Any
+
+
+@dataclass(kw_only=True)
+class RoundMessage(Message):
+    """The coordinator's round message, retained on the job's topic: the phase, the job's family and algorithm
+    (with its parameters), which agents are asked, the algorithm's broadcast, and the state clients start from
+    (until every participant has it). A family's round message adds its own fields (`models.detection.messages`,
+    `models.recsys.messages`)."""
+
+    kind: ClassVar[str] = "round"
+    phase: str
+    type: str = ""  # older coordinators named no family: the registry's LEGACY_JOBS
+    sampled: list[str] = field(default_factory=list)
+    algorithm: str = ""
+    params: dict[str, Any] = field(default_factory=dict)
+    broadcast: dict[str, np.ndarray] = open_arrays()
+    init: dict[str, np.ndarray] = open_arrays("init.")
 
 
 #: a message class (what a phase table names: the reply a phase expects)

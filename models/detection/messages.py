@@ -8,7 +8,25 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from models.core.messages import Message, array
+from models.core.messages import Message, RoundMessage, array
+
+
+@dataclass(kw_only=True)
+class DetectorRound(RoundMessage):
+    """A detector job's round: the features (numeric, text, flag strings) and, after the statistics phase, the
+    encoding the devices agreed, which columns get signed log1p, the fleet's standardisation and (training rounds)
+    each sampled device's capped weight in `sampled` order."""
+
+    features: list[str]
+    categorical: list[str] = field(default_factory=list)
+    flags: list[str] = field(default_factory=list)
+    rank: int = 0
+    log_transform: bool = True
+    encoding: dict[str, Any] | None = None
+    log_mask: list[int] | None = None
+    mean: np.ndarray | None = array(default=None)
+    scale: np.ndarray | None = array(default=None)
+    weights: np.ndarray | None = array(default=None)
 
 
 @dataclass(kw_only=True)

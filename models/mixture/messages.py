@@ -8,7 +8,15 @@ from typing import ClassVar
 import numpy as np
 
 from models.core.messages import array
-from models.detection.messages import Histogram, Statistics
+from models.detection.messages import DetectorRound, Histogram, Statistics
+
+
+@dataclass(kw_only=True)
+class MixtureRound(DetectorRound):
+    """Plus the share of its records each device holds out, and the job's seed (each device's seeding stream)."""
+
+    holdout: float
+    seed: int = 0
 
 
 @dataclass(kw_only=True)

@@ -8,7 +8,18 @@ from typing import ClassVar
 
 import numpy as np
 
-from models.core.messages import Message, array, open_arrays
+from models.core.messages import Message, RoundMessage, array, open_arrays
+
+
+@dataclass(kw_only=True)
+class RecsysRound(RoundMessage):
+    """A recommendation job's round: the model's rank and catalogue size, the catalogue itself (statistics
+    phase) and the fleet's mean rating (after it)."""
+
+    rank: int
+    n_items: int
+    items: list[int | str] | None = None
+    mean: float | None = None
 
 
 @dataclass(kw_only=True)

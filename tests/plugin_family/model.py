@@ -8,7 +8,7 @@ from typing import ClassVar
 import numpy as np
 
 from models.core.federated import FederatedAlgorithm, State
-from models.core.messages import Message, array
+from models.core.messages import Message, RoundMessage, array
 from models.jobspec import JobSpec, check, setting
 
 
@@ -38,6 +38,13 @@ class FedMean(FederatedAlgorithm):
         server["counts"][client_ids] = uploads["count"]
         total = max(float(server["counts"].sum()), 1.0)
         return server, {"mean": (1 - self.shrink) * server["sums"].sum(axis=0) / total}
+
+
+@dataclass(kw_only=True)
+class MeanRound(RoundMessage):
+    """The family's round message: the features to average."""
+
+    features: list[str]
 
 
 @dataclass(kw_only=True)

@@ -9,7 +9,7 @@ import numpy as np
 from coordinator.job_runner import JobRunner
 from models.core.messages import MessageType, Upload
 from models.core.pipeline import close_round
-from tests.plugin_family.model import MeanJobSpec, RecordCount
+from tests.plugin_family.model import MeanJobSpec, MeanRound, RecordCount
 from wire.protocol import ProtocolError
 
 
@@ -19,9 +19,9 @@ class MeanJob(JobRunner):
 
     spec: MeanJobSpec
 
-    def content(self, phase: str) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
-        meta = {"features": self.spec.features, "params": self.spec.algorithm_params}
-        return ({} if phase == "stats" else dict(self.broadcast)), meta
+    def content(self, phase: str, header: dict[str, Any]) -> MeanRound:
+        return MeanRound(**header, features=self.spec.features, params=self.spec.algorithm_params,
+                         broadcast={} if phase == "stats" else dict(self.broadcast))
 
     def validate(self, msg: Any, sender: str) -> None:
         if isinstance(msg, RecordCount):
