@@ -18,7 +18,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from coordinator.job_runner import JobRunner
+from coordinator.job_runner import JobRunner, Phase
 from models.core.messages import MessageType, Upload
 from models.core.pipeline import close_round
 from models.detection.encoding import check_counts, encoded_statistics
@@ -146,20 +146,14 @@ class DetectorJob(JobRunner):
                                   log_mask=self.info["log_mask"], broadcast=dict(self.broadcast), init=self.initial(),
                                   mean=np.array(self.info["mean"]), scale=np.array(self.info["scale"]), weights=weights)
 
+    def phase_table(self) -> list[Phase]:
+        return [Phase("stats"), Phase("train", self.spec.rounds, sampled=True), Phase("threshold")]
+
     def device_weights(self, counts: np.ndarray) -> np.ndarray:
         return capped_weights(counts, self.spec.guard())
 
     def initial(self) -> dict[str, np.ndarray]:
         return unpack(bytes.fromhex(self.info.get("init_blob", "")))
-
-    def follow(self) -> None:
-        rounds = self.spec.rounds
-        if self.phase == "stats" or (self.phase == "train" and self.round < rounds):
-            self.sample("train", self.round + 1)
-        elif self.phase == "train":
-            self.begin("threshold", rounds + 1, self.participants)
-        elif self.phase == "threshold":
-            self.finish()
 
     # -- replies --------------------------------------------------------------------------------------
     def validate(self, msg: Any, sender: str) -> None:

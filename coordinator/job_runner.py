@@ -16,6 +16,7 @@ import logging
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
@@ -36,6 +37,16 @@ log = logging.getLogger("fedsentry.coordinator")
 
 #: characters of an agent's reason for declining that are kept
 MAX_REASON = 300
+
+
+@dataclass(frozen=True)
+class Phase:
+    """One phase of a job's table: its name (the round message's and the agents' handler's), how many rounds it
+    has, and whether each round asks a seeded share of the participants (the job's fraction) or all of them."""
+
+    name: str
+    rounds: int = 1
+    sampled: bool = False
 
 
 class JobRunner(ABC):
@@ -94,8 +105,37 @@ class JobRunner(ABC):
         """Aggregate the replies of the round just closed; return its metrics."""
 
     @abstractmethod
+    def phase_table(self) -> list[Phase]:
+        """The job's phases in order, each with its number of rounds and who takes part (`Phase`)."""
+
     def follow(self) -> None:
-        """Start what comes after the last completed round (or finish)."""
+        """Start what comes after the last completed round: the next round of this phase, the first of the next
+        phase with rounds (round numbers run on across phases: the statistics phase is round 0), or `finish`."""
+        start = 0
+        table = [p for p in self.phase_table() if p.rounds > 0]
+        for k, p in enumerate(table):
+            end = start + p.rounds  # this phase's rounds are start .. end - 1
+            if p.name == self.phase:
+                if self.round + 1 < end:
+                    nxt, rnd = p, self.round + 1
+                elif k + 1 < len(table):
+                    nxt, rnd = table[k + 1], end
+                else:
+                    self.finish()
+                    return
+                break
+            start = end
+        else:
+            raise RuntimeError(f"job {self.job_id}: phase {self.phase!r} is not in its phase table")
+        if nxt.sampled:
+            self.sample(nxt.name, rnd)
+        else:
+            self.begin(nxt.name, rnd, self.participants)
+
+    def finish(self) -> None:
+        """What the job does after its last round (a family stores and promotes its model here)."""
+        self.phase = "finished"
+        self.set_job(status="finished", phase="finished")
 
     # -- lifecycle ------------------------------------------------------------------------------------
     def start(self, online: list[str], announced: dict[str, tuple[str, ...]] | None = None) -> None:

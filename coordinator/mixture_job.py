@@ -13,6 +13,7 @@ from typing import Any, ClassVar, cast
 import numpy as np
 
 from coordinator.detector_job import DetectorJob
+from coordinator.job_runner import Phase
 from models.core.aggregation import winsorized_weighted_mean
 from models.core.messages import MessageType, Upload
 from models.detection.preprocessing import Preprocessor
@@ -48,16 +49,9 @@ class MixtureJob(DetectorJob):
         self.server, self.broadcast = alg.init_server(len(counts), self.rng)
         self.server = alg.attach_bounds(self.server, *standardised_moments(counts, total, sumsq, fed.mean, fed.scale))
 
-    def follow(self) -> None:
-        last = self.spec.rounds + 1  # round 1 seeds, rounds 2..R+1 train
-        if self.phase == "stats":
-            self.begin("seed", 1, self.participants)
-        elif self.phase == "seed" or (self.phase == "train" and self.round < last):
-            self.sample("train", self.round + 1)
-        elif self.phase == "train":
-            self.begin("threshold", last + 1, self.participants)
-        elif self.phase == "threshold":
-            self.finish()
+    def phase_table(self) -> list[Phase]:
+        """The statistics, a seeding round (every participant's own clusters), the EM rounds, the threshold."""
+        return [Phase("stats"), Phase("seed"), Phase("train", self.spec.rounds, sampled=True), Phase("threshold")]
 
     def expected_upload(self) -> dict[str, tuple[int, ...]]:
         alg = self.algorithm()

@@ -18,7 +18,7 @@ from typing import Any, ClassVar, cast
 
 import numpy as np
 
-from coordinator.job_runner import JobRunner
+from coordinator.job_runner import JobRunner, Phase
 from models.core.messages import MessageType, Upload
 from models.core.pipeline import close_round
 from models.recsys import RecsysAlgorithm
@@ -56,21 +56,9 @@ class RecsysJob(JobRunner):
         init = unpack(bytes.fromhex(self.info["init_blob"])) if self.round <= self.setup_rounds + 1 else {}
         return RecsysRound(**common, broadcast=dict(self.broadcast), init=init, mean=self.info["mean"])
 
-    def follow(self) -> None:
-        rounds, S = self.spec.rounds, self.setup_rounds
-        if self.phase == "stats":
-            if S:
-                self.begin("setup", 1, self.participants)
-            else:
-                self.sample("train", 1)
-        elif self.phase == "setup" and self.round < S:
-            self.begin("setup", self.round + 1, self.participants)
-        elif self.phase == "setup" or (self.phase == "train" and self.round < S + rounds):
-            self.sample("train", self.round + 1)
-        elif self.phase == "train":
-            self.begin("eval", S + rounds + 1, self.participants)
-        elif self.phase == "eval":
-            self.finish()
+    def phase_table(self) -> list[Phase]:
+        return [Phase("stats"), Phase("setup", self.setup_rounds), Phase("train", self.spec.rounds, sampled=True),
+                Phase("eval")]
 
     # -- replies --------------------------------------------------------------------------------------
     def validate(self, msg: Any, sender: str) -> None:

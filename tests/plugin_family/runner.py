@@ -6,7 +6,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from coordinator.job_runner import JobRunner
+from coordinator.job_runner import JobRunner, Phase
 from models.core.messages import MessageType, Upload
 from models.core.pipeline import close_round
 from tests.plugin_family.model import MeanJobSpec, MeanRound, RecordCount
@@ -22,6 +22,9 @@ class MeanJob(JobRunner):
     def content(self, phase: str, header: dict[str, Any]) -> MeanRound:
         return MeanRound(**header, features=self.spec.features, params=self.spec.algorithm_params,
                          broadcast={} if phase == "stats" else dict(self.broadcast))
+
+    def phase_table(self) -> list[Phase]:
+        return [Phase("stats"), Phase("train", self.spec.rounds, sampled=True)]
 
     def validate(self, msg: Any, sender: str) -> None:
         if isinstance(msg, RecordCount):
@@ -48,10 +51,3 @@ class MeanJob(JobRunner):
             ids, weights = self.weights(answered)
             self.server, self.broadcast = close_round(self.algorithm(), self.server, ids, uploads, weights)
         return {"mean": self.broadcast["mean"].tolist()}
-
-    def follow(self) -> None:
-        if self.phase == "stats" or (self.phase == "train" and self.round < self.spec.rounds):
-            self.sample("train", self.round + 1)
-        else:
-            self.phase = "finished"
-            self.set_job(status="finished", phase="finished")
