@@ -17,7 +17,11 @@ from collections.abc import Mapping
 from dataclasses import MISSING, dataclass, field
 from typing import Any, ClassVar, TypeVar
 
+from models.core.messages import MAX_MESSAGE_BYTES
 from models.params import SettingError, check_params, coerce
+
+#: what one client step may ask of an agent beyond its records (the agent's unit allows 120 MiB in all)
+MAX_CLIENT_BYTES = 48 * 1024 * 1024
 
 S = TypeVar("S", bound="JobSpec")
 
@@ -101,7 +105,8 @@ class JobSpec:
         raise NotImplementedError
 
     def validate(self) -> None:
-        """The common settings, then the family's (`check_family`), then the algorithm's parameters."""
+        """The common settings, then the family's (`check_family`), then the algorithm's parameters, then what
+        the job would ask of the wire and of every agent (`check_resources`)."""
         self.check_common()
         self.check_family()
         cls = self.algorithms[self.algorithm]
@@ -109,6 +114,25 @@ class JobSpec:
             self.algorithm_params = check_params(cls, self.algorithm_params, **self.problem())
         except SettingError as e:
             raise e.within("algorithm_params") from None
+        self.check_resources(self.make_algorithm())
+
+    def check_resources(self, alg: Any) -> None:
+        """A job no deployment could run is refused when it is created, not when its first round stalls: its round
+        messages (the broadcast with the initial state) and uploads must fit a message (MAX_MESSAGE_BYTES), and a
+        client step must fit an agent (MAX_CLIENT_BYTES). The setting named is the one that sizes the problem."""
+        size = {"round message": 2 * alg.broadcast_bytes(), "upload": alg.upload_bytes()}
+        for what, n in size.items():
+            check(n <= MAX_MESSAGE_BYTES, self.sizing, f"the job's {what} would be {n / 2**20:.0f} MiB, more than a "
+                  f"message may carry ({MAX_MESSAGE_BYTES // 2**20} MiB): choose a smaller {self.sizing}")
+        need = alg.client_bytes()
+        check(need <= MAX_CLIENT_BYTES, self.sizing, f"a client step would need about {need / 2**20:.0f} MiB on "
+              f"every agent, more than an agent is given for it ({MAX_CLIENT_BYTES // 2**20} MiB): choose a smaller "
+              f"{self.sizing}")
+
+    @property
+    def sizing(self) -> str:
+        """The setting a family's problem size follows (named in a refusal of `check_resources`)."""
+        return "rank"
 
     def check_family(self) -> None:
         """A family's own checks."""

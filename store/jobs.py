@@ -6,24 +6,36 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from models.jobspec import JobSpec
 from store.db import Job, Round
+
+#: jobs waiting for a coordinator at most: a script creating jobs in a loop cannot queue work without bound
+MAX_PENDING_JOBS = 100
 
 
 class JobExistsError(ValueError):
     pass
 
 
-def create_job(sessions: sessionmaker, job_id: str, spec: JobSpec) -> Job:
-    """Store a validated job as pending (a coordinator picks it up); JobExistsError if the id is taken."""
+class JobLimitError(ValueError):
+    pass
+
+
+def create_job(sessions: sessionmaker, job_id: str, spec: JobSpec, max_pending: int = MAX_PENDING_JOBS) -> Job:
+    """Store a validated job as pending (a coordinator picks it up); JobExistsError if the id is taken,
+    JobLimitError if `max_pending` jobs wait already."""
     params = spec.to_dict()
     algorithm = params.pop("algorithm")
     with sessions.begin() as s:
         if s.get(Job, job_id) is not None:
             raise JobExistsError(f"job {job_id!r} exists already")
+        pending = s.scalar(select(func.count()).select_from(Job).where(Job.status == "pending")) or 0
+        if pending >= max_pending:
+            raise JobLimitError(f"{pending} jobs wait for a coordinator already (at most {max_pending}): cancel some "
+                                "(fedsentry job cancel, POST /api/v1/jobs/{id}/cancel) or wait for them to start")
         job = Job(id=job_id, type=spec.family, algorithm=algorithm, params=params, status="pending")
         s.add(job)
     return job

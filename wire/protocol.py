@@ -19,10 +19,12 @@ from typing import Any
 
 import numpy as np
 
+from models.core.messages import MAX_MESSAGE_BYTES
+
 MAGIC = b"FSN1"
 SCHEMA_VERSION = 1
 PREFIX = "fedsentry/v1"
-MAX_PAYLOAD = 64 * 1024 * 1024  # recommendation uploads are item-sized (megabytes)
+MAX_PAYLOAD = MAX_MESSAGE_BYTES  # 64 MiB: recommendation uploads are item-sized (megabytes)
 MAX_HEADER = 64 * 1024
 ALLOWED_DTYPES = {"<f8", "<f4", "<i8", "<i4", "<i2", "|i1", "|u1", "|b1"}
 _FIXED = struct.Struct("<4sHI")

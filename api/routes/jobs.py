@@ -44,6 +44,8 @@ def create_router() -> APIRouter:
             job = store_jobs.create_job(request.app.state.sessions, job_id, spec)
         except store_jobs.JobExistsError:
             raise HTTPException(409, [{"field": "body.id", "problem": f"job {job_id!r} exists already"}]) from None
+        except store_jobs.JobLimitError as e:
+            raise HTTPException(422, [{"field": "body", "problem": str(e)}]) from None
         return job_out(job)
 
     create_job.__annotations__["body"] = job_body()  # built now, from the registry (not a name to resolve)

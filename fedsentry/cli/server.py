@@ -264,7 +264,7 @@ def run_job_create(args: argparse.Namespace) -> int:
     from models.families import family_for, job_spec
     from models.params import SettingError
     from store.db import make_engine, migrate, session_factory
-    from store.jobs import JobExistsError, create_job
+    from store.jobs import JobExistsError, JobLimitError, create_job
     from wire.protocol import check_id
 
     values = job_values(args)
@@ -282,7 +282,7 @@ def run_job_create(args: argparse.Namespace) -> int:
     migrate(engine)
     try:
         create_job(session_factory(engine), job_id, spec)
-    except JobExistsError as e:
+    except (JobExistsError, JobLimitError) as e:
         raise UsageError(str(e)) from None
     print(job_id)
     return 0

@@ -73,6 +73,16 @@ class FederatedAlgorithm(ABC):
         """Bytes a sampled client uploads per round (payload only)."""
         return 0
 
+    def broadcast_bytes(self) -> int:
+        """Bytes of the broadcast a round message carries (payload only; the first rounds carry the initial client
+        state too, about as large)."""
+        return 0
+
+    def client_bytes(self) -> int:
+        """Memory a client step needs beyond the device's records (its state, the broadcast, the largest
+        temporaries): what a job asks of every agent."""
+        return 0
+
 
 MAX_STEPS = 1000
 

@@ -26,6 +26,10 @@ import numpy as np
 
 M = TypeVar("M", bound="Message")
 
+#: the largest message the wire carries (wire.protocol.MAX_PAYLOAD is this): a job whose messages would not fit is
+#: refused when it is created (models.jobspec.JobSpec.check_resources)
+MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+
 
 class MessageError(ValueError):
     """A message that must be refused; `reason` is a short label for counting."""

@@ -357,6 +357,16 @@ class FedEM(FederatedAlgorithm):
     def upload_bytes(self) -> int:
         return self.components * (1 + self.n_features + self.packed) * (4 if self.float32 else 8)
 
+    def broadcast_bytes(self) -> int:
+        """Weights, means, precision factors (K x d x d) and the shared mask, as float64."""
+        K, d = self.components, self.n_features
+        return 8 * K * (3 + d + d * d)
+
+    def client_bytes(self) -> int:
+        """The mixture twice over (the broadcast and its factors as the E-step uses them), the statistics being
+        summed, and a chunk's temporaries (models.mixture.gmm works in chunks of at most 2 MiB)."""
+        return 2 * self.broadcast_bytes() + 2 * self.upload_bytes() + 4 * 2**20
+
 
 def merge_clusters(R: np.ndarray, S1: np.ndarray, S2: np.ndarray, K: int, reg: float,
                    rng: np.random.Generator) -> Mixture:

@@ -24,6 +24,9 @@ class MixtureJobSpec(DetectorJobSpec):
     quantile: float = setting(0.985, help="threshold quantile of held-out normal scores")
     device_trim: float = setting(0.01, help="share of the devices' exceedance curves clipped at each side")
 
+    #: the mixture's size follows its components (an algorithm parameter)
+    sizing = "algorithm_params"
+
     def problem(self) -> dict[str, int]:
         return {"n_features": len(self.features)}
 

@@ -19,6 +19,14 @@ class PCAAlgorithm(FederatedAlgorithm):
         self.n_features = int(n_features)
         self.rank = int(rank)
 
+    def broadcast_bytes(self) -> int:
+        return self.upload_bytes()  # the consensus basis (FedMM: the sketch) is as large as an upload
+
+    def client_bytes(self) -> int:
+        """The second moment C_i and a gradient-sized temporary of it (d x d each), the local basis and its dual."""
+        d = self.n_features
+        return 8 * (2 * d * d + 4 * d * max(self.rank, self.upload_bytes() // (8 * d)))
+
     def attach_bounds(self, server: State, diag: np.ndarray, trace: np.ndarray) -> State:
         """Give the server what the statistics phase says about each client's C_i: its diagonal (n, d) and a
         bound on its trace (n,), used to validate uploads."""

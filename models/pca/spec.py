@@ -42,6 +42,10 @@ class PCAJobSpec(DetectorJobSpec):
         return RandomFourierFeatures(n_inputs or len(self.features), self.kernel_features, self.kernel_gamma,
                                      self.seed)
 
+    @property
+    def sizing(self) -> str:
+        return "kernel_features" if self.kernel == "rff" else "rank"
+
     def problem(self) -> dict[str, int]:
         return {"n_features": self.n_features, "rank": self.rank}
 

@@ -81,6 +81,14 @@ class RecsysAlgorithm(FederatedAlgorithm):
         """Upper bound: a row for every item (a client that rated all of them)."""
         return self.n_items * (4 + 8 * self.width)
 
+    def broadcast_bytes(self) -> int:
+        """The item factors (and which items were seen)."""
+        return self.n_items * (1 + 8 * self.width)
+
+    def client_bytes(self) -> int:
+        """The item factors as broadcast, the device's copy and its upload (every item at worst)."""
+        return 2 * self.broadcast_bytes() + self.upload_bytes()
+
     # setup phase (all clients, before round 1); nothing by default
     def client_setup(self, state: State, data: State, broadcast: State) -> State:
         return {}
