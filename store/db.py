@@ -14,6 +14,7 @@ from typing import Any, ClassVar
 import numpy as np
 from sqlalchemy import (
     JSON,
+    BigInteger,
     Boolean,
     DateTime,
     Float,
@@ -70,7 +71,7 @@ class Device(Base):
     first_seen: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
     last_seen: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
     rounds: Mapped[int] = mapped_column(Integer, default=0)
-    alerts: Mapped[int] = mapped_column(Integer, default=0)
+    alerts: Mapped[int] = mapped_column(BigInteger, default=0)  # flagged records its alerts stand for (64-bit)
     # the device's model: {job, version, status: loaded | scoring | refused, reason} from its status messages
     model_status: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
 

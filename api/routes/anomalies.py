@@ -15,6 +15,7 @@ from sqlalchemy.orm import Session
 from api.deps import Caller, admin, authenticate, caller, get_db
 from api.filters import alert_filter
 from api.jsonsafe import dumps, finite, number
+from api.live import LiveFeed
 from api.pagination import CURSOR, decode_cursor, encode_cursor
 from api.schemas import ID_PATTERN, AckBody, AckResult, AnomalyOut, BulkAck, BulkIds, CountsOut, Page
 from api.validation import ALERT_ID_PATTERN
@@ -87,12 +88,9 @@ async def stream(request: Request, device: str | None = Query(None, pattern=ID_P
     its caller's session ends or key is revoked (checked every few seconds)."""
     sessions = request.app.state.sessions
     with sessions() as s:
-        start = utcnow()
-        last = s.scalars(select(Alert.received).order_by(Alert.received.desc()).limit(1)).first() or start
-        seen = set(s.scalars(select(Alert.id).where(Alert.received >= last)))  # already there: not news
+        feed = LiveFeed.open(s, utcnow())
 
     async def events():
-        nonlocal last
         yield "retry: 2000\n\n"
         polls = 0
         while not await request.is_disconnected():
@@ -101,15 +99,9 @@ async def stream(request: Request, device: str | None = Query(None, pattern=ID_P
                 if polls % 10 == 0 and not still_allowed(request, s):
                     return
                 q = AlertFilter(device=device, device_prefix=device_prefix, min_score=min_score).apply(select(Alert))
-                rows = list(s.scalars(q.where(Alert.received >= last).order_by(Alert.received).limit(200)))
+                rows = feed.poll(s, q)
             for a in rows:
-                if a.id in seen:
-                    continue
-                seen.add(a.id)
-                last = max(last, a.received)
                 yield sse_event(a)
-            if len(seen) > 10_000:
-                seen.clear()
             yield ": keep-alive\n\n"
             await asyncio.sleep(0.5)
 

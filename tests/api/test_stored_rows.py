@@ -137,3 +137,37 @@ def parse_sse(text: str) -> list[tuple[str, str]]:
         elif field == "data":
             data.append(value)
     return events
+
+
+def test_the_live_feed_sends_every_alert_of_a_message_larger_than_a_page(any_app):
+    """One MQTT message of 300 alerts is stored with one `received` time; the feed read `received >= last
+    LIMIT 200` and served the same 200 forever: the last 100 and everything after them never came."""
+    from datetime import timedelta
+
+    app = any_app
+    with app.state.sessions.begin() as s:
+        key = create_key(s, "viewer")
+        s.add(alert("old", device_id="dev-old"))  # stored before the feed opens: not news
+    with serve(app) as url, httpx.Client(base_url=url, headers=bearer(key), timeout=10) as client, \
+            client.stream("GET", "/api/v1/anomalies/stream") as stream:
+        text, lines = "", stream.iter_text()
+        text += next(lines)
+        now = utcnow()
+        with app.state.sessions.begin() as s:
+            for i in range(300):
+                s.add(alert(f"burst-{i:03d}", device_id="dev-burst", received=now))
+        with app.state.sessions.begin() as s:  # committed late: received before the burst
+            s.add(alert("late", device_id="dev-late", received=now - timedelta(seconds=1)))
+            s.add(alert("after", device_id="dev-after", received=now + timedelta(seconds=1)))
+
+        def got_all() -> bool:
+            nonlocal text
+            for _ in range(100):  # a chunk an event: read on while they come
+                text += next(lines)
+                if text.count('"device_id"') >= 302:
+                    return True
+            return False
+
+        wait_until(got_all, 20, "every alert on the stream")
+    ids = [json.loads(data)["id"] for kind, data in parse_sse(text) if kind == "anomaly"]
+    assert sorted(ids) == sorted([f"burst-{i:03d}" for i in range(300)] + ["late", "after"])  # each once, no old

@@ -146,3 +146,16 @@ def test_a_flush_the_database_refuses_keeps_its_batch_for_the_next(tmp_path):
         lock.close()
         impatient.dispose()
         c.engine.dispose()
+
+
+def test_a_device_counter_past_32_bits_fails_no_batch(coordinator):
+    """devices.alerts adds up the records alerts stand for; an incident update may stand for 2^31 - 1. On
+    PostgreSQL the 32-bit counter overflowed, the batch failed and was stored row by row, that alert refused."""
+    big = [alert(count=2**31 - 1) for _ in range(3)]
+    (env,) = alert_batches("job-1", 2, "dev-1", big)
+    assert coordinator.handle(agent_topic("dev-1", "alerts"), env.encode(), mid=1, qos=1) == "buffered"
+    coordinator.ingest.flush()
+    with coordinator.sessions() as s:
+        assert s.query(Alert).count() == 3
+        assert s.get(Device, "dev-1").alerts == 3 * (2**31 - 1)
+    assert coordinator.rejected.get("alert_store", 0) == 0
