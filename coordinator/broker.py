@@ -62,6 +62,15 @@ def wait_for_port(port: int, timeout: float = 10.0, alive: Callable[[], int | No
     raise TimeoutError(f"nothing listens on 127.0.0.1:{port} after {timeout} s")
 
 
+class ProbeFilter(logging.Filter):
+    """amqtt logs, as an ERROR, every connection that closes before sending an MQTT packet: our own readiness probe
+    (wait_for_port) on every healthy start, and any health check or port scanner. Not an error of the broker:
+    dropped."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith("No data from")
+
+
 class EmbeddedBroker:
     """amqtt in a background thread with its own event loop.
 
@@ -159,6 +168,8 @@ class EmbeddedBroker:
     def start(self) -> EmbeddedBroker:
         for name in ("amqtt", "transitions"):  # amqtt logs every probe of its port as a failed session
             logging.getLogger(name).setLevel(logging.ERROR)
+        if not any(isinstance(f, ProbeFilter) for f in logging.getLogger("amqtt.broker").filters):
+            logging.getLogger("amqtt.broker").addFilter(ProbeFilter())
         passwd = self._write_secrets()
         self._thread.start()
 

@@ -171,3 +171,20 @@ def test_a_port_taken_before_the_embedded_broker_binds_it_is_chosen_again():
             close(client)
         finally:
             broker.stop()
+
+
+def test_a_healthy_start_logs_no_error(caplog):
+    """amqtt logged our own readiness probe of its port as an ERROR on every start ("No data from ...")."""
+    import logging
+
+    with caplog.at_level(logging.DEBUG):
+        broker = EmbeddedBroker().start()
+        try:
+            client, reason = connect_client(broker.port, broker.username, broker.password)
+            assert reason is not None and not reason.is_failure
+            client.disconnect()
+            client.loop_stop()
+        finally:
+            broker.stop()
+    errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert not errors, [r.getMessage() for r in errors]
