@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
-from api.validation import ALERT_ID_PATTERN, Name, Note
+from api.validation import ALERT_ID_PATTERN, Name, Note, UtcTime
 from wire.protocol import ID_RE
 
 ID_PATTERN = ID_RE.pattern
@@ -31,8 +30,8 @@ class JobOut(BaseModel):
     current_round: int
     params: dict[str, Any]
     error: str | None
-    created: datetime
-    updated: datetime
+    created: UtcTime
+    updated: UtcTime
 
 
 class JobDetail(JobOut):
@@ -63,13 +62,13 @@ class AnomalyOut(BaseModel):
     device_id: str
     job_id: str
     model_version: int
-    ts: datetime
-    received: datetime
+    ts: UtcTime
+    received: UtcTime
     score: float | None = Field(description="null when the stored score is not a finite number")
     threshold: float | None = Field(description="null when the stored threshold is not a finite number")
     count: int
     acknowledged: bool
-    acknowledged_at: datetime | None
+    acknowledged_at: UtcTime | None
     acknowledged_by: str | None = Field(None, description="the name (else the id) of the API key that acknowledged")
     ack_note: str | None = Field(None, description="the note given with the acknowledgement")
     explanation: list[dict[str, Any]]
@@ -86,16 +85,16 @@ class IncidentOut(BaseModel):
     job_id: str
     key: str = Field(description="the features that explain the incident's records, joined by +")
     features: list[str]
-    window: datetime | None = Field(description="start of the device's rate-limit window the incident belongs to")
+    window: UtcTime | None = Field(description="start of the device's rate-limit window the incident belongs to")
     count: int = Field(description="flagged records in the incident")
     updates: int = Field(description="incident updates the device sent (one a second while it grows)")
-    first: datetime = Field(description="the first flagged record seen")
-    last: datetime = Field(description="the last flagged record seen")
-    last_update: datetime = Field(description="time of the newest update")
+    first: UtcTime = Field(description="the first flagged record seen")
+    last: UtcTime = Field(description="the last flagged record seen")
+    last_update: UtcTime = Field(description="time of the newest update")
     max_score: float | None
     samples: list[dict[str, Any]] = Field(description="example flows (uid, addresses, ports, ...)")
     acknowledged: bool = Field(description="every update acknowledged (a later update opens the incident again)")
-    acknowledged_at: datetime | None = None
+    acknowledged_at: UtcTime | None = None
     acknowledged_by: str | None = None
     ack_note: str | None = None
 
@@ -124,13 +123,13 @@ class AckResult(BaseModel):
 
 
 class CountPoint(BaseModel):
-    start: datetime
+    start: UtcTime
     records: int
 
 
 class CountsOut(BaseModel):
-    since: datetime
-    until: datetime
+    since: UtcTime
+    until: UtcTime
     alerts: int = Field(description="stored alerts (individual alerts and incident updates)")
     records: int = Field(description="flagged records they stand for (an incident update counts all of its own)")
     unacknowledged_records: int
@@ -143,8 +142,8 @@ class CountsOut(BaseModel):
 class DeviceOut(BaseModel):
     id: str
     online: bool
-    first_seen: datetime
-    last_seen: datetime
+    first_seen: UtcTime
+    last_seen: UtcTime
     rounds: int
     alerts: int
     model_status: dict[str, Any] | None = Field(None, description="the device's model as it reports it: job, version, "
@@ -159,7 +158,7 @@ class ModelOut(BaseModel):
     round: int
     promoted: bool
     published: bool
-    created: datetime
+    created: UtcTime
     info: dict[str, Any] = Field(description="what the job family stores with the version: pca: features and "
                                              "threshold; recsys: items, mean, rating bounds, lam, test RMSE")
     features: list[Name] | None = Field(None, description="pca: the features the model scores")

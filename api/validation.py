@@ -8,7 +8,7 @@ from datetime import datetime, timezone
 from typing import Annotated, Any
 
 from fastapi import HTTPException
-from pydantic import AfterValidator, StringConstraints, WithJsonSchema
+from pydantic import AfterValidator, PlainSerializer, StringConstraints, WithJsonSchema
 from pydantic_core import PydanticCustomError
 
 ALERT_ID_PATTERN = r"^[^\x00]{1,64}$"  # alert ids are chosen by agents: older rows may hold any character
@@ -68,6 +68,14 @@ def _note(v: str) -> str:
     return v
 
 
+def _utc_text(value: datetime) -> str:
+    """A stored time (naive UTC) as ISO 8601 with its offset, "Z": a client never has to guess the zone."""
+    aware = value if value.tzinfo is not None else value.replace(tzinfo=timezone.utc)
+    return aware.astimezone(timezone.utc).isoformat().replace("+00:00", "Z")
+
+
+#: a time in an answer: UTC, with its offset ("2026-11-25T18:39:59.646000Z")
+UtcTime = Annotated[datetime, PlainSerializer(_utc_text, return_type=str, when_used="json")]
 Int64 = Annotated[int, AfterValidator(_int64)]
 Name = Annotated[str, StringConstraints(min_length=1, max_length=200), AfterValidator(_text)]
 Note = Annotated[str, StringConstraints(max_length=500), AfterValidator(_note)]

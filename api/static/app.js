@@ -4,7 +4,9 @@
 const $ = (s) => document.querySelector(s);
 const $$ = (s) => Array.from(document.querySelectorAll(s));
 const esc = (s) => String(s).replace(/[&<>"']/g, (c) => ({"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;"}[c]));
-const fmtTime = (t) => (t ? new Date(t + "Z").toLocaleString() : "–");
+// the API's times are UTC with their offset ("...Z"); older answers had none, and were UTC too
+const utc = (t) => new Date(/(Z|[+-]\d\d:\d\d)$/.test(t) ? t : t + "Z");
+const fmtTime = (t) => (t ? utc(t).toLocaleString() : "–");
 // a stored score that is not a finite number is served as null
 const num = (x) => (typeof x === "number" ? x.toPrecision(4) : "–");
 const ADMIN = document.body.dataset.role === "admin";
@@ -33,7 +35,7 @@ function filterParams() {
 function matches(a) {
   const device = $("#f-device").value.trim();
   const score = parseFloat($("#f-score").value);
-  const ts = new Date(a.ts + "Z");
+  const ts = utc(a.ts);
   return (!device || a.device_id.startsWith(device)) && (isNaN(score) || (a.score !== null && a.score >= score)) &&
     (!$("#f-unack").checked || !a.acknowledged) && (!state.since || ts >= state.since) && !state.until &&
     (!state.incident || a.incident_id === state.incident);

@@ -278,3 +278,12 @@ def test_detector_is_the_type_by_the_command_line_s_name(client, keys):
     assert r.status_code == 201 and r.json()["type"] == "gmm" and r.json()["algorithm"] == "fedem"
     r = client.post("/api/v1/jobs", json={"detector": "pca", "type": "gmm", "features": ["a", "b"]}, headers=admin)
     assert r.status_code == 422 and any(d["field"] == "body.detector" for d in r.json()["detail"]), r.text
+
+
+def test_every_time_the_api_gives_says_it_is_utc(client, keys):
+    """API times carried no time zone: a client had to guess (the dashboard appended "Z" itself)."""
+    from datetime import datetime
+
+    r = client.post("/api/v1/jobs", json={"features": ["a", "b"]}, headers=bearer(keys["admin"]))
+    for when in (r.json()["created"], r.json()["updated"]):
+        assert when.endswith("Z") and datetime.fromisoformat(when.replace("Z", "+00:00")).tzinfo is not None

@@ -81,7 +81,7 @@ def test_counts_are_flagged_records_over_time(any_app, analyst):
     assert (c["alerts"], c["records"], c["incidents"], c["devices"]) == (5, 293, 1, 2)
     assert c["unacknowledged_records"] == 293 and c["bucket_seconds"] == 1800
     assert [p["records"] for p in c["series"]] == [2, 0, 291, 0]
-    assert c["series"][2]["start"] == (hour + timedelta(hours=1)).replace(tzinfo=None).isoformat()
+    assert c["series"][2]["start"] == (hour + timedelta(hours=1)).isoformat().replace("+00:00", "Z")  # UTC, says so
     only_b = client.get("/api/v1/anomalies/counts", params={"since": since, "until": until, "device": "dev-b"},
                         headers=bearer(keys["viewer"])).json()
     assert only_b["records"] == 290 and sum(p["records"] for p in only_b["series"]) == 290
