@@ -8,6 +8,7 @@ import zlib
 import numpy as np
 import pytest
 
+from edge_agent.participant import Request
 from edge_agent.pca_participant import PCAParticipant
 from models.core.linalg import subspace_distance
 from models.detection.attacks import poison
@@ -23,24 +24,23 @@ N = 20
 class Saboteur(PCAParticipant):
     """Honest in ordinary jobs; in a job named 'poison-<attack>-...' every upload is poisoned."""
 
-    def _train(self, env: Envelope) -> Envelope | None:
-        reply = super()._train(env)
-        if reply is None or not env.job.startswith("poison-"):
+    def _train(self, req: Request) -> Envelope | None:
+        reply = super()._train(req)
+        if reply is None or not req.job.startswith("poison-"):
             return reply
-        attack = env.job.split("-")[1]
-        broadcast = {k: v for k, v in env.arrays.items() if k not in ("mean", "scale") and not k.startswith("init.")}
-        fake = poison({k: v[None] for k, v in reply.arrays.items()}, broadcast, attack,
-                      np.random.default_rng(env.round))
+        attack = req.job.split("-")[1]
+        fake = poison({k: v[None] for k, v in reply.arrays.items()}, req.msg.broadcast, attack,
+                      np.random.default_rng(req.round))
         return Envelope(reply.kind, reply.job, reply.round, reply.sender, {k: v[0] for k, v in fake.items()})
 
 
 class Flaky(PCAParticipant):
     """In a job named 'flaky-...', ignores 30 % of the training rounds it is sampled in."""
 
-    def _train(self, env: Envelope) -> Envelope | None:
-        if env.job.startswith("flaky-") and zlib.crc32(f"{self.id}/{env.round}".encode()) % 100 < 30:
+    def _train(self, req: Request) -> Envelope | None:
+        if req.job.startswith("flaky-") and zlib.crc32(f"{self.id}/{req.round}".encode()) % 100 < 30:
             return None
-        return super()._train(env)
+        return super()._train(req)
 
 
 def run_job(coordinator, job_id, data, rounds=25, deadline=10.0):

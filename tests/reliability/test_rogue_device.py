@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from edge_agent.participant import Request
 from edge_agent.pca_participant import PCAParticipant
 from models.core.linalg import orth, subspace_distance
 from models.detection.metrics import detection_report
@@ -31,15 +32,15 @@ class Rogue(PCAParticipant):
 
     attack_records: np.ndarray
 
-    def attack(self, env: Envelope) -> str:
-        return env.job.rsplit("-", 1)[0]
+    def attack(self, req: Request) -> str:
+        return req.job.rsplit("-", 1)[0]
 
-    def _stats(self, env: Envelope) -> Envelope | None:  # type: ignore[override]
-        if self.attack(env) == "absent":
+    def _stats(self, req: Request) -> Envelope | None:
+        if self.attack(req) == "absent":
             return None
-        reply = super()._stats(env)
+        reply = super()._stats(req)
         a = reply.arrays
-        attack = self.attack(env)
+        attack = self.attack(req)
         if attack in ("weight", "weight-ceiling"):  # 10^12 records (or the most a job accepts), consistent sums
             claim = 10**12 if attack == "weight" else 10**6
             f = claim / float(a["count"][0])
@@ -51,33 +52,33 @@ class Rogue(PCAParticipant):
             a["sumsq"][:4] = a["total"][:4] ** 2 / n + (1e12 if attack == "stats-variance" else 700.0**2) * n
         return reply
 
-    def client_data(self, env: Envelope) -> dict[str, np.ndarray]:
-        data = super().client_data(env)
-        if not self.attack(env).startswith("weight"):
+    def client_data(self, req: Request) -> dict[str, np.ndarray]:
+        data = super().client_data(req)
+        if not self.attack(req).startswith("weight"):
             return data
         # a positive semi-definite statistic spanned by the attacks' directions, with the trace the server
         # derives from this device's own claims: it would make the attacks look normal
-        pre = Preprocessor(env.meta["features"], np.full(len(env.meta["features"]), True), env.arrays["mean"],
-                           env.arrays["scale"])
+        features = req.msg.features
+        pre = Preprocessor(features, np.full(len(features), True), req.msg.mean, req.msg.scale)
         V = np.linalg.svd(pre.transform(self.attack_records), full_matrices=False)[2][:3].T
         trace = float(np.trace(data["C"][0]))
         return {"C": (trace * V @ V.T / 3)[None], "weight": data["weight"]}
 
-    def _threshold(self, env: Envelope) -> Envelope | None:  # type: ignore[override]
-        reply = super()._threshold(env)
-        attack = self.attack(env)
+    def _threshold(self, req: Request) -> Envelope | None:
+        reply = super()._threshold(req)
+        attack = self.attack(req)
         if attack == "mute":
             return None
         top = np.array([len(EDGES) - 2], dtype=np.int32)
         if attack == "histogram":  # 10^15 errors in the top bin
-            return Envelope("histogram", env.job, env.round, self.id,
+            return Envelope("histogram", req.job, req.round, self.id,
                             {"bins": top, "counts": np.array([10**15], dtype=np.int64)})
         if attack == "histogram-consistent":  # as many errors as it claimed records, all in the top bin
             n = int(reply.arrays["counts"].sum())
-            return Envelope("histogram", env.job, env.round, self.id,
+            return Envelope("histogram", req.job, req.round, self.id,
                             {"bins": top, "counts": np.array([n], dtype=np.int64)})
         if attack == "histogram-float":
-            return Envelope("histogram", env.job, env.round, self.id,
+            return Envelope("histogram", req.job, req.round, self.id,
                             {k: v.astype(float) + 0.5 for k, v in reply.arrays.items()})
         return reply
 
