@@ -1,14 +1,21 @@
 """Forwarding stored alerts to a SOC: webhooks (HTTP POST, one JSON alert per request) and syslog servers
-(RFC 5424 over UDP, or TCP with octet counting).
+(forward_syslog: RFC 5424 over UDP, or TCP with octet counting, each message within the destination's size).
 
 Each destination has its own thread, reading stored alerts in batches (never touching ingestion: alerts
 are read from the database after they are stored), sending them one by one, and recording each delivery
 in the database with the destination's cursor (the newest `received` time sent). A failure is retried with
-a doubling back-off (1 s .. 60 s) until it succeeds; a stopped coordinator finishes the alert in flight and
-records it, so a restart neither repeats nor skips an alert. Deliveries stay recorded for WINDOW behind the
-cursor: an alert committed late (out of `received` order) is still sent once. A process killed between a
-send and its record may send that alert again: every webhook request carries the alert id
-(`Idempotency-Key`), and every syslog message has it in STRUCTURED-DATA."""
+a doubling back-off (1 s .. 60 s); a stopped coordinator finishes the alert in flight and records it, so a
+restart neither repeats nor skips an alert. Deliveries stay recorded for WINDOW behind the cursor: an alert
+committed late (out of `received` order) is still sent once. A process killed between a send and its record
+may send that alert again: every webhook request carries the alert id (`Idempotency-Key`), and every syslog
+message has it in STRUCTURED-DATA.
+
+One alert never holds up the alerts after it. One the destination refuses for what it is (RefusedError: a
+datagram the system finds too long, EMSGSIZE; an HTTP 413) is marked failed for that destination at once
+(recorded as a failed delivery, counted in the destination's `failed`, logged once). One that keeps failing
+otherwise is retried; after ATTEMPTS failures the next alert is tried too: if the destination takes that
+one, the stuck alert is marked failed; if not, the destination is down, and both wait (nothing is lost in an
+outage)."""
 
 from __future__ import annotations
 
@@ -17,7 +24,6 @@ import http.client
 import json
 import logging
 import re
-import socket
 import threading
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -36,6 +42,9 @@ POLL = 0.2  # seconds between queries when nothing is pending
 BACKOFF = (1.0, 60.0)  # seconds before a retry: first, longest
 WINDOW = timedelta(minutes=10)  # how far behind its cursor a destination looks for late alerts
 TIMEOUT = 10.0  # seconds for a connection or a request
+ATTEMPTS = 5  # failures of one alert before the next is tried to tell a stuck alert from a destination down
+#: what a webhook answers an alert it refuses for what it is (never retried)
+REFUSED_STATUS = frozenset({413})
 #: alert columns left out: the analyst's later actions, not the detection
 PRIVATE_COLUMNS = ("acknowledged", "acknowledged_at", "acknowledged_by", "ack_note")
 _HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
@@ -43,6 +52,10 @@ _HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
 
 class DeliveryError(Exception):
     """An alert could not be delivered (retried later)."""
+
+
+class RefusedError(DeliveryError):
+    """The destination refuses this alert for what it is (never retried: marked failed)."""
 
 
 def alert_json(row: Alert) -> dict[str, Any]:
@@ -55,6 +68,16 @@ def alert_json(row: Alert) -> dict[str, Any]:
         v = getattr(row, col.key)
         out[col.key] = syslog.rfc3339(v) if isinstance(v, datetime) else v
     return out
+
+
+@dataclass
+class Outcome:
+    """What one pass over pending alerts did: delivered, marked failed (with the reason), and the error that
+    stopped it (retried after a back-off)."""
+
+    sent: list[Alert] = field(default_factory=list)
+    failed: list[tuple[Alert, str]] = field(default_factory=list)
+    error: str | None = None
 
 
 class Destination(Protocol):
@@ -128,6 +151,8 @@ class Webhook:
         except (OSError, http.client.HTTPException) as e:
             self.close()
             raise DeliveryError(f"{type(e).__name__}: {e}") from None
+        if resp.status in REFUSED_STATUS:
+            raise RefusedError(f"HTTP {resp.status} {resp.reason}")
         if not 200 <= resp.status < 300:
             raise DeliveryError(f"HTTP {resp.status} {resp.reason}")
 
@@ -135,52 +160,6 @@ class Webhook:
         if self._conn is not None:
             self._conn.close()
             self._conn = None
-
-
-@dataclass
-class Syslog:
-    """RFC 5424 messages to udp://host[:514] (one datagram each) or tcp://host[:514] (octet-counted)."""
-
-    url: str
-    facility: int = syslog.FACILITIES["local0"]
-    severity: int = syslog.SEVERITIES["warning"]
-
-    def __post_init__(self) -> None:
-        u = urlsplit(self.url)
-        if u.scheme not in ("udp", "tcp") or not u.hostname or u.path not in ("", "/"):
-            raise ValueError(f"{self.url!r}: expected udp://host:port or tcp://host:port")
-        try:
-            self._addr = (u.hostname, u.port or 514)
-        except ValueError as e:
-            raise ValueError(f"{self.url!r}: {e}") from None
-        self.key = f"syslog {u.scheme}://{u.hostname}:{self._addr[1]}"
-        self.label = self.key
-        self._tcp = u.scheme == "tcp"
-        self._sock: socket.socket | None = None
-        self._host = syslog.hostname()
-
-    def send(self, alert: dict[str, Any], row: Alert) -> None:
-        msg = syslog.message(alert, row.ts, self.facility, self.severity, self._host)
-        try:
-            if self._sock is None:
-                if self._tcp:
-                    self._sock = socket.create_connection(self._addr, timeout=TIMEOUT)
-                else:
-                    family = socket.getaddrinfo(*self._addr, type=socket.SOCK_DGRAM)[0][0]
-                    self._sock = socket.socket(family, socket.SOCK_DGRAM)
-                    self._sock.settimeout(TIMEOUT)
-            if self._tcp:
-                self._sock.sendall(syslog.octet_counted(msg))
-            else:
-                self._sock.sendto(msg, self._addr)
-        except OSError as e:
-            self.close()
-            raise DeliveryError(f"{type(e).__name__}: {e}") from None
-
-    def close(self) -> None:
-        if self._sock is not None:
-            self._sock.close()
-            self._sock = None
 
 
 class Forwarder:
@@ -222,44 +201,71 @@ class Forwarder:
             return list(s.scalars(select(Alert).where(Alert.received >= since, ~done)
                                   .order_by(Alert.received, Alert.id).limit(self.batch)))
 
-    def record(self, dest_id: str, sent: list[Alert], error: str | None) -> None:
-        """Deliveries, cursor and error in one transaction; deliveries older than the window dropped."""
+    def record(self, dest_id: str, out: Outcome) -> None:
+        """Deliveries (failed ones too), cursor, counts and error in one transaction; deliveries older than the
+        window dropped."""
+        done = out.sent + [a for a, _ in out.failed]
         with self.sessions.begin() as s:
             d = s.get(ForwardDestination, dest_id)
             assert d is not None
-            if sent:
-                s.add_all(ForwardDelivery(destination_id=dest_id, alert_id=a.id, received=a.received) for a in sent)
-                d.cursor = max(d.cursor, *(a.received for a in sent))
-                d.delivered += len(sent)
+            if done:
+                s.add_all(ForwardDelivery(destination_id=dest_id, alert_id=a.id, received=a.received,
+                                          failed=a not in out.sent) for a in done)
+                d.cursor = max(d.cursor, *(a.received for a in done))
+                d.delivered += len(out.sent)
+                d.failed += len(out.failed)
                 s.execute(delete(ForwardDelivery).where(ForwardDelivery.destination_id == dest_id,
                                                         ForwardDelivery.received < d.cursor - 2 * WINDOW))
+            error = out.error or (f"alert {out.failed[-1][0].id}: {out.failed[-1][1]}" if out.failed else None)
             d.last_error = error[:300] if error else None
+
+    def send(self, dest: Destination, rows: list[Alert], attempts: dict[str, int]) -> Outcome:
+        """Send rows in order until one fails (the module's rule for refused and stuck alerts); `attempts`: the
+        failures so far of the alerts that failed."""
+        out = Outcome()
+        stuck: tuple[Alert, str] | None = None
+        for row in rows:
+            if self.stop_event.is_set():
+                break
+            try:
+                dest.send(alert_json(row), row)
+            except RefusedError as e:
+                out.failed.append((row, str(e)))
+                continue
+            except DeliveryError as e:
+                out.error = str(e)
+                attempts[row.id] = attempts.get(row.id, 0) + 1
+                if stuck is None and attempts[row.id] >= ATTEMPTS:  # does the destination take the next one?
+                    stuck = (row, f"failed {attempts[row.id]} times while the next alert was delivered: {e}")
+                    continue
+                break
+            out.sent.append(row)
+            attempts.pop(row.id, None)
+            if stuck is not None:
+                out.failed.append(stuck)
+                attempts.pop(stuck[0].id, None)
+                stuck, out.error = None, None
+        return out
 
     def _run(self, dest: Destination, dest_id: str) -> None:
         delay = BACKOFF[0]
+        attempts: dict[str, int] = {}
         while not self.stop_event.is_set():
             try:
                 rows = self.pending(dest_id)
                 if not rows:
                     self.stop_event.wait(POLL)
                     continue
-                sent: list[Alert] = []
-                error = None
-                for row in rows:
-                    if self.stop_event.is_set():
-                        break
-                    try:
-                        dest.send(alert_json(row), row)
-                    except DeliveryError as e:
-                        error = str(e)
-                        break
-                    sent.append(row)
-                self.record(dest_id, sent, error)
-                if error is None:
+                out = self.send(dest, rows, attempts)
+                self.record(dest_id, out)
+                for row, reason in out.failed:
+                    log.error("forwarding to %s: alert %s marked failed, not retried (%s)", dest.label, row.id,
+                              reason)
+                if out.error is None:
                     delay = BACKOFF[0]
                     continue
                 log.warning("forwarding to %s failed (%s); %d alerts pending, retrying in %.0f s", dest.label,
-                            error, len(rows) - len(sent), delay)
+                            out.error, len(rows) - len(out.sent) - len(out.failed), delay)
             except Exception:  # the database down, a bug: logged and retried, never the end of forwarding
                 log.exception("forwarding to %s: unexpected error (retrying in %.0f s)", dest.label, delay)
             self.stop_event.wait(delay)

@@ -1,14 +1,15 @@
-"""An alert as one RFC 5424 syslog message: header, STRUCTURED-DATA with the key fields, the alert's JSON as
-MSG; and RFC 6587 octet counting for TCP."""
+"""An alert as one RFC 5424 syslog message: header, STRUCTURED-DATA (syslog_sd), the alert's JSON as MSG, within a
+size (syslog_fit); and RFC 6587 octet counting for TCP."""
 
 from __future__ import annotations
 
 import json
 import os
-import re
 import socket
 from datetime import datetime
 from typing import Any
+
+from coordinator import syslog_fit, syslog_sd
 
 FACILITIES = {name: i for i, name in enumerate((
     "kern", "user", "mail", "daemon", "auth", "syslog", "lpr", "news", "uucp", "cron", "authpriv", "ftp",
@@ -16,13 +17,13 @@ FACILITIES = {name: i for i, name in enumerate((
     "local7"))}
 SEVERITIES = {name: i for i, name in enumerate(
     ("emerg", "alert", "crit", "err", "warning", "notice", "info", "debug"))}
-#: the SD-ID: a private one is NAME@<enterprise number>; 32473 is the number RFC 5612 reserves for examples
-SD_ID = "fedsentry@32473"
 APP_NAME, MSGID = "fedsentry", "alert"
-#: the alert's fields always in STRUCTURED-DATA, in this order (other scalar fields follow)
-KEY_FIELDS = ("id", "device_id", "job_id", "model_version", "score", "threshold", "count")
-_SD_NAME = re.compile(r'[!-~]{1,32}')  # printable US-ASCII ...
-_SD_FORBIDDEN = set('= ]"')  # ... except these
+#: message sizes by default: UDP, what RFC 5426 (3.2) says every receiver SHOULD take (2048); TCP, what RFC 5425
+#: (4.3.1) says a receiver over a stream SHOULD take (8192; rsyslog's default maxMessageSize too)
+UDP_SIZE, TCP_SIZE = 2048, 8192
+#: the largest sizes allowed: a UDP payload (65535 less the UDP header: IPv6's; IPv4's is 65507, a larger
+#: datagram to an IPv4 address is refused by the system), and 1 MiB over TCP
+UDP_MAX, TCP_MAX = 65527, 1 << 20
 
 
 def level(text: str, names: dict[str, int], what: str) -> int:
@@ -46,38 +47,12 @@ def rfc3339(t: datetime) -> str:
     return t.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
-def escape(value: str) -> str:
-    """A PARAM-VALUE: `"`, `\\` and `]` escaped with a backslash (RFC 5424, 6.3.3)."""
-    return value.replace("\\", "\\\\").replace('"', '\\"').replace("]", "\\]")
-
-
-def _sd_params(alert: dict[str, Any]) -> list[tuple[str, str]]:
-    """The key fields, then every other scalar field (and the scalars of object-valued fields, such as a
-    flow), whose name is a valid SD-NAME."""
-    flat: dict[str, Any] = {}
-    for k, v in alert.items():
-        if isinstance(v, dict):
-            for k2, v2 in v.items():
-                flat.setdefault(str(k2), v2)
-        elif k != "explanation":
-            flat[k] = v
-    order = [k for k in KEY_FIELDS if k in flat] + [k for k in flat if k not in KEY_FIELDS]
-    out = []
-    for k in order:
-        v = flat[k]
-        if v is None or isinstance(v, (list, dict)) or not _SD_NAME.fullmatch(k) or _SD_FORBIDDEN & set(k):
-            continue
-        out.append((k, json.dumps(v) if isinstance(v, bool) else str(v)))
-    return out
-
-
 def message(alert: dict[str, Any], ts: datetime, facility: int, severity: int, host: str,
-            procid: str | None = None) -> bytes:
-    """`<PRI>1 TIMESTAMP HOSTNAME APP-NAME PROCID MSGID [SD] MSG`, MSG the alert as JSON (ASCII: no BOM)."""
-    sd = "".join(f' {k}="{escape(v)}"' for k, v in _sd_params(alert))
-    header = (f"<{facility * 8 + severity}>1 {rfc3339(ts)} {host} {APP_NAME} {procid or os.getpid()} {MSGID} "
-              f"[{SD_ID}{sd}]")
-    return (header + " " + json.dumps(alert, separators=(",", ":"), sort_keys=False)).encode("utf-8")
+            procid: str | None = None, limit: int = UDP_SIZE) -> bytes:
+    """`<PRI>1 TIMESTAMP HOSTNAME APP-NAME PROCID MSGID [SD] MSG`, MSG the alert as JSON (ASCII: no BOM), in at
+    most `limit` bytes (syslog_fit says what is cut first)."""
+    head = f"<{facility * 8 + severity}>1 {rfc3339(ts)} {host} {APP_NAME} {procid or os.getpid()} {MSGID}"
+    return syslog_fit.fit(head, syslog_sd.elements(alert), json.dumps(alert, separators=(",", ":")), limit)
 
 
 def octet_counted(msg: bytes) -> bytes:

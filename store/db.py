@@ -25,6 +25,7 @@ from sqlalchemy import (
     String,
     create_engine,
     event,
+    false,
     text,
 )
 from sqlalchemy.engine import Engine, make_url
@@ -187,6 +188,7 @@ class ForwardDestination(Base):
     since: Mapped[datetime] = mapped_column(DateTime)
     cursor: Mapped[datetime] = mapped_column(DateTime)
     delivered: Mapped[int] = mapped_column(Integer, default=0)
+    failed: Mapped[int] = mapped_column(Integer, default=0, server_default="0")  # alerts marked failed
     last_error: Mapped[str | None] = mapped_column(String(300), nullable=True)
     updated: Mapped[datetime] = mapped_column(DateTime, default=utcnow, onupdate=utcnow)
 
@@ -200,6 +202,8 @@ class ForwardDelivery(Base):
                                                 primary_key=True)
     alert_id: Mapped[str] = mapped_column(String(64), primary_key=True)
     received: Mapped[datetime] = mapped_column(DateTime)
+    # refused by the destination or stuck while later ones were delivered: marked failed, never sent again
+    failed: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
     __table_args__ = (Index("ix_forward_deliveries_received", "destination_id", "received"),)
 
 

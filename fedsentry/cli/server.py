@@ -124,8 +124,8 @@ def add_forward_args(p: argparse.ArgumentParser) -> None:
                         "$FEDSENTRY_FORWARD_WEBHOOK_HEADERS; never on the command line)")
     g.add_argument("--forward-syslog", action="append", metavar="udp://HOST:PORT|tcp://HOST:PORT",
                    help="send every stored alert as an RFC 5424 message to this syslog server (repeatable; TCP "
-                        "octet-counted; port 514 by default; default the space-separated URLs of "
-                        "$FEDSENTRY_FORWARD_SYSLOG)")
+                        "octet-counted; port 514 by default; ?max_size=BYTES: the longest message, default 2048 "
+                        "over UDP, 8192 over TCP; default the space-separated URLs of $FEDSENTRY_FORWARD_SYSLOG)")
     g.add_argument("--forward-syslog-facility", metavar="NAME",
                    help="syslog facility, a name (local0..local7, daemon, ...) or 0-23 (default "
                         "$FEDSENTRY_FORWARD_SYSLOG_FACILITY or local0)")
@@ -147,7 +147,8 @@ def _flag_or_env(args: argparse.Namespace, name: str, env: str) -> tuple[list[st
 def forward_destinations(args: argparse.Namespace) -> list[Any]:
     """The destinations of add_forward_args; UsageError naming the flag (or variable) of a bad value."""
     from coordinator import syslog
-    from coordinator.forward import Syslog, Webhook, parse_headers
+    from coordinator.forward import Webhook, parse_headers
+    from coordinator.forward_syslog import Syslog
 
     webhooks, webhook_flag = _flag_or_env(args, "forward_webhook", "FEDSENTRY_FORWARD_WEBHOOK")
     syslogs, syslog_flag = _flag_or_env(args, "forward_syslog", "FEDSENTRY_FORWARD_SYSLOG")

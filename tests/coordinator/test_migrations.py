@@ -51,3 +51,19 @@ def test_0007_fills_in_the_incident_of_stored_updates(engine):
     _to(engine, "0006", down=True)
     with engine.connect() as c:
         assert c.execute(text("SELECT count(*) FROM alerts")).scalar() == 3
+
+
+def test_0009_keeps_forwarding_state_with_nothing_failed(engine):
+    _to(engine, "0008")
+    with engine.begin() as c:
+        c.execute(text("INSERT INTO forward_destinations (id, label, since, cursor, delivered, updated) VALUES "
+                       "('d', 'syslog udp://h:514', '2026-01-01', '2026-01-01', 7, '2026-01-01')"))
+        c.execute(text("INSERT INTO forward_deliveries (destination_id, alert_id, received) VALUES "
+                       "('d', 'a1', '2026-01-01')"))
+    _to(engine, "head")
+    with engine.connect() as c:
+        assert c.execute(text("SELECT delivered, failed FROM forward_destinations")).one() == (7, 0)
+        assert c.execute(text("SELECT alert_id, failed FROM forward_deliveries")).one() == ("a1", False)
+    _to(engine, "0008", down=True)
+    with engine.connect() as c:
+        assert c.execute(text("SELECT count(*) FROM forward_deliveries")).scalar() == 1
