@@ -2,15 +2,15 @@
 update counts all of its own, up to 2^31 - 1 each), and PostgreSQL's 32-bit integer overflowed on one such alert,
 failing its batch (ingestion then stored the batch row by row: 9,097 -> 466 alerts/s)
 
-Revision ID: 0009
-Revises: 0008
+Revision ID: 0010
+Revises: 0009
 Create Date: 2026-11-25 18:00:00
 """
 import sqlalchemy as sa
 from alembic import op
 
-revision = '0009'
-down_revision = '0008'
+revision = '0010'
+down_revision = '0009'
 branch_labels = None
 depends_on = None
 
