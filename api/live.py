@@ -8,14 +8,20 @@ bounded look back over the last LATE seconds before the cursor, and `seen` keeps
 
 from __future__ import annotations
 
+import threading
+from collections import Counter
 from datetime import datetime, timedelta
 from typing import Any
 
+from fastapi import Request
 from sqlalchemy import Select, select, tuple_
 from sqlalchemy.orm import Session
 
 from store.db import Alert
 
+#: live feeds open at once, per API key and in all (each holds a connection and polls the database twice a second)
+FEEDS_PER_KEY = 4
+FEEDS_IN_ALL = 64
 PAGE = 200
 #: pages read per poll at most (a flood is sent over several polls, in order)
 PAGES = 10
@@ -66,3 +72,35 @@ class LiveFeed:
         if len(self.seen) > 4 * (PAGE * PAGES + LATE_ROWS):
             self.seen = {k: t for k, t in self.seen.items() if t >= horizon}
         return sorted(fresh, key=lambda a: (a.received, a.id))
+
+
+class LiveSlots:
+    """How many live feeds are open, per key and in all."""
+
+    def __init__(self, per_key: int = FEEDS_PER_KEY, in_all: int = FEEDS_IN_ALL):
+        self.per_key, self.in_all = per_key, in_all
+        self.open: Counter[str] = Counter()
+        self.lock = threading.Lock()
+
+    def take(self, key: str) -> str | None:
+        """Open one for this key; why not (None: opened)."""
+        with self.lock:
+            if self.open[key] >= self.per_key:
+                return (f"this key has {self.open[key]} live feeds open already (at most {self.per_key}): close one "
+                        "(another dashboard tab?) and try again")
+            if sum(self.open.values()) >= self.in_all:
+                return f"{self.in_all} live feeds are open already, the most this server keeps: try again later"
+            self.open[key] += 1
+            return None
+
+    def give(self, key: str) -> None:
+        with self.lock:
+            self.open[key] -= 1
+            if self.open[key] <= 0:
+                del self.open[key]
+
+
+def live_slots(request: Request) -> LiveSlots:
+    """The app's count of open feeds (api.app.create_app makes it)."""
+    slots: LiveSlots = request.app.state.live_slots
+    return slots

@@ -11,11 +11,12 @@ from fastapi import APIRouter, Depends, HTTPException, Path, Query, Request
 from fastapi.responses import StreamingResponse
 from sqlalchemy import select, tuple_
 from sqlalchemy.orm import Session
+from starlette.concurrency import run_in_threadpool
 
 from api.deps import Caller, admin, authenticate, caller, get_db
 from api.filters import alert_filter
 from api.jsonsafe import dumps, finite, number
-from api.live import LiveFeed
+from api.live import LiveFeed, live_slots
 from api.pagination import CURSOR, decode_cursor, encode_cursor
 from api.schemas import ID_PATTERN, AckBody, AckResult, AnomalyOut, BulkAck, BulkIds, CountsOut, Page
 from api.validation import ALERT_ID_PATTERN
@@ -79,31 +80,53 @@ def counts(f: AlertFilter = Depends(alert_filter), buckets: int = Query(48, ge=1
     return CountsOut(**flagged_counts(db, f, buckets))
 
 
-@router.get("/stream", dependencies=[Depends(caller)], response_class=StreamingResponse,
-            responses={200: {"content": {"text/event-stream": {}}, "description": "one `anomaly` event per alert"}})
-async def stream(request: Request, device: str | None = Query(None, pattern=ID_PATTERN),
+@router.get("/stream", response_class=StreamingResponse,
+            responses={200: {"content": {"text/event-stream": {}}, "description": "one `anomaly` event per alert"},
+                       429: {"description": "too many live feeds open, for this key or in all"}})
+async def stream(request: Request, who: Caller = Depends(caller), device: str | None = Query(None, pattern=ID_PATTERN),
                  device_prefix: str | None = Query(None, pattern=ID_PATTERN),
                  min_score: float | None = Query(None, ge=0, le=1e300)) -> StreamingResponse:
     """Server-sent events: every anomaly stored from now on, as JSON, as it arrives. The stream ends when
-    its caller's session ends or key is revoked (checked every few seconds)."""
+    its caller's session ends or key is revoked (checked every few seconds). Feeds open at once are capped per key
+    and in all (429 beyond); their database reads run off the event loop, so feeds never hold up other requests."""
     sessions = request.app.state.sessions
-    with sessions() as s:
-        feed = LiveFeed.open(s, utcnow())
+    slots = live_slots(request)
+    problem = slots.take(who.key_id)
+    if problem:
+        raise HTTPException(429, problem)
+    q = AlertFilter(device=device, device_prefix=device_prefix, min_score=min_score).apply(select(Alert))
+
+    def opened() -> LiveFeed:
+        with sessions() as s:
+            return LiveFeed.open(s, utcnow())
+
+    def poll(feed: LiveFeed, check: bool) -> list[Alert] | None:
+        with sessions() as s:
+            if check and not still_allowed(request, s):
+                return None
+            return feed.poll(s, q)
+
+    try:
+        feed = await run_in_threadpool(opened)
+    except BaseException:
+        slots.give(who.key_id)
+        raise
 
     async def events():
-        yield "retry: 2000\n\n"
-        polls = 0
-        while not await request.is_disconnected():
-            with sessions() as s:
+        try:
+            yield "retry: 2000\n\n"
+            polls = 0
+            while not await request.is_disconnected():
                 polls += 1
-                if polls % 10 == 0 and not still_allowed(request, s):
+                rows = await run_in_threadpool(poll, feed, polls % 10 == 0)
+                if rows is None:
                     return
-                q = AlertFilter(device=device, device_prefix=device_prefix, min_score=min_score).apply(select(Alert))
-                rows = feed.poll(s, q)
-            for a in rows:
-                yield sse_event(a)
-            yield ": keep-alive\n\n"
-            await asyncio.sleep(0.5)
+                for a in rows:
+                    yield sse_event(a)
+                yield ": keep-alive\n\n"
+                await asyncio.sleep(0.5)
+        finally:
+            slots.give(who.key_id)
 
     return StreamingResponse(events(), media_type="text/event-stream",
                              headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})

@@ -171,3 +171,26 @@ def test_the_live_feed_sends_every_alert_of_a_message_larger_than_a_page(any_app
         wait_until(got_all, 20, "every alert on the stream")
     ids = [json.loads(data)["id"] for kind, data in parse_sse(text) if kind == "anomaly"]
     assert sorted(ids) == sorted([f"burst-{i:03d}" for i in range(300)] + ["late", "after"])  # each once, no old
+
+
+def test_live_feeds_are_capped_per_key_and_free_their_slot_when_closed(app, keys):
+    """Each feed holds a connection and polls twice a second: one key cannot open them without bound."""
+    from api.live import FEEDS_PER_KEY
+
+    with serve(app) as url, httpx.Client(base_url=url, headers=bearer(keys["viewer"]), timeout=10) as client:
+        streams = [client.stream("GET", "/api/v1/anomalies/stream") for _ in range(FEEDS_PER_KEY)]
+        opened = [s.__enter__() for s in streams]
+        assert all(r.status_code == 200 for r in opened)
+        with client.stream("GET", "/api/v1/anomalies/stream") as over:  # (an open feed would never end)
+            assert over.status_code == 429
+            assert "live feeds open already" in json.loads(over.read())["detail"]
+        assert client.get("/api/v1/anomalies").status_code == 200  # the API answers meanwhile
+        streams[0].__exit__(None, None, None)
+
+        def reopened() -> bool:
+            with client.stream("GET", "/api/v1/anomalies/stream") as r:
+                return r.status_code == 200
+
+        wait_until(reopened, 10, "the closed feed's slot to be free again")
+        for s in streams[1:]:
+            s.__exit__(None, None, None)
