@@ -30,6 +30,7 @@ import numpy as np
 
 from edge_agent.zeek_input import (
     MAX_LINE,
+    MAX_TEXT,
     POLL_BYTES,
     NotRegularFileError,
     ZeekInputError,
@@ -286,7 +287,7 @@ def _zeek_number(v: object, unset: str, empty: str) -> float:
 
 def _zeek_text(v: object, unset: str, empty: str) -> str | None:
     """A conn.log text field: None when unset or absent, "" when empty (e.g. a history with no flags); ZeekInputError
-    for a JSON object, or a list holding lists or objects (Zeek's sets and vectors are flat)."""
+    for a JSON object, a list holding lists or objects (Zeek's sets and vectors are flat), or over MAX_TEXT."""
     if v is None or v == unset:
         return None
     if v == empty:
@@ -294,9 +295,11 @@ def _zeek_text(v: object, unset: str, empty: str) -> str | None:
     if isinstance(v, dict) or (isinstance(v, list) and any(isinstance(x, dict | list) for x in v)):
         what = "object" if isinstance(v, dict) else "list"
         raise ZeekInputError("nested", f"a nested JSON {what} where text belongs")
-    if isinstance(v, list):  # a JSON log's set or vector: written as TSV writes it
-        return ",".join(map(str, v))
-    return v if isinstance(v, str) else str(v)
+    text = ",".join(map(str, v)) if isinstance(v, list) else str(v)  # a JSON set or vector: as TSV writes it
+    if len(text) > MAX_TEXT:
+        raise ZeekInputError("long", f"{len(text)} characters where Zeek writes at most a few dozen (the reader "
+                                     f"takes {MAX_TEXT})")
+    return text
 
 
 def _field(parse: Callable[[object, str, str], Any], fields: dict[str, object], name: str, unset: str,
@@ -338,10 +341,11 @@ class ZeekFollower:
     in ``refused`` by kind, logged (the file and line) the first time of each kind and every 1000th after, and
     read past; every other record is read. The kinds: ``columns`` (a TSV record whose number of columns is not
     that of the #fields line: a sensor that crashed mid-line and started again leaves a torn record), ``long``
-    (a line over MAX_LINE bytes, never held whole), ``json`` (a line that is not a JSON object), ``number`` (a
-    number that is not a finite one: text, inf, nan, 1e400, an integer beyond 64 bits), ``nested`` (a JSON list
-    or object in a field read, or JSON nested too deeply), ``separator`` (a #separator header Zeek would not
-    write) and ``header`` (a TSV record without a usable header: none yet, or a refused #separator). A record
+    (a line over MAX_LINE bytes, never held whole, or a text field read over MAX_TEXT characters), ``json`` (a
+    line that is not a JSON object), ``number`` (a number that is not a finite one: text, inf, nan, 1e400, an
+    integer beyond 64 bits), ``nested`` (a JSON list or object in a field read, or JSON nested too deeply),
+    ``separator`` (a #separator header Zeek would not write) and ``header`` (a TSV record without a usable
+    header: none yet, or a refused #separator). A record
     is refused whole, as the CSV replay skips a row with a value that is not a number: NaN in a record means
     unset, which Zeek writes as ``-``, never as a number. A partial last line is only read once it is complete.
     With `strict` (a training file) the first refusal raises ZeekRecordError instead.

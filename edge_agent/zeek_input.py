@@ -3,6 +3,7 @@ makes before a line becomes a record, so that no content of the log can crash th
 
 - A line longer than MAX_LINE bytes is refused (Zeek's conn.log lines are a few hundred bytes); the reader
   never holds more than MAX_LINE + 1 bytes of it (it reads the rest in chunks of at most that and drops them).
+  A record whose text field read is longer than MAX_TEXT characters is refused too (edge_agent.sources).
 - A path that is not a regular file (a directory, a FIFO, a device such as /dev/zero, through a symlink or
   not) is never read: ``open_regular`` opens without blocking and checks the open file itself.
 - ``#separator`` is decoded as Zeek writes it (``\\x09``: each byte as a hex escape); any other escape, or an
@@ -24,6 +25,9 @@ from typing import Any, BinaryIO
 
 #: the longest line the Zeek reader accepts, in bytes (its newline excluded); longer ones are refused
 MAX_LINE = 64 * 1024
+#: the longest text field the Zeek reader accepts, in characters: conn.log's (proto, service, conn_state, history,
+#: the flow's identifiers) are a few to a few dozen; the training reservoir keeps them for 50,000 records
+MAX_TEXT = 256
 #: the bytes one poll reads at most (refused long lines included): the agent's loop is never held longer
 POLL_BYTES = 32 * 1024 * 1024
 #: the most digits of an integer Zeek writes (count: unsigned 64 bits, 20 digits; int: 19 and a sign)

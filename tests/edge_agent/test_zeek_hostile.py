@@ -67,7 +67,8 @@ def test_a_tsv_record_with_a_number_that_is_not_a_finite_one_is_refused_alone(tm
         assert read_all(f) == GOOD_TSV[:2]
     assert f.refused == {kind: 1}
     (warning,) = warnings(caplog)
-    assert f"{log}, line {HEADER_LINES + 2}: orig_bytes: not a" in warning
+    assert f"{log}, line {HEADER_LINES + 2}: {'history' if kind == 'long' else 'orig_bytes'}: " in warning
+    assert f"({kind};" in warning
     assert f.offset == log.stat().st_size
 
 

@@ -34,6 +34,8 @@ def json_lines(good: str) -> list[tuple[str, str, str]]:
         ("NaN", "resp_bytes", "NaN", "number"),
         ("Infinity", "orig_pkts", "Infinity", "number"),
         ("-Infinity", "duration", "-Infinity", "number"),
+        ("long-text", "history", '"' + "A" * 257 + '"', "long"),
+        ("long-set", "service", '["' + "A" * 200 + '","' + "B" * 200 + '"]', "long"),
     ]
     out = [(name, _json_with(good, field, raw), kind) for name, field, raw, kind in cases]
     return [*out, ("not-an-object", "[1, 2]", "json"), ("not-json", '{"uid": "' + BAD_UID, "json")]
@@ -42,24 +44,26 @@ def json_lines(good: str) -> list[tuple[str, str, str]]:
 def tsv_lines(good: str, fields: list[str]) -> list[tuple[str, str, str]]:
     """(id, line, kind) of the hostile records of a TSV log whose #fields line names `fields`."""
     out = []
-    for name, value in (("huge-integer", "9" * 5000), ("1e400", "1e400"), ("inf", "inf"), ("-inf", "-inf"),
-                        ("nan", "nan"), ("text", "lots")):
+    for name, field, value, kind in (
+            ("huge-integer", "orig_bytes", "9" * 5000, "number"), ("1e400", "orig_bytes", "1e400", "number"),
+            ("inf", "orig_bytes", "inf", "number"), ("-inf", "orig_bytes", "-inf", "number"),
+            ("nan", "orig_bytes", "nan", "number"), ("text", "orig_bytes", "lots", "number"),
+            ("long-text", "history", "A" * 257, "long")):
         cells = good.split("\t")
-        cells[fields.index("uid")], cells[fields.index("orig_bytes")] = BAD_UID, value
-        out.append((name, "\t".join(cells), "number"))
+        cells[fields.index("uid")], cells[fields.index(field)] = BAD_UID, value
+        out.append((name, "\t".join(cells), kind))
     return out
 
 
 def long_line(good: str, size: int = MAX_LINE + 1) -> str:
     """The good record (TSV or JSON) grown to `size` characters, its newline excluded, uid hostile."""
-    if good.startswith("{"):
-        record = {k: v for k, v in json.loads(good).items() if k != "history"}
-        record.update(uid=BAD_UID, history="")
+    if good.startswith("{"):  # grown in a field the reader does not read
+        record = {**json.loads(good), "uid": BAD_UID, "tunnel_parents": ""}
         pad = size - len(json.dumps(record, separators=(",", ":")))
-        return json.dumps({**record, "history": "A" * pad}, separators=(",", ":"))
+        return json.dumps({**record, "tunnel_parents": "A" * pad}, separators=(",", ":"))
     cells = good.split("\t")
     cells[1] = BAD_UID  # (the uid is the second field of every conn.log header these tests write)
-    line = "\t".join(cells)
+    line = "\t".join(cells)  # grown in its last field (tunnel_parents in a conn.log as Zeek writes it)
     return line + "A" * (size - len(line))
 
 
