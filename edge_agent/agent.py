@@ -33,6 +33,7 @@ from edge_agent.participant import Participant
 from edge_agent.scorer import Scorer
 from edge_agent.sources import Batch, SchemaError, Source, ZeekFollower, as_source, csv_source, take_rows
 from edge_agent.store import AgentStore, Outbox
+from edge_agent.zeek_input import MAX_LINE
 from models.core.messages import Decline, RoundMessage
 from models.detection.threshold import holdout_mask
 from models.families import FAMILIES, LEGACY_JOBS
@@ -128,6 +129,7 @@ class Agent:
         position = self.outbox.load_state("source") or self.outbox.load_state("zeek")  # (the key of older agents)
         if self.source is not None and position:
             self.source.seek(position)  # saved with the alerts of the last batch read (older agents: zeek.json)
+        self._saved_position = None if self.source is None else self.source.position
         self.inbox: queue.Queue[tuple[str, bytes]] = queue.Queue()
         self._next_resend = 0.0
         self._next_release = 0.0
@@ -322,11 +324,17 @@ class Agent:
         state: dict[str, Any] = {"limiter": self.scorer.limiter.state()}
         position = self.source.position if self.source is not None else None
         if position is not None:
-            state["source"] = position
+            state["source"] = self._saved_position = position
         self.outbox.add(*((env.meta["id"], env.encode()) for env in envelopes), state=state)
         self.counters["alerts"] += len(envelopes)
         if envelopes and self.connected.is_set():
             self._publish_alerts(envelopes)
+
+    def _save_position(self) -> None:
+        """The source moved on without a record to score (it read past lines it refused): its position is
+        saved, so that a restart does not read them again."""
+        if self.source is not None and self.source.position != self._saved_position:
+            self.commit([])
 
     def report_model(self, status: str, reason: str = "") -> None:
         """This device's model status (loaded, scoring; the last model it refused and why), in its retained
@@ -462,6 +470,7 @@ class Agent:
                     exhausted = True
                     log.info("agent=%s source done: %s", self.cfg.agent_id, json.dumps(self.counters))
                 elif b is None:
+                    self._save_position()
                     time.sleep(0.2)
                 else:
                     self.ingest(b)
@@ -489,7 +498,7 @@ def training_source(path: str | None, label_column: str | None = None) -> Iterat
     if not path:
         return None
     with open(path, "rb") as f:
-        first = f.readline().lstrip()
+        first = f.readline(MAX_LINE).lstrip()
     if first.startswith((b"#", b"{")):
         return zeek_file(path)
     return csv_source(path, label_column=label_column)

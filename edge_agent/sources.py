@@ -7,7 +7,9 @@ Zeek's conn.log names the originator and responder ``orig_*`` and ``resp_*``; th
 ``proto_udp``; ``conn_state`` becomes ``conn_rejected`` (1 for REJ, S0, RSTOS0, RSTRH, SH, SHR). An unset
 number (``-``, or whatever the log's ``#unset_field`` says; a field absent from a JSON record) is missing:
 NaN, never 0. The batch also keeps the text fields (``proto``, ``service``, ``conn_state``, ``history`` and
-the flow's identifiers ``uid``, ``ts``, ``id.*``) for the feature encoder (``encode_batch``) and alerts.
+the flow's identifiers ``uid``, ``ts``, ``id.*``) for the feature encoder (``encode_batch``) and alerts. A line
+or record of a Zeek log the reader cannot use is refused, counted and read past (``ZeekFollower``, with the
+bounds of edge_agent.zeek_input).
 """
 
 from __future__ import annotations
@@ -18,13 +20,25 @@ import logging
 import os
 import sys
 import time
-from collections.abc import Iterator
+from collections import Counter
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO, Literal, Protocol
 
 import numpy as np
 
+from edge_agent.zeek_input import (
+    MAX_LINE,
+    MAX_TEXT,
+    POLL_BYTES,
+    NotRegularFileError,
+    ZeekInputError,
+    check_regular,
+    decode_separator,
+    json_record,
+    open_regular,
+)
 from models.detection.encoding import FeatureEncoder, RecordSchema, local_counts
 
 log = logging.getLogger("fedsentry.agent")
@@ -112,13 +126,22 @@ class SchemaError(ValueError):
     """Input that cannot supply the model's features."""
 
 
-class ZeekLineError(SchemaError):
+class ZeekRecordError(SchemaError, ZeekInputError):
+    """A line or record of a Zeek log refused (edge_agent.zeek_input), with its file and line."""
+
+    def __init__(self, path: Path, line: int, refused: ZeekInputError):
+        ZeekInputError.__init__(self, refused.kind, f"{path}, line {line}: {refused}")
+        self.path, self.line = path, line
+
+
+class ZeekLineError(ZeekRecordError):
     """A Zeek TSV record whose number of columns is not that of its log's #fields line."""
 
     def __init__(self, path: Path, line: int, found: int, expected: int):
-        super().__init__(f"{path}, line {line}: {found} columns where the #fields line names {expected}: a torn or "
-                         f"damaged record, or lines of another log; remove or repair that line")
-        self.path, self.line, self.found, self.expected = path, line, found, expected
+        why = (f"{found} columns where the #fields line names {expected}: a torn or damaged record, or lines of "
+               "another log; remove or repair that line")
+        super().__init__(path, line, ZeekInputError("columns", why))
+        self.found, self.expected = found, expected
 
 
 def take_rows(batch: Batch, rows: np.ndarray | slice) -> Batch:
@@ -243,31 +266,55 @@ def _dict_batch(rows: list[dict]) -> Batch:
 
 
 def _zeek_number(v: object, unset: str, empty: str) -> float:
-    """A conn.log number: NaN when unset, empty or absent; ValueError when it is not a finite number."""
+    """A conn.log number: NaN when unset, empty or absent; ZeekInputError when it is not a finite number (text, inf,
+    nan, 1e400, digits beyond float range) or is a JSON list or object."""
     if v is None or v in (unset, empty, ""):
         return float("nan")
+    if isinstance(v, dict | list):
+        raise ZeekInputError("nested", f"a JSON {'object' if isinstance(v, dict) else 'list'} where a number belongs")
     if isinstance(v, bool) or not isinstance(v, str | int | float):
-        raise ValueError(f"not a number: {v!r}")
-    x = float(v)  # raises ValueError on text
+        raise ZeekInputError("number", f"not a number: {v!r}")
+    try:
+        x = float(v)
+    except OverflowError:  # an integer beyond float range (text beyond it reads as inf)
+        x = float("inf")
+    except ValueError:
+        raise ZeekInputError("number", f"not a number: {str(v)[:40]!r}") from None
     if not np.isfinite(x):
-        raise ValueError(f"not a finite number: {v!r}")
+        raise ZeekInputError("number", f"not a finite number: {str(v)[:40]}{'...' if len(str(v)) > 40 else ''}")
     return x
 
 
 def _zeek_text(v: object, unset: str, empty: str) -> str | None:
-    """A conn.log text field: None when unset or absent, "" when empty (e.g. a history with no flags)."""
+    """A conn.log text field: None when unset or absent, "" when empty (e.g. a history with no flags); ZeekInputError
+    for a JSON object, a list holding lists or objects (Zeek's sets and vectors are flat), or over MAX_TEXT."""
     if v is None or v == unset:
         return None
     if v == empty:
         return ""
-    if isinstance(v, list):  # a JSON log's set or vector: written as TSV writes it
-        return ",".join(map(str, v))
-    return v if isinstance(v, str) else json.dumps(v) if isinstance(v, dict) else str(v)
+    if isinstance(v, dict) or (isinstance(v, list) and any(isinstance(x, dict | list) for x in v)):
+        what = "object" if isinstance(v, dict) else "list"
+        raise ZeekInputError("nested", f"a nested JSON {what} where text belongs")
+    text = ",".join(map(str, v)) if isinstance(v, list) else str(v)  # a JSON set or vector: as TSV writes it
+    if len(text) > MAX_TEXT:
+        raise ZeekInputError("long", f"{len(text)} characters where Zeek writes at most a few dozen (the reader "
+                                     f"takes {MAX_TEXT})")
+    return text
+
+
+def _field(parse: Callable[[object, str, str], Any], fields: dict[str, object], name: str, unset: str,
+           empty: str) -> Any:
+    """One field parsed; a refusal names the field."""
+    try:
+        return parse(fields.get(name), unset, empty)
+    except ZeekInputError as e:
+        raise ZeekInputError(e.kind, f"{name}: {e}") from None
 
 
 def zeek_record(fields: dict[str, object], unset: str = ZEEK_UNSET, empty: str = ZEEK_EMPTY) -> dict[str, float]:
-    """One conn.log record's numbers in the model's vocabulary; unset numbers are NaN."""
-    out = {model: _zeek_number(fields.get(zeek), unset, empty) for zeek, model in ZEEK_FIELDS.items()}
+    """One conn.log record's numbers in the model's vocabulary; unset numbers are NaN; ZeekInputError (naming the
+    field) for a value that is not a finite number. (zeek_text refuses a nested proto or conn_state.)"""
+    out = {model: _field(_zeek_number, fields, zeek, unset, empty) for zeek, model in ZEEK_FIELDS.items()}
     proto = str(fields.get("proto", "")).lower()
     out["proto_tcp"] = float(proto == "tcp")
     out["proto_udp"] = float(proto == "udp")
@@ -276,14 +323,9 @@ def zeek_record(fields: dict[str, object], unset: str = ZEEK_UNSET, empty: str =
 
 
 def zeek_text(fields: dict[str, object], unset: str = ZEEK_UNSET, empty: str = ZEEK_EMPTY) -> dict[str, str | None]:
-    """One conn.log record's text fields (ZEEK_TEXT): None when unset."""
-    return {f: _zeek_text(fields.get(f), unset, empty) for f in ZEEK_TEXT}
-
-
-def _separator(line: str) -> str:
-    """The separator a ``#separator \\x09`` header line announces (written as a hex escape)."""
-    value = line.split(" ", 1)[-1]
-    return value.encode("ascii", "replace").decode("unicode_escape") if "\\x" in value else value
+    """One conn.log record's text fields (ZEEK_TEXT): None when unset; ZeekInputError (naming the field) for a nested
+    JSON value."""
+    return {f: _field(_zeek_text, fields, f, unset, empty) for f in ZEEK_TEXT}
 
 
 class ZeekFollower:
@@ -295,36 +337,63 @@ class ZeekFollower:
     its inode among its neighbours, also after a restart) is read to its end first, then the new one from 0;
     a file shorter than the position (truncated in place) is read again from 0.
 
-    A TSV record whose number of columns is not that of the #fields line raises ZeekLineError when `strict`
-    (a training file); a followed log skips it, counted in ``malformed``, with a warning (a sensor that crashed
-    mid-line and started again leaves a torn record; a partial last line is only read once it is complete)."""
+    No content of the log stops it (edge_agent.zeek_input): a line or record it cannot use is refused, counted
+    in ``refused`` by kind, logged (the file and line) the first time of each kind and every 1000th after, and
+    read past; every other record is read. The kinds: ``columns`` (a TSV record whose number of columns is not
+    that of the #fields line: a sensor that crashed mid-line and started again leaves a torn record), ``long``
+    (a line over MAX_LINE bytes, never held whole, or a text field read over MAX_TEXT characters), ``json`` (a
+    line that is not a JSON object), ``number`` (a number that is not a finite one: text, inf, nan, 1e400, an
+    integer beyond 64 bits), ``nested`` (a JSON list or object in a field read, or JSON nested too deeply),
+    ``separator`` (a #separator header Zeek would not write) and ``header`` (a TSV record without a usable
+    header: none yet, or a refused #separator). A record
+    is refused whole, as the CSV replay skips a row with a value that is not a number: NaN in a record means
+    unset, which Zeek writes as ``-``, never as a number. A partial last line is only read once it is complete.
+    With `strict` (a training file) the first refusal raises ZeekRecordError instead.
+
+    A path that is not a regular file (a directory, a FIFO, a device such as /dev/zero) is refused:
+    NotRegularFileError when the follower is made, an error in the log (once) and nothing read while it stays so
+    later (likewise a file it may not read); the position is kept."""
 
     def __init__(self, path: str | os.PathLike, position: dict | None = None, strict: bool = False):
-        self.path, self.strict, self.malformed = Path(path), strict, 0
+        self.path, self.strict = Path(path), strict
+        self.refused: Counter[str] = Counter()
+        self._not_regular = ""  # the refusal of the path last logged, while it lasts
+        check_regular(self.path)
         self.seek(position)
+
+    @property
+    def malformed(self) -> int:
+        """TSV records refused for their number of columns."""
+        return self.refused["columns"]
 
     def seek(self, position: dict | None) -> None:
         pos = position or {}
         self.inode, self.offset, self.fields = pos.get("inode"), int(pos.get("offset", 0)), pos.get("fields")
         # lines read so far, for messages; counted from the file when a saved position lacks it
         self.line: int | None = pos.get("line", 0 if self.offset == 0 else None)
-        self.separator: str = pos.get("separator", "\t")
+        self.skipping: bool = bool(pos.get("skipping", False))  # inside a refused long line: dropped to its end
+        self.separator: str | None = pos.get("separator", "\t")  # None: refused, until a valid #separator
         self.unset: str = pos.get("unset", ZEEK_UNSET)
         self.empty: str = pos.get("empty", ZEEK_EMPTY)
 
     @property
     def position(self) -> dict:
         return {"inode": self.inode, "offset": self.offset, "line": self.line, "fields": self.fields,
-                "separator": self.separator, "unset": self.unset, "empty": self.empty}
+                "separator": self.separator, "unset": self.unset, "empty": self.empty, "skipping": self.skipping}
 
     def poll(self, max_records: int = 5000) -> Batch | None:
         """Records appended since the last call (None when there are none yet)."""
         records: list[tuple[dict[str, float], dict[str, str | None]]] = []
+        budget = [POLL_BYTES]
         while len(records) < max_records:
-            source, rotated = self._source()
-            if source is None:
+            try:
+                source, rotated = self._source()
+                if source is None:
+                    break
+                complete = self._read(source, records, max_records, budget)
+            except (NotRegularFileError, PermissionError) as e:
+                self._refuse_path(e)
                 break
-            complete = self._read(source, records, max_records)
             if not (rotated and complete):
                 break
             try:  # the rotated file is read to its end: on to the file that now has the name
@@ -342,7 +411,8 @@ class ZeekFollower:
         return Batch(cols, np.array([[r[c] for c in cols] for r, _ in records], dtype=float), text=text)
 
     def _source(self) -> tuple[Path | None, bool]:
-        """The file holding the position, and whether it is a rotated one (no longer under the name)."""
+        """The file holding the position, and whether it is a rotated one (no longer under the name);
+        NotRegularFileError when the name holds something else than a regular file (the position is kept)."""
         try:
             st = self.path.stat()
         except FileNotFoundError:
@@ -350,6 +420,7 @@ class ZeekFollower:
         if self.inode is None or (st is not None and st.st_ino == self.inode):
             if st is None:
                 return None, False
+            check_regular(self.path)
             if self.inode is None or st.st_size < self.offset:  # first look, or truncated in place
                 self.seek({"inode": st.st_ino})
             return self.path, False
@@ -358,6 +429,7 @@ class ZeekFollower:
             return rotated, True
         if st is None:
             return None, False
+        check_regular(self.path)
         self.seek({"inode": st.st_ino})  # the file we were reading is gone: the new one from its start
         return self.path, False
 
@@ -372,58 +444,90 @@ class ZeekFollower:
             return None
         return None
 
-    def _read(self, path: Path, records: list, max_records: int) -> bool:
-        """Complete lines of `path` from the position into records; True when it reached the file's end."""
-        with open(path, "rb") as f:
+    def _read(self, path: Path, records: list, max_records: int, budget: list[int]) -> bool:
+        """Complete lines of `path` from the position into records, at most budget[0] bytes (what is read is
+        taken off it); True when it reached the file's end. A line is read MAX_LINE + 1 bytes at most: one
+        longer is refused and the rest of it dropped as it is read, however long it is."""
+        with open_regular(path) as f:
+            self._not_regular = ""
             if self.line is None:
                 self.line = _lines_before(f, self.offset)
             f.seek(self.offset)
-            while len(records) < max_records:
-                line = f.readline()
-                if not line:
-                    return True
-                if not line.endswith(b"\n"):
-                    return True  # a partial line: Zeek is still writing it (or never will, if rotated)
+            while len(records) < max_records and budget[0] > 0:
+                line = f.readline(MAX_LINE + 1)
+                complete = line.endswith(b"\n")
+                if self.skipping:  # inside a refused long line: dropped as it is read
+                    self.offset += len(line)
+                    budget[0] -= len(line)
+                    self.skipping = not complete
+                    if not complete and len(line) <= MAX_LINE:
+                        return True  # the file's end: the rest of the line is not written yet
+                    continue
+                if not complete and len(line) <= MAX_LINE:
+                    return True  # the end, or a partial line: Zeek is still writing it (or never will, if rotated)
                 self.offset += len(line)
+                budget[0] -= len(line)
                 self.line += 1
+                if not complete:
+                    self.skipping = True
+                    self._refuse(path, ZeekInputError("long", f"a line longer than {MAX_LINE} bytes"))
+                    continue
                 rec = self._parse(line.decode("utf-8", "replace").rstrip("\n"), path)
                 if rec is not None:
                     records.append(rec)
         return False
 
-    def _wrong_columns(self, path: Path, found: int, expected: int) -> None:
-        """Refuse the record (strict), or count and report it."""
-        error = ZeekLineError(path, self.line or 0, found, expected)
+    def _refuse(self, path: Path, refused: ZeekInputError) -> None:
+        """A line or record refused: raised (strict), or counted and logged (the first of its kind, then every
+        1000th)."""
+        error = refused if isinstance(refused, ZeekRecordError) else ZeekRecordError(path, self.line or 0, refused)
         if self.strict:
             raise error
-        self.malformed += 1
-        if self.malformed <= 10 or self.malformed % 1000 == 0:
-            log.warning("zeek record skipped (%d so far): %s", self.malformed, error)
+        self.refused[error.kind] += 1
+        n = self.refused[error.kind]
+        if n == 1:
+            log.warning("zeek record skipped (%s; further ones are counted, every 1000th logged): %s", error.kind,
+                        error)
+        elif n % 1000 == 0:
+            log.warning("zeek record skipped (%s, %d so far): %s", error.kind, n, error)
+
+    def _refuse_path(self, error: OSError) -> None:
+        """The followed name holds something other than a regular file, or one it may not read: an error, once
+        while it lasts."""
+        if str(error) != self._not_regular:
+            self._not_regular = str(error)
+            self.refused["not_regular"] += 1
+            log.error("zeek log refused: %s; waiting for a regular file there (position kept)", error)
 
     def _parse(self, line: str, path: Path) -> tuple[dict[str, float], dict[str, str | None]] | None:
-        """A record of the log (None for a header, or a record skipped); headers update the TSV settings."""
+        """A record of the log (None for a header, or a record refused); headers update the TSV settings."""
         if not line:
             return None
-        if line.startswith("#"):
-            self._header(line)
-            return None
-        if line.startswith("{"):
-            try:
-                obj = json.loads(line)  # JSON logs leave unset fields out
-            except json.JSONDecodeError:
+        try:
+            if line.startswith("#"):
+                self._header(line)
                 return None
-            return _record(obj, self.unset, self.empty) if isinstance(obj, dict) else None
-        if self.fields is None:
+            if line.startswith(("{", "[")):
+                obj = json_record(line)  # JSON logs leave unset fields out
+                return zeek_record(obj, self.unset, self.empty), zeek_text(obj, self.unset, self.empty)
+            if self.fields is None or self.separator is None:
+                raise ZeekInputError("header", "a TSV record without a usable header (#separator and #fields)")
+            cells = line.split(self.separator)
+            if len(cells) != len(self.fields):
+                raise ZeekLineError(path, self.line or 0, len(cells), len(self.fields))
+            record = dict(zip(self.fields, cells))
+            return zeek_record(record, self.unset, self.empty), zeek_text(record, self.unset, self.empty)
+        except ZeekInputError as refused:
+            self._refuse(path, refused)
             return None
-        cells = line.split(self.separator)
-        if len(cells) != len(self.fields):
-            self._wrong_columns(path, len(cells), len(self.fields))
-            return None
-        return _record(dict(zip(self.fields, cells)), self.unset, self.empty)
 
     def _header(self, line: str) -> None:
+        """A header line; ZeekInputError for a #separator Zeek would not write (the TSV header is then unusable)."""
         if line.startswith("#separator"):
-            self.separator = _separator(line)
+            self.separator, self.fields = None, None
+            self.separator = decode_separator(line)
+        elif self.separator is None:
+            return  # the header's other lines cannot be read without its separator
         elif line.startswith("#fields"):
             self.fields = line.split(self.separator)[1:]
         elif line.startswith("#unset_field"):
@@ -440,12 +544,3 @@ def _lines_before(f: BinaryIO, offset: int) -> int:
         lines += chunk.count(b"\n")
         left -= len(chunk)
     return lines
-
-
-def _record(fields: dict[str, object], unset: str, empty: str
-            ) -> tuple[dict[str, float], dict[str, str | None]] | None:
-    """A record's numbers and text fields; None when a number is not one (the record is skipped)."""
-    try:
-        return zeek_record(fields, unset, empty), zeek_text(fields, unset, empty)
-    except ValueError:
-        return None

@@ -137,7 +137,10 @@ def run_agent(args: argparse.Namespace) -> int:
     if args.csv:
         source = Replay(csv_source(args.csv, args.rate, label_column=args.label_column))
     elif args.zeek:
-        source = ZeekFollower(args.zeek, AgentStore(state_dir).load_json("zeek", None))
+        try:
+            source = ZeekFollower(args.zeek, AgentStore(state_dir).load_json("zeek", None))
+        except OSError as e:  # not a regular file (NotRegularFileError), or not readable
+            raise UsageError(f"--zeek {args.zeek}: {e}") from None
     elif args.stdin:
         source = Replay(json_lines(iter(sys.stdin.readline, "")))
     else:

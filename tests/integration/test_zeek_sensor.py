@@ -2,7 +2,8 @@
 a rotation mid-run), four `fedsentry agent --zeek conn.log` processes started as the systemd unit starts them
 (nothing else), a job trained from their own traffic, attack flows appended afterwards. Nothing is lost, every
 flagged record is counted (incidents) within 2 s, every alert names its connection, and a model the agents
-cannot use leaves them running."""
+cannot use leaves them running. Hostile lines appended to the logs while the agents follow them (nested JSON,
+huge integers, 1e400, a ``#separator \\x`` header, a 1 MiB line) are refused and cost no good record."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from api.settings import Settings
 from models.detection.encoding import ZEEK_CONN
 from models.pca.detector import PCADetector
 from store.db import Alert, Device
+from tests.edge_agent import zeek_hostile
 from tests.integration.conftest import wait_until
 from tests.integration.test_model_refusal import publish_model
 from tests.integration.test_zeek_agents import FIELDS, HEADER, NUMERIC, zeek_lines
@@ -41,6 +43,17 @@ def json_lines(batch, device: int, start: int) -> str:
             rec[f] = float(v) if f in NUMERIC or f == "ts" else (int(v) if f.endswith("_p") else v)
         out.append(json.dumps(rec))
     return "".join(line + "\n" for line in out)
+
+
+def hostile(good: str) -> str:
+    """Lines that once crash-looped or held an agent (tests/edge_agent/zeek_hostile.py), each refused, built from
+    a good record of the log (TSV or JSON); a TSV log ends them with a valid header again."""
+    if good.startswith("{"):
+        lines = [line for _, line, _ in zeek_hostile.json_lines(good)]
+    else:
+        lines = [line for _, line, _ in zeek_hostile.tsv_lines(good, FIELDS)]
+        lines.append(zeek_hostile.separator_block(HEADER) + good + "\n" + HEADER.rstrip("\n"))
+    return "".join(line + "\n" for line in [*lines, zeek_hostile.long_line(good, 1 << 20)])
 
 
 def scored(path: Path) -> list[float]:
@@ -75,17 +88,23 @@ def test_agents_on_a_zeek_sensor_train_detect_and_lose_nothing(broker, coordinat
         assert coordinator.job_status("zs") == "finished"
         wait_until(lambda: all(len(scored(o)) == 1500 for o in outs), 60, "records read before the model scored")
 
-        for d, log in enumerate(logs):  # normal traffic, then a reset scan; agent 0's log rotates in between
+        for d, log in enumerate(logs):  # normal traffic, hostile lines, then a reset scan; agent 0's log rotates
             normal, scan = connections(500, rng), connections(200, rng, attack=True)
             write = (lambda b, s, d=d: zeek_lines(b, d, s)) if d % 2 == 0 else (lambda b, s, d=d: json_lines(b, d, s))
             with open(log, "a") as f:
                 f.write(write(normal, 10_000))
+                f.write(hostile(write(connections(1, rng), 90_000).rstrip("\n")))
             if d == 0:
                 log.rename(log.with_name("conn.2024-05-02-10-00-00.log"))
                 log.write_text(HEADER)
             with open(log, "a") as f:
                 f.write(write(scan, 20_000))
         wait_until(lambda: all(len(scored(o)) == 1500 + 700 for o in outs), 60, "every appended record scored")
+        for d in range(N):  # each hostile line refused and logged, never a crash
+            text = (tmp_path / f"agent-{d}.log").read_text()
+            assert "Traceback" not in text and "zeek record skipped (long;" in text
+            assert all(f"zeek record skipped ({kind};" in text for kind in
+                       (("number", "separator", "header") if d % 2 == 0 else ("number", "nested", "json")))
         done = time.monotonic()
 
         with coordinator.sessions() as s:
