@@ -154,29 +154,35 @@ class Agent:
             self.rest()  # the training records go back to disk (when not learning) and their memory to the system
 
     def fit_to_device(self) -> None:
-        """The loaded model made this device's own, from its training records (read a chunk at a time): a
-        mixture's own components, from the records it trained on (training records without the model's columns:
-        the fleet's components), and its threshold, from the scores of those it held out: shrunk toward the
-        fleet's (a model publishing the fleet's tail), or with --calibrate its own quantile."""
+        """The loaded model made this device's own, from its training records (read a block at a time, from
+        disk when they are parked: edge_agent.detector_participant.TrainingBuffer.blocks): a mixture's own
+        components, from the records it trained on (training records without the model's columns: the fleet's
+        components), and its threshold, from the scores of those it held out: shrunk toward the fleet's (a model
+        publishing the fleet's tail), or with --calibrate its own quantile."""
         detector = self.scorer.detector
-        batch = self.buffer.batch()
         tail = getattr(detector, "tail_", None)
-        held = holdout_mask(len(batch.X), CALIBRATION_HOLDOUT if self.cfg.calibrate else
+        held = holdout_mask(self.buffer.count(), CALIBRATION_HOLDOUT if self.cfg.calibrate else
                             tail.holdout if tail is not None else 0.0)
 
-        def chunks(rows: np.ndarray):
-            return (take_rows(batch, rows[i: i + 4096]) for i in range(0, len(rows), 4096))
+        def records(part: np.ndarray) -> Iterator[Batch]:
+            """The training records where `part` is set, a block of the buffer at a time."""
+            start = 0
+            for block in self.buffer.blocks():
+                rows = part[start: start + len(block.X)]
+                start += len(block.X)
+                if rows.any():
+                    yield take_rows(block, rows)
 
         with contextlib.suppress(SchemaError):  # records without the model's columns: the fleet's threshold
             personalise = getattr(detector, "personalise", None)
             if personalise is not None:
-                personalise(self.scorer.matrix(b) for b in chunks(np.flatnonzero(~held)))
+                personalise(self.scorer.matrix(b) for b in records(~held))
             if self.cfg.calibrate:
-                threshold = self.scorer.calibrate(chunks(np.flatnonzero(held)))
+                threshold = self.scorer.calibrate(records(held))
                 log.info("agent=%s calibrated threshold %.4g (federation's %.4g) on %d held-out records",
                          self.cfg.agent_id, threshold, self.scorer.federation_threshold, int(held.sum()))
             elif tail is not None and held.any():
-                threshold = self.scorer.shrink(chunks(np.flatnonzero(held)))
+                threshold = self.scorer.shrink(records(held))
                 log.info("agent=%s threshold %.4g (federation's %.4g, shrunk toward it from %d held-out records)",
                          self.cfg.agent_id, threshold, self.scorer.federation_threshold, int(held.sum()))
 

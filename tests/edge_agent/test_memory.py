@@ -36,6 +36,29 @@ def test_the_buffer_holds_no_more_than_the_budget_allows_and_keeps_a_uniform_sam
     assert len(smaller.X) == 500  # a lower cap than the saved buffer's: a sample of it
 
 
+def test_a_parked_buffer_is_read_from_disk_a_block_at_a_time(tmp_path):
+    """Fitting a promoted model to the device reads every training record once: from a parked buffer, a block at a
+    time (the whole buffer is never loaded), with the same records and text fields as a loaded buffer gives."""
+    names = [f"f{j}" for j in range(5)]
+    X = np.arange(2500 * 5, dtype=float).reshape(2500, 5)
+    service = np.array([f"s{i % 7}" for i in range(2500)], dtype=object)
+    buf = TrainingBuffer(AgentStore(tmp_path / "a"))
+    buf.add(Batch(names, X, text={"service": service}))
+    loaded = list(buf.blocks(size=1000))
+    buf.park()
+    assert buf.count() == 2500 and buf._X is None
+    parked = list(buf.blocks(size=1000))
+    assert buf._X is None  # read a block at a time, never whole
+    assert [len(b.X) for b in parked] == [len(b.X) for b in loaded] == [1000, 1000, 500]
+    for a, b in zip(parked, loaded):
+        np.testing.assert_array_equal(a.X, b.X)
+        assert a.text is not None and b.text is not None
+        assert list(a.text["service"]) == list(b.text["service"])
+    np.testing.assert_array_equal(np.vstack([b.X for b in parked]), X.astype(np.float32))
+    smaller = TrainingBuffer(AgentStore(tmp_path / "a"), capacity=500)  # a sample of the saved buffer: loaded
+    assert smaller.count() == 500 and sum(len(b.X) for b in smaller.blocks()) == 500
+
+
 def test_a_budget_too_small_for_an_agent_is_refused_with_the_figure(capsys):
     assert main(["agent", "--broker", "mqtt://127.0.0.1:1", "--id", "a", "--memory-budget", "40"]) == 2
     assert f"at least {FIXED_MIB + 2} MiB" in capsys.readouterr().err
