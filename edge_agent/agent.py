@@ -60,6 +60,30 @@ RESEND_AFTER = 10.0  # seconds without the coordinator's confirmation before an 
 RESEND_BATCH = 1000  # alerts sent per pass over the outbox (the outbox drains over successive passes)
 
 
+class Participants(dict[str, Participant]):
+    """The agent's part in each job family it has data for (models.families), built at the family's first job:
+    a family's participant, algorithms and settings are imported only when a job of that family comes (an agent
+    that trains and scores with a mixture never imports the PCA and recommendation algorithms)."""
+
+    def __init__(self, agent_id: str, store: AgentStore, data: dict[str, tuple[Any, ...]]):
+        super().__init__()
+        self.agent_id, self.store, self.data = agent_id, store, data
+
+    def families(self) -> list[str]:
+        """The families this agent takes part in (whether or not one of their jobs came yet)."""
+        return sorted(self.data)
+
+    def __missing__(self, name: str) -> Participant:
+        if name not in self.data:
+            raise KeyError(name)
+        participant: Participant = family(name).load_participant()(self.agent_id, self.store, *self.data[name])
+        self[name] = participant
+        return participant
+
+    def get(self, name: str, default: Any = None) -> Any:
+        return self[name] if name in self or name in self.data else default
+
+
 @dataclass
 class AgentConfig:
     agent_id: str
@@ -100,8 +124,7 @@ class Agent:
         local: dict[str, tuple[Any, ...]] = {"pca": (self.buffer,), "gmm": (self.buffer,)}
         if ratings is not None:  # a ratings shard: this agent takes part in recommendation jobs
             local["recsys"] = tuple(ratings)
-        self.participants: dict[str, Participant] = {
-            name: family(name).load_participant()(cfg.agent_id, self.store, *data) for name, data in local.items()}
+        self.participants = Participants(cfg.agent_id, self.store, local)
         self.scorer = Scorer(cfg.agent_id, cfg.alert_burst, cfg.alert_window)
         # models this device's source cannot score (job, version): never loaded again; the last model that
         # scored a batch is kept to fall back on
@@ -250,7 +273,7 @@ class Agent:
             self._score_waiting()  # what was read before this model: scored now, not with the next record
             log.info("agent=%s model job=%s version=%s loaded", self.cfg.agent_id, env.job, env.meta.get("version"))
         elif env.kind == "round":
-            participant = self.participants.get(env.meta.get("type", "pca"))
+            participant = self.participants.get(str(env.meta.get("type", "pca")))
             if participant is None:
                 return  # a job of a kind this agent has no data for
             try:
@@ -337,7 +360,7 @@ class Agent:
 
     def _status(self) -> Envelope:
         return Envelope("status", "", 0, self.cfg.agent_id, {}, {
-            "online": True, "records": self.buffer.seen, "jobs": sorted(self.participants),
+            "online": True, "records": self.buffer.seen, "jobs": self.participants.families(),
             "features": self.buffer.columns[:1000],  # a job that names none trains on those its agents share
             **({"model": self.model_status} if self.model_status else {})})
 

@@ -3,6 +3,9 @@ stays within that budget (VmHWM from /proc) through a whole training job with th
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import numpy as np
 
 from edge_agent.detector_participant import TrainingBuffer
@@ -57,6 +60,22 @@ def test_a_parked_buffer_is_read_from_disk_a_block_at_a_time(tmp_path):
     np.testing.assert_array_equal(np.vstack([b.X for b in parked]), X.astype(np.float32))
     smaller = TrainingBuffer(AgentStore(tmp_path / "a"), capacity=500)  # a sample of the saved buffer: loaded
     assert smaller.count() == 500 and sum(len(b.X) for b in smaller.blocks()) == 500
+
+
+def test_an_agent_imports_a_family_only_when_a_job_of_it_comes(tmp_path):
+    """An agent that scores with a mixture never imports the PCA and recommendation algorithms, nor anything of the
+    server side (a fresh interpreter: what a device's agent process holds); a PCA job builds its participant then."""
+    code = (
+        "import sys\n"
+        "from edge_agent.agent import Agent, AgentConfig\n"
+        "agent = Agent(AgentConfig('a', 'mqtt://127.0.0.1:1', sys.argv[1]))\n"
+        "prefixes = ('models.pca', 'models.recsys', 'edge_agent.pca_participant', 'edge_agent.recsys_participant',\n"
+        "            'subprocess', 'scipy', 'sqlalchemy', 'pydantic', 'fastapi', 'coordinator', 'store', 'api')\n"
+        "print(sorted(m for m in sys.modules if m.startswith(prefixes)), agent.participants.families())\n"
+        "agent.participants['pca']\n"
+        "print('models.pca' in sys.modules, 'edge_agent.pca_participant' in sys.modules)\n")
+    out = subprocess.run([sys.executable, "-c", code, str(tmp_path / "a")], capture_output=True, text=True, check=True)
+    assert out.stdout.splitlines() == ["[] ['gmm', 'pca']", "True True"], out.stdout + out.stderr
 
 
 def test_a_budget_too_small_for_an_agent_is_refused_with_the_figure(capsys):
