@@ -131,14 +131,13 @@ class Agent:
         self.refused: list[list[Any]] = self.store.load_json("refused-models", [])
         self.model_status: dict[str, Any] = {}
         self.waiting: list[Batch] = []  # records read before any model could score them (bounded)
-        self.model_bytes = b""  # the envelope of the model in use
         self._learn_saved = time.monotonic()
         self.last_refused: dict[str, Any] = {}
         self.connected = threading.Event()
         saved = self.store.load_bytes("model.bin")
         if saved:
             try:
-                self.load_model(decode(saved))
+                self.load_model(decode(saved), persist=False)
             except (KeyError, ValueError, ProtocolError) as e:
                 log.warning("agent=%s saved model unusable: %s", cfg.agent_id, e)
         self.outbox = Outbox(Path(cfg.state_dir) / "outbox.sqlite")
@@ -162,19 +161,21 @@ class Agent:
         self.client.on_disconnect = lambda *a: self.connected.clear()
         self._scores = open(cfg.scores_out, "a") if cfg.scores_out else None  # noqa: SIM115 (closed in run)
 
-    def load_model(self, env: Envelope) -> None:
+    def load_model(self, env: Envelope, persist: bool = True) -> None:
         """Score with this model from now on; with --calibrate, at this device's own threshold. A model this
-        device refused before is not loaded again."""
+        device refused before is not loaded again. `persist`: write it where a restart loads it from (model.bin;
+        its envelope is not kept in memory, 0.6 MiB for the default mixture)."""
         if [env.job, int(env.meta.get("version", 0))] in self.refused:
             log.warning("agent=%s model job=%s version=%s was refused before: kept the current one",
                         self.cfg.agent_id, env.job, env.meta.get("version"))
             return
         self.scorer.load(env)
-        self.model_bytes = env.encode()
         self.report_model("loaded")
         if self.buffer.seen:
             self.fit_to_device()
             self.rest()  # the training records go back to disk (when not learning) and their memory to the system
+        if persist:
+            self.store.save_bytes("model.bin", env.encode())
 
     def fit_to_device(self) -> None:
         """The loaded model made this device's own, from its training records (read a block at a time, from
@@ -269,7 +270,6 @@ class Agent:
                 self.counters["rejected"] += 1
                 log.warning("agent=%s rejected model: %s", self.cfg.agent_id, e)
                 return
-            self.store.save_bytes("model.bin", self.model_bytes)  # (load_model rested the buffer already)
             self._score_waiting()  # what was read before this model: scored now, not with the next record
             log.info("agent=%s model job=%s version=%s loaded", self.cfg.agent_id, env.job, env.meta.get("version"))
         elif env.kind == "round":
@@ -378,7 +378,6 @@ class Agent:
             env = decode(good)
             if [env.job, int(env.meta.get("version", 0))] not in self.refused:
                 self.scorer.load(env)
-                self.model_bytes = good
                 self.store.save_bytes("model.bin", good)
                 self.report_model("loaded")
                 log.info("agent=%s back on model job=%s version=%s", self.cfg.agent_id, env.job,
@@ -408,7 +407,7 @@ class Agent:
             self._score(batch)
             return
         if self.model_status.get("status") != "scoring":  # the first batch this model scored here
-            self.store.save_bytes("model-good.bin", self.model_bytes)
+            self.store.save_bytes("model-good.bin", self.store.load_bytes("model.bin") or b"")
             self.report_model("scoring")
         self._score_waiting()
         # unset values (e.g. Zeek's "-") are taken at the global mean by the model's preprocessing

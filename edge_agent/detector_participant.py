@@ -53,7 +53,16 @@ class TrainingBuffer:
         self.capacity = self._capacity()
         self.size = 0
         self.dirty = False  # records added since the last save
-        self.rng = np.random.default_rng(seed + self.seen)
+        self._rng_seed = seed + self.seen
+        self._rng: np.random.Generator | None = None
+
+    @property
+    def rng(self) -> np.random.Generator:
+        """The reservoir's generator, made when the reservoir is first full (numpy.random costs an agent that
+        never needs it about 3 MiB resident)."""
+        if self._rng is None:
+            self._rng = np.random.default_rng(self._rng_seed)
+        return self._rng
 
     def _capacity(self) -> int:
         """At most `capacity` records, fewer where a memory budget says so (edge_agent.memory)."""

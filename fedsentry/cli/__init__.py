@@ -20,8 +20,9 @@ COMMAND_MODULES = ("fedsentry.cli.pca", "fedsentry.cli.recsys", "fedsentry.cli.a
 #: benchmarks' and the simulators' (about 5 MiB less resident on a device); `fedsentry sample` needs numpy only
 VERB_MODULES = {"agent": ("fedsentry.cli.agent",), "sample": ("fedsentry.cli.sample",)}
 #: environment a command's own process sets before numpy loads, unless the user set it: the agent does its arithmetic
-#: on one thread (OpenBLAS's second thread and its buffer cost a device 1.3 MiB resident while it scores, and its
-#: chunked matrix products are no faster on two: 15 s against 20 s for a training job; README, bench agent-memory)
+#: on one thread (OpenBLAS's second thread and its buffer cost a device 1.3 MiB resident while it scores, and the
+#: chunked matrix products of a round gain nothing from it: five E-steps over 40,000 records took 1.4-2.7 s on one
+#: thread and 2.2-17.7 s on two on a busy 2-core machine; README, bench agent-memory)
 PROCESS_ENV = {"agent": {"OPENBLAS_NUM_THREADS": "1"}}
 
 
