@@ -86,13 +86,14 @@ def test_a_budget_too_small_for_an_agent_is_refused_with_the_figure(capsys):
 def test_a_real_agent_stays_within_its_budget_through_a_training_job():
     """`fedsentry bench agent-memory --memory-budget 100` as a test: one agent process given 50,000 records
     (nsl-kdd where the shared data is, synthetic otherwise), the default detector and a 100 MiB budget, its
-    VmHWM read from /proc through the whole job. The scoring figure is bounded a little above what it measures
-    today (about 60 MiB: README), itself above the issue's 50 MiB target: without the agent's fixed mmap
-    threshold (edge_agent.memory.settle_allocator) it measured 71 MiB."""
+    VmHWM read from /proc through the whole job. Scoring afterwards is bounded 3 MiB above what it measures (48.9
+    MiB: README), under the issue's 50 MiB target with the margin. Measured red: the whole training buffer loaded
+    to fit the model to the device (edge_agent.agent.Agent.fit_to_device) 53 MiB, scipy.special imported by the
+    agent 66 MiB; without the agent's fixed mmap threshold (edge_agent.memory.settle_allocator) it was 71 MiB."""
     from fedsentry.bench.agent_memory import measure
 
     r = measure(records=50_000, budget="100")
     print(r)
     assert r["agent_exit"] == 0
     assert r["training_peak_mib"] <= 100, r
-    assert r["scoring_rss_max_mib"] <= 68, r
+    assert r["scoring_rss_max_mib"] <= 52, r
