@@ -36,7 +36,7 @@ from edge_agent.store import AgentStore, Outbox
 from edge_agent.zeek_input import MAX_LINE
 from models.core.messages import Decline, RoundMessage
 from models.detection.threshold import holdout_mask
-from models.families import FAMILIES, LEGACY_JOBS
+from models.families import FAMILIES, LEGACY_JOBS, family
 from wire.messages import envelope, read
 from wire.mqtt import NOT_AUTHORISED_HINT, make_client, redact_url, unreachable_because
 from wire.protocol import (
@@ -61,6 +61,30 @@ RELEASE_EVERY = 2.0  # seconds between returns of freed heap memory to the syste
 LEARN_SAVE_EVERY = 30.0
 RESEND_AFTER = 10.0  # seconds without the coordinator's confirmation before an alert is sent again
 RESEND_BATCH = 1000  # alerts sent per pass over the outbox (the outbox drains over successive passes)
+
+
+class Participants(dict[str, Participant]):
+    """The agent's part in each job family it has data for (models.families), built at the family's first job:
+    a family's participant, algorithms and settings are imported only when a job of that family comes (an agent
+    that trains and scores with a mixture never imports the PCA and recommendation algorithms)."""
+
+    def __init__(self, agent_id: str, store: AgentStore, data: dict[str, tuple[Any, ...]]):
+        super().__init__()
+        self.agent_id, self.store, self.data = agent_id, store, data
+
+    def families(self) -> list[str]:
+        """The families this agent takes part in (whether or not one of their jobs came yet)."""
+        return sorted(self.data)
+
+    def __missing__(self, name: str) -> Participant:
+        if name not in self.data:
+            raise KeyError(name)
+        participant: Participant = family(name).load_participant()(self.agent_id, self.store, *self.data[name])
+        self[name] = participant
+        return participant
+
+    def get(self, name: str, default: Any = None) -> Any:
+        return self[name] if name in self or name in self.data else default
 
 
 @dataclass
@@ -99,28 +123,26 @@ class Agent:
                                   "Zeek log with a #fields header or JSON lines)")
             self.buffer.save()
         self.rest()
-        # the job families this agent has data for, each with its participant (models.families): every family
-        # that learns from records, and with a ratings shard those that learn from ratings
+        # the job families this agent has data for (models.families): every family that learns from records, and
+        # with a ratings shard those that learn from ratings; each participant is built at its family's first job
         data: dict[str, tuple[Any, ...]] = {"records": (self.buffer,)}
         if ratings is not None:
             data["ratings"] = tuple(ratings)
-        self.participants: dict[str, Participant] = {
-            name: f.load_participant()(cfg.agent_id, self.store, *data[f.data])
-            for name, f in FAMILIES.items() if f.data in data}
+        local = {name: data[f.data] for name, f in FAMILIES.items() if f.data in data}
+        self.participants = Participants(cfg.agent_id, self.store, local)
         self.scorer = Scorer(cfg.agent_id, cfg.alert_burst, cfg.alert_window)
         # models this device's source cannot score (job, version): never loaded again; the last model that
         # scored a batch is kept to fall back on
         self.refused: list[list[Any]] = self.store.load_json("refused-models", [])
         self.model_status: dict[str, Any] = {}
         self.waiting: list[Batch] = []  # records read before any model could score them (bounded)
-        self.model_bytes = b""  # the envelope of the model in use
         self._learn_saved = time.monotonic()
         self.last_refused: dict[str, Any] = {}
         self.connected = threading.Event()
         saved = self.store.load_bytes("model.bin")
         if saved:
             try:
-                self.load_model(decode(saved))
+                self.load_model(decode(saved), persist=False)
             except (KeyError, ValueError, ProtocolError) as e:
                 log.warning("agent=%s saved model unusable: %s", cfg.agent_id, e)
         self.outbox = Outbox(Path(cfg.state_dir) / "outbox.sqlite")
@@ -145,44 +167,52 @@ class Agent:
         self.client.on_disconnect = lambda *a: self.connected.clear()
         self._scores = open(cfg.scores_out, "a") if cfg.scores_out else None  # noqa: SIM115 (closed in run)
 
-    def load_model(self, env: Envelope) -> None:
+    def load_model(self, env: Envelope, persist: bool = True) -> None:
         """Score with this model from now on; with --calibrate, at this device's own threshold. A model this
-        device refused before is not loaded again."""
+        device refused before is not loaded again. `persist`: write it where a restart loads it from (model.bin;
+        its envelope is not kept in memory, 0.6 MiB for the default mixture)."""
         if [env.job, int(env.meta.get("version", 0))] in self.refused:
             log.warning("agent=%s model job=%s version=%s was refused before: kept the current one",
                         self.cfg.agent_id, env.job, env.meta.get("version"))
             return
         self.scorer.load(env)
-        self.model_bytes = env.encode()
         self.report_model("loaded")
         if self.buffer.seen:
             self.fit_to_device()
             self.rest()  # the training records go back to disk (when not learning) and their memory to the system
+        if persist:
+            self.store.save_bytes("model.bin", env.encode())
 
     def fit_to_device(self) -> None:
-        """The loaded model made this device's own, from its training records (read a chunk at a time): a
-        mixture's own components, from the records it trained on (training records without the model's columns:
-        the fleet's components), and its threshold, from the scores of those it held out: shrunk toward the
-        fleet's (a model publishing the fleet's tail), or with --calibrate its own quantile."""
+        """The loaded model made this device's own, from its training records (read a block at a time, from
+        disk when they are parked: edge_agent.detector_participant.TrainingBuffer.blocks): a mixture's own
+        components, from the records it trained on (training records without the model's columns: the fleet's
+        components), and its threshold, from the scores of those it held out: shrunk toward the fleet's (a model
+        publishing the fleet's tail), or with --calibrate its own quantile."""
         detector = self.scorer.detector
-        batch = self.buffer.batch()
         tail = getattr(detector, "tail_", None)
-        held = holdout_mask(len(batch.X), CALIBRATION_HOLDOUT if self.cfg.calibrate else
+        held = holdout_mask(self.buffer.count(), CALIBRATION_HOLDOUT if self.cfg.calibrate else
                             tail.holdout if tail is not None else 0.0)
 
-        def chunks(rows: np.ndarray):
-            return (take_rows(batch, rows[i: i + 4096]) for i in range(0, len(rows), 4096))
+        def records(part: np.ndarray) -> Iterator[Batch]:
+            """The training records where `part` is set, a block of the buffer at a time."""
+            start = 0
+            for block in self.buffer.blocks():
+                rows = part[start: start + len(block.X)]
+                start += len(block.X)
+                if rows.any():
+                    yield take_rows(block, rows)
 
         with contextlib.suppress(SchemaError):  # records without the model's columns: the fleet's threshold
             personalise = getattr(detector, "personalise", None)
             if personalise is not None:
-                personalise(self.scorer.matrix(b) for b in chunks(np.flatnonzero(~held)))
+                personalise(self.scorer.matrix(b) for b in records(~held))
             if self.cfg.calibrate:
-                threshold = self.scorer.calibrate(chunks(np.flatnonzero(held)))
+                threshold = self.scorer.calibrate(records(held))
                 log.info("agent=%s calibrated threshold %.4g (federation's %.4g) on %d held-out records",
                          self.cfg.agent_id, threshold, self.scorer.federation_threshold, int(held.sum()))
             elif tail is not None and held.any():
-                threshold = self.scorer.shrink(chunks(np.flatnonzero(held)))
+                threshold = self.scorer.shrink(records(held))
                 log.info("agent=%s threshold %.4g (federation's %.4g, shrunk toward it from %d held-out records)",
                          self.cfg.agent_id, threshold, self.scorer.federation_threshold, int(held.sum()))
 
@@ -246,7 +276,6 @@ class Agent:
                 self.counters["rejected"] += 1
                 log.warning("agent=%s rejected model: %s", self.cfg.agent_id, e)
                 return
-            self.store.save_bytes("model.bin", self.model_bytes)  # (load_model rested the buffer already)
             self._score_waiting()  # what was read before this model: scored now, not with the next record
             log.info("agent=%s model job=%s version=%s loaded", self.cfg.agent_id, env.job, env.meta.get("version"))
         elif env.kind == "round":
@@ -349,7 +378,7 @@ class Agent:
 
     def _status(self) -> Envelope:
         return Envelope("status", "", 0, self.cfg.agent_id, {}, {
-            "online": True, "records": self.buffer.seen, "jobs": sorted(self.participants),
+            "online": True, "records": self.buffer.seen, "jobs": self.participants.families(),
             "features": self.buffer.columns[:1000],  # a job that names none trains on those its agents share
             **({"model": self.model_status} if self.model_status else {})})
 
@@ -367,7 +396,6 @@ class Agent:
             env = decode(good)
             if [env.job, int(env.meta.get("version", 0))] not in self.refused:
                 self.scorer.load(env)
-                self.model_bytes = good
                 self.store.save_bytes("model.bin", good)
                 self.report_model("loaded")
                 log.info("agent=%s back on model job=%s version=%s", self.cfg.agent_id, env.job,
@@ -397,7 +425,7 @@ class Agent:
             self._score(batch)
             return
         if self.model_status.get("status") != "scoring":  # the first batch this model scored here
-            self.store.save_bytes("model-good.bin", self.model_bytes)
+            self.store.save_bytes("model-good.bin", self.store.load_bytes("model.bin") or b"")
             self.report_model("scoring")
         self._score_waiting()
         # unset values (e.g. Zeek's "-") are taken at the global mean by the model's preprocessing

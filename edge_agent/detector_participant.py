@@ -10,7 +10,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import ClassVar, Generic, TypeVar
 
 import numpy as np
@@ -32,6 +32,9 @@ R = TypeVar("R", bound=DetectorRound)
 #: records a training buffer holds unless a memory budget says fewer (edge_agent.memory)
 DEFAULT_CAPACITY = 50_000
 STATS_CHUNK = 4096
+#: records per block of a pass over the training buffer read from disk (`TrainingBuffer.blocks`): 132 KiB at 33
+#: columns, and the float64 working copies of a block stay near 270 KiB
+BLOCK = 1024
 
 
 class TrainingBuffer:
@@ -54,7 +57,16 @@ class TrainingBuffer:
         self.capacity = self._capacity()
         self.size = 0
         self.dirty = False  # records added since the last save
-        self.rng = np.random.default_rng(seed + self.seen)
+        self._rng_seed = seed + self.seen
+        self._rng: np.random.Generator | None = None
+
+    @property
+    def rng(self) -> np.random.Generator:
+        """The reservoir's generator, made when the reservoir is first full (numpy.random costs an agent that
+        never needs it about 3 MiB resident)."""
+        if self._rng is None:
+            self._rng = np.random.default_rng(self._rng_seed)
+        return self._rng
 
     def _capacity(self) -> int:
         """At most `capacity` records, fewer where a memory budget says so (edge_agent.memory)."""
@@ -140,6 +152,35 @@ class TrainingBuffer:
 
     def batch(self) -> Batch:
         return Batch(self.columns, self.X, text={f: np.array(v, dtype=object) for f, v in self.text.items()})
+
+    def _on_disk(self) -> int | None:
+        """How many records a pass may read from disk a block at a time: the saved buffer's, when it is parked
+        and no lower capacity makes loading it draw a sample (None: the records held, or that sample)."""
+        if self._X is not None:
+            return None
+        n = self.store.array_rows("training", "X")
+        return n if n is not None and n <= self.capacity else None
+
+    def count(self) -> int:
+        """How many records the buffer holds, without reading them (a parked buffer's from its file's header)."""
+        n = self._on_disk()
+        return len(self.X) if n is None else n
+
+    def blocks(self, size: int = BLOCK) -> Iterator[Batch]:
+        """The records in order, `size` at a time, with their text fields. A parked buffer is read from disk a
+        block at a time, so a pass over every record (fitting a promoted model to the device) holds one block,
+        not a copy of them all (6.6 MiB at 50,000 records of 33 columns); a loaded buffer gives views. Read-only."""
+        if self._on_disk() is None:
+            batch = self.batch()
+            for i in range(0, len(batch.X), size):
+                yield take_rows(batch, slice(i, i + size))
+            return
+        text: dict[str, list[str | None]] = self.store.load_json("training-text", {})
+        start = 0
+        for X in self.store.read_rows("training", "X", size):
+            yield Batch(self.columns, X, text={f: np.array(v[start: start + len(X)], dtype=object)
+                                               for f, v in text.items()})
+            start += len(X)
 
     def matrix(self, features: list[str]) -> np.ndarray:
         return select(Batch(self.columns, self.X), features)

@@ -9,7 +9,6 @@ stays within the budget (measured by `fedsentry bench agent-memory`, README).
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import logging
 from pathlib import Path
 
@@ -48,7 +47,7 @@ def rss_mib() -> float:
     return 0.0
 
 
-_libc = None
+_libc: ctypes.CDLL | bool | None = None
 #: glibc's mallopt parameter for the size from which blocks are mapped on their own (and unmapped when freed)
 M_MMAP_THRESHOLD = -3
 #: blocks from this size on are mapped on their own: a chunk's temporaries (0.25-2 MiB) go back to the system
@@ -57,10 +56,14 @@ MMAP_FROM = 128 * 1024
 
 
 def libc():
+    """The C library's functions, as the process has them (dlopen(NULL): the interpreter's own C library, where
+    ctypes.util.find_library ran `ldconfig -p` in a child process and imported subprocess); False without one."""
     global _libc
     if _libc is None:
-        name = ctypes.util.find_library("c")
-        _libc = ctypes.CDLL(name) if name else False
+        try:
+            _libc = ctypes.CDLL(None)
+        except (OSError, TypeError):
+            _libc = False
     return _libc
 
 

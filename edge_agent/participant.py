@@ -57,7 +57,9 @@ class Participant(ABC):
     def __init__(self, agent_id: str, store: AgentStore):
         self.id, self.store = agent_id, store
         self._owed: dict[str, bool] = {}  # job -> a finish is owed (known after the first look at the disk)
-        # the last state written per job, as written: a round reads the disk only after a restart
+        # the last state written, of the job written last, as written: a round of that job reads the disk only after
+        # a restart (one job's, not every job's since the agent started: a job's state stays on disk, and in
+        # memory until the next job's round)
         self._saved: dict[str, dict[str, np.ndarray]] = {}
 
     # -- what a family provides -------------------------------------------------------------------------
@@ -108,7 +110,7 @@ class Participant(ABC):
             arrays = self.store.load_arrays(f"job-{job}")
             if arrays is None:
                 return None, {}
-            self._saved[job] = arrays
+            self._saved = {job: arrays}
         arrays = dict(arrays)
         book = {k: arrays.pop(k) for k in (OWED, REPLY, REPLY_ROUND) if k in arrays}
         return arrays, book
@@ -116,7 +118,7 @@ class Participant(ABC):
     def save_state(self, job: str, state: State, owed: bool, book: dict[str, np.ndarray] | None = None) -> None:
         arrays = {**state, **(book or {}), OWED: np.array(owed)}
         self.store.save_arrays(f"job-{job}", arrays)
-        self._saved[job] = arrays
+        self._saved = {job: arrays}
         self._owed[job] = owed
 
     def settle(self, req: Request) -> None:

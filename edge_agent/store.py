@@ -8,6 +8,8 @@ import os
 import sqlite3
 import threading
 import time
+import zipfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +51,44 @@ class AgentStore:
         with _NPZ_LOCK, np.load(p, allow_pickle=False) as z:
             return {k: z[k] for k in z.files}
 
+    def array_rows(self, name: str, key: str) -> int | None:
+        """The number of rows of one array of a saved .npz (from its header: nothing else is read); None when
+        the file or the array is not there."""
+        try:
+            with zipfile.ZipFile(self.folder / f"{name}.npz") as z, z.open(f"{key}.npy") as f:
+                shape, _, _ = _npy_header(f)
+        except (FileNotFoundError, KeyError):
+            return None
+        return int(shape[0]) if shape else None
+
+    def read_rows(self, name: str, key: str, block: int) -> Iterator[np.ndarray]:
+        """The rows of one array of a saved .npz, `block` rows at a time, read from the file as they are wanted:
+        a pass over an agent's training records holds one block of them, never all of them (np.load reads the
+        whole array). Nothing when the file or the array is not there."""
+        try:
+            z = zipfile.ZipFile(self.folder / f"{name}.npz")
+        except FileNotFoundError:
+            return
+        with z:
+            try:
+                f = z.open(f"{key}.npy")
+            except KeyError:
+                return
+            with f:
+                shape, fortran, dtype = _npy_header(f)
+                if fortran or dtype.hasobject or not shape:  # not the row-major records np.save writes: whole
+                    whole = self.load_arrays(name)
+                    a = np.atleast_1d(whole[key]) if whole else np.zeros(0)
+                    yield from (a[i: i + block] for i in range(0, len(a), block))
+                    return
+                row = int(np.prod(shape[1:], dtype=np.int64)) * dtype.itemsize
+                for start in range(0, shape[0], block):
+                    n = min(block, shape[0] - start)
+                    data = f.read(n * row)
+                    if len(data) != n * row:
+                        raise ValueError(f"{name}.npz: {key} is shorter than its header says")
+                    yield np.frombuffer(data, dtype=dtype).reshape((n, *shape[1:]))  # read-only: a view of the bytes
+
     def save_arrays(self, name: str, arrays: dict[str, np.ndarray]) -> None:
         buf = io.BytesIO()
         named: dict[str, Any] = dict(arrays)
@@ -61,6 +101,15 @@ class AgentStore:
 
     def save_bytes(self, name: str, data: bytes) -> None:
         atomic_write(self.folder / name, data)
+
+
+def _npy_header(f: Any) -> tuple[tuple[int, ...], bool, np.dtype]:
+    """(shape, Fortran order, dtype) of the .npy file open at its start, leaving it at the data."""
+    with _NPZ_LOCK:  # the header is read with ast.literal_eval (see _NPZ_LOCK)
+        version = np.lib.format.read_magic(f)
+        if version == (1, 0):
+            return np.lib.format.read_array_header_1_0(f)
+        return np.lib.format.read_array_header_2_0(f)
 
 
 class Outbox:

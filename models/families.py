@@ -1,10 +1,12 @@
 """Job families as plug-ins: everything that makes a kind of job, in one registry entry.
 
 A family names its typed settings (`JobSpec` subclass, which also holds its algorithm registry), the
-coordinator's job runner and the agent's participant. Runner and participant are given as import paths
-(``module:Class``): each side loads only its own, so the agent never imports the coordinator and the
-coordinator never imports the agent. Adding a family is a package under `models/` (algorithms and spec),
-a runner under `coordinator/`, a participant under `edge_agent/`, and one entry here.
+coordinator's job runner and the agent's participant. All three are given as import paths (``module:Class``):
+each side loads only its own, so the agent never imports the coordinator and the coordinator never imports the
+agent, and a family's settings and algorithms are imported when it is first used (an agent that scores with a
+mixture never imports the PCA and recommendation algorithms: resident memory on a device). Adding a family is a
+package under `models/` (algorithms and spec), a runner under `coordinator/`, a participant under `edge_agent/`,
+and one entry here.
 """
 
 from __future__ import annotations
@@ -12,19 +14,18 @@ from __future__ import annotations
 import importlib
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
-from models.jobspec import JobSpec
-from models.mixture.spec import MixtureJobSpec
 from models.params import SettingError
-from models.pca.spec import PCAJobSpec
-from models.recsys.spec import RecsysJobSpec
+
+if TYPE_CHECKING:
+    from models.jobspec import JobSpec
 
 
 @dataclass(frozen=True)
 class JobFamily:
     name: str
-    spec: type[JobSpec]
+    spec_path: str  # "package.module:Class" of its settings (JobSpec), which hold the algorithm registry
     runner: str  # "package.module:Class" of the coordinator's JobRunner
     participant: str  # "package.module:Class" of the agent's Participant
     summary: str = ""
@@ -36,6 +37,11 @@ class JobFamily:
     #: what an agent's participant is given: its training records ("records") or a ratings shard ("ratings");
     #: a family of recommendations ("ratings") is served by the API's recommendation routes
     data: str = "records"
+
+    @property
+    def spec(self) -> type[JobSpec]:
+        spec: type[JobSpec] = _load(self.spec_path)
+        return spec
 
     @property
     def slot(self) -> str:
@@ -61,14 +67,15 @@ def _load(path: str) -> Any:
 
 
 FAMILIES: dict[str, JobFamily] = {
-    "pca": JobFamily("pca", PCAJobSpec, "coordinator.pca_job:PCAJob", "edge_agent.pca_participant:PCAParticipant",
+    "pca": JobFamily("pca", "models.pca.spec:PCAJobSpec", "coordinator.pca_job:PCAJob",
+                     "edge_agent.pca_participant:PCAParticipant",
                      "federated PCA anomaly detection: agents name the features they provide", "anomaly",
                      "models.pca.detector:PCADetector"),
-    "gmm": JobFamily("gmm", MixtureJobSpec, "coordinator.mixture_job:MixtureJob",
+    "gmm": JobFamily("gmm", "models.mixture.spec:MixtureJobSpec", "coordinator.mixture_job:MixtureJob",
                      "edge_agent.mixture_participant:MixtureParticipant",
                      "federated Gaussian-mixture anomaly detection (FedMM on EM statistics): agents name the "
                      "features they provide", "anomaly", "models.mixture.detector:MixtureDetector"),
-    "recsys": JobFamily("recsys", RecsysJobSpec, "coordinator.recsys_job:RecsysJob",
+    "recsys": JobFamily("recsys", "models.recsys.spec:RecsysJobSpec", "coordinator.recsys_job:RecsysJob",
                         "edge_agent.recsys_participant:RecsysParticipant",
                         "federated recommendation: agents hold ratings shards; the job names the item catalogue",
                         data="ratings"),

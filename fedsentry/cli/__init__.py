@@ -6,6 +6,7 @@ import argparse
 import contextlib
 import io
 import logging
+import os
 import sys
 from collections.abc import Sequence
 from typing import NoReturn
@@ -18,6 +19,11 @@ COMMAND_MODULES = ("fedsentry.cli.pca", "fedsentry.cli.recsys", "fedsentry.cli.a
 #: verbs whose parser one module builds: `fedsentry agent` imports that module alone, not the server's, the
 #: benchmarks' and the simulators' (about 5 MiB less resident on a device); `fedsentry sample` needs numpy only
 VERB_MODULES = {"agent": ("fedsentry.cli.agent",), "sample": ("fedsentry.cli.sample",)}
+#: environment a command's own process sets before numpy loads, unless the user set it: the agent does its arithmetic
+#: on one thread (OpenBLAS's second thread and its buffer cost a device 1.3 MiB resident while it scores, and the
+#: chunked matrix products of a round gain nothing from it: five E-steps over 40,000 records took 1.4-2.7 s on one
+#: thread and 2.2-17.7 s on two on a busy 2-core machine; README, bench agent-memory)
+PROCESS_ENV = {"agent": {"OPENBLAS_NUM_THREADS": "1"}}
 
 
 class _Version(argparse.Action):
@@ -52,7 +58,7 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
         "bench": verbs.add_parser("bench", help="benchmark every algorithm on one split").add_subparsers(
             dest="job", required=True, parser_class=_Parser),
     }
-    verb = next((a for a in argv if not a.startswith("-")), None) if argv is not None else None
+    verb = _verb(argv)
     for name in VERB_MODULES.get(verb or "", COMMAND_MODULES):
         try:
             module = importlib.import_module(name)
@@ -66,6 +72,10 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
             parser_.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS,
                                  help="debug logging on stderr")
     return parser
+
+
+def _verb(argv: Sequence[str] | None) -> str | None:
+    return next((a for a in argv if not a.startswith("-")), None) if argv is not None else None
 
 
 def _leaves(parser: argparse.ArgumentParser):
@@ -91,6 +101,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if argv is None:  # this process is the command (not a caller passing its own arguments)
             dump_stacks_on_sigusr1()
+            for name, value in PROCESS_ENV.get(_verb(sys.argv[1:]) or "", {}).items():
+                os.environ.setdefault(name, value)
         argv = sys.argv[1:] if argv is None else list(argv)
         args = build_parser(argv).parse_args(argv)
         logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, stream=sys.stderr,

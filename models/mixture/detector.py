@@ -35,6 +35,7 @@ from models.mixture.gmm import (
     logsumexp_rows,
     m_step,
     nearest,
+    precisions,
 )
 from models.mixture.spec import MixtureJobSpec
 
@@ -141,8 +142,8 @@ class MixtureDetector(ThresholdedDetector):
         X = np.atleast_2d(np.asarray(X, dtype=float))
         T = self.preprocessor_.transform(X)
         local = self._density(T).argmax(axis=1)
-        P = self._density.precision[local]  # (n, d, d)
         k = self._components[local]  # the component's index in the whole mixture
+        P = precisions(self.mixture_.prec_chol[k])  # (n, d, d)
         r = np.einsum("nij,nj->ni", P, T - self.mixture_.means[k])
         diag = np.diagonal(P, axis1=1, axis2=2)
         contrib = r**2 / diag

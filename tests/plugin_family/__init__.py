@@ -5,8 +5,7 @@ It exists to prove that a family is one package per side plus one registry line 
 agent's) and `FAMILY` below, which a test registers. No file of the product names it."""
 
 from models.families import JobFamily
-from tests.plugin_family.model import MeanJobSpec
 
-FAMILY = JobFamily("fleetmean", MeanJobSpec, "tests.plugin_family.runner:MeanJob",
+FAMILY = JobFamily("fleetmean", "tests.plugin_family.model:MeanJobSpec", "tests.plugin_family.runner:MeanJob",
                    "tests.plugin_family.participant:MeanParticipant",
                    "the fleet's mean of named features (a test plug-in)")
