@@ -279,6 +279,8 @@ def make_engine(url: str | None = None) -> Engine:
             cur = dbapi_conn.cursor()
             cur.execute("PRAGMA journal_mode=WAL")
             cur.execute("PRAGMA foreign_keys=ON")
+            # LIKE as PostgreSQL's: case-sensitive (a device prefix `cam` must not match `Cam-1` on SQLite only)
+            cur.execute("PRAGMA case_sensitive_like=ON")
             cur.close()
     return engine
 

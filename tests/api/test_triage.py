@@ -189,3 +189,21 @@ def test_incidents_grouped_paged_and_acknowledged_as_a_whole(any_app, analyst):
     assert client.get("/api/v1/incidents/0123456789abcdef0123", headers=viewer).status_code == 404
     assert client.get("/api/v1/incidents/not-an-id", headers=viewer).status_code == 422
     assert client.post(f"/api/v1/incidents/{inc['id']}/ack", headers=viewer).status_code == 403
+
+
+def test_a_device_prefix_means_the_same_on_sqlite_and_postgresql(any_app, analyst):
+    """SQLite's LIKE ignores ASCII case where PostgreSQL's does not: `cam` matched `Cam-1` on SQLite only. Ids
+    are case-sensitive on both now; wildcard characters in a prefix are plain characters."""
+    client, keys = analyst
+    t = datetime.now(timezone.utc).timestamp() - 60
+    for device in ("Cam-1", "cam-2", "cam_3", "camX4"):
+        ingest(any_app, device, [_alert(t)])
+
+    def devices(prefix: str) -> list[str]:
+        page = client.get("/api/v1/anomalies", params={"device_prefix": prefix}, headers=bearer(keys["viewer"]))
+        assert page.status_code == 200, page.text
+        return sorted(a["device_id"] for a in page.json()["items"])
+
+    assert devices("cam") == ["cam-2", "camX4", "cam_3"]
+    assert devices("cam_") == ["cam_3"]
+    assert devices("Cam") == ["Cam-1"]
