@@ -99,14 +99,6 @@ def test_a_device_cannot_publish_under_another_id(secure):
     wait_until(lambda: agent_topic("dev-a", "status") in received, 5, "the allowed message")
     time.sleep(0.5)
     assert agent_topic("dev-b", "status") not in received
-    # MQTT 5 says why: the broker answers the QoS 1 publish with reason code 135, not authorized
-    a5, reason = connect(secure["tls"], "dev-a", secure["secret"]["dev-a"], ca=secure["certs"] / "ca.crt",
-                         protocol=mqtt.MQTTv5)
-    codes = []
-    a5.on_publish = lambda c, u, mid, rc, props=None: codes.append(rc.value)
-    a5.publish(agent_topic("dev-b", "upload"), payload, qos=1).wait_for_publish(5)
-    wait_until(lambda: codes, 5, "PUBACK")
-    assert codes == [135]
     # nor may it write to the coordinator's topics
     a.publish("fedsentry/v1/models/anomaly", b"forged", qos=1, retain=True).wait_for_publish(5)
     time.sleep(0.5)
@@ -115,7 +107,17 @@ def test_a_device_cannot_publish_under_another_id(secure):
     sub.subscribe("fedsentry/v1/models/anomaly", qos=1)
     time.sleep(0.5)
     assert b"forged" not in got
-    for c in (sub, a, a5):
+    a.disconnect()  # its client id is its username: a second connection as dev-a would end this one
+    a.loop_stop()
+    # MQTT 5 says why: the broker answers the QoS 1 publish with reason code 135, not authorized
+    a5, reason = connect(secure["tls"], "dev-a", secure["secret"]["dev-a"], ca=secure["certs"] / "ca.crt",
+                         protocol=mqtt.MQTTv5)
+    codes = []
+    a5.on_publish = lambda c, u, mid, rc, props=None: codes.append(rc.value)
+    a5.publish(agent_topic("dev-b", "upload"), payload, qos=1).wait_for_publish(5)
+    wait_until(lambda: codes, 5, "PUBACK")
+    assert codes == [135]
+    for c in (sub, a5):
         c.disconnect()
         c.loop_stop()
 
@@ -156,7 +158,9 @@ def test_a_whole_job_through_the_secured_broker(secure, traffic, tmp_path):
                                                        "fraction": 1.0, "seed": 0, "min_agents": 3})
         wait_until(lambda: coordinator.job_status("sec") == "finished", 60, "job over the secured broker")
         wait_until(lambda: all(a.scorer.detector is not None for a in agents), 10, "model at every device")
-        assert not coordinator.rejected
+        # the rogue connection took dev-b's client id (its username), so dev-b reconnected and sent an upload again:
+        # refused as the duplicate it is; nothing else
+        assert set(coordinator.rejected) <= {"duplicate"}
         rogue.loop_stop()
     finally:
         for a in agents:
@@ -213,3 +217,29 @@ def test_the_private_test_mosquitto_has_the_same_packet_limit():
         c.loop_stop()
     finally:
         broker.close()
+
+
+def test_a_device_cannot_take_another_clients_session(secure):
+    """With dev-a's credentials and the coordinator's client id, a device ended the coordinator's connection
+    (MQTT gives a client id to its newest connection) and took over its persistent session."""
+    lost = threading.Event()
+    coordinator = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id="fedsentry-coordinator")
+    coordinator.username_pw_set("fedsentry-coordinator", "coord-secret")
+    coordinator.on_disconnect = lambda *a: lost.set()
+    coordinator.connect("127.0.0.1", secure["plain"])
+    coordinator.loop_start()
+    try:
+        wait_until(coordinator.is_connected, 10, "the coordinator to connect")
+        for stolen in ("fedsentry-coordinator", "dev-b"):
+            thief = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=stolen)
+            thief.username_pw_set("dev-a", secure["secret"]["dev-a"])
+            thief.connect("127.0.0.1", secure["plain"])
+            thief.loop_start()
+            wait_until(thief.is_connected, 10, "the device to connect (as itself)")
+            thief.disconnect()
+            thief.loop_stop()
+        time.sleep(1)
+        assert not lost.is_set(), "a device's credentials ended the coordinator's connection"
+    finally:
+        coordinator.disconnect()
+        coordinator.loop_stop()
