@@ -27,6 +27,7 @@ from coordinator.ingest import AlertIngest
 from coordinator.ingest_limit import IngestLimit
 from coordinator.job_runner import JobRunner
 from coordinator.models_service import publish_promoted
+from coordinator.presence import Presence, status_sender
 from models.families import LEGACY_JOBS, family, job_spec
 from store.alerts import insert_for
 from store.db import Alert, Device, Job, Rejection, Round, make_engine, migrate, session_factory, utcnow
@@ -44,6 +45,7 @@ log = logging.getLogger("fedsentry.coordinator")
 LEASE = timedelta(seconds=15)
 ALERT_BATCH = 2000  # alerts stored in one transaction at most
 ALERT_WAIT = 0.05  # seconds an alert may wait for its batch
+PRESENCE_EVERY, PRESENCE_BATCH = 200, 20  # under a flood of alerts, 20 statuses every 200 messages
 HOUSEKEEPING = (0.05, 1.0)  # database polling interval: after activity, and at most
 
 
@@ -94,7 +96,9 @@ class Coordinator:
         # acknowledge a message only once it is handled (alerts: once stored), so a crash loses nothing:
         # the broker redelivers what was not acknowledged
         self.client.manual_ack_set(True)
-        self.client.on_message = lambda c, u, m: self.inbox.put((m.topic, bytes(m.payload), m.mid, m.qos))
+        self.client.on_message = self._on_message
+        #: the devices' newest status messages, handled between alerts and uploads (coordinator/presence.py)
+        self.presence = Presence(self.client.ack)
         #: alerts each device may have stored per second (more wait on the device, unconfirmed, and come again)
         self.ingest = AlertIngest(self.sessions, self.publish, self.client.ack, self.reject,
                                   IngestLimit(alert_rate, alert_burst))
@@ -112,6 +116,14 @@ class Coordinator:
                 log.error("database unreachable (%s); retrying in %.0f s", str(e.orig).strip()[:200], delay)
                 time.sleep(delay)
                 delay = min(delay * 2, 30)
+
+    def _on_message(self, client: Any, userdata: Any, m: Any) -> None:
+        item = (m.topic, bytes(m.payload), m.mid, m.qos)
+        device = status_sender(m.topic)
+        if device is not None:
+            self.presence.put(device, item)
+        else:
+            self.inbox.put(item)
 
     def _on_connect(self, client: Any, userdata: Any, flags: Any, reason_code: Any, properties: Any = None) -> None:
         if reason_code.is_failure:
@@ -153,14 +165,21 @@ class Coordinator:
         promotions with a back-off (HOUSEKEEPING seconds, doubling while nothing changes)."""
         next_rounds = next_housekeeping = 0.0
         interval = HOUSEKEEPING[0]
+        handled = 0
         while not self.stop_event.is_set():
             try:
                 try:
-                    topic, payload, mid, qos = self.inbox.get(timeout=0.02)
+                    topic, payload, mid, qos = self.inbox.get(timeout=0 if self.presence.waiting() else 0.02)
+                    handled += 1
                     if self.handle(topic, payload, mid, qos) != "buffered":
                         self.client.ack(mid, qos)
                 except queue.Empty:
                     pass
+                # statuses after alerts and uploads: when those are done, and a few every PRESENCE_EVERY
+                if self.presence.waiting() and (self.inbox.empty() or handled % PRESENCE_EVERY == 0):
+                    for topic, payload, mid, qos in self.presence.take(PRESENCE_BATCH):
+                        self.handle(topic, payload, mid, qos)
+                        self.client.ack(mid, qos)
                 now = time.monotonic()
                 # an empty inbox means the broker waits for our acknowledgements (its in-flight window is
                 # full) or the flood is over: store now; otherwise batch up to ALERT_BATCH or ALERT_WAIT
@@ -342,6 +361,9 @@ class Coordinator:
         return self.ingest.stored
 
     def _status(self, agent: str, online: bool, model: dict[str, Any] | None = None) -> None:
+        """Presence and model status, written when they change (and last_seen at most every presence.REFRESH s)."""
+        if not self.presence.changed(agent, (online, model)):
+            return
         with self.sessions.begin() as s:
             dev = s.get(Device, agent)
             if dev is None:
@@ -350,6 +372,7 @@ class Coordinator:
                 dev.online, dev.last_seen = online, utcnow()
                 if model is not None:
                     dev.model_status = model
+        self.presence.wrote(agent, (online, model))
 
     # -- jobs API used by the CLI, the demo and the REST API --------------------------------------------
     def create_job(self, job_id: str, type_: str, algorithm: str, params: dict[str, Any]) -> None:

@@ -175,10 +175,9 @@ class Agent:
             log.warning("agent=%s model job=%s version=%s was refused before: kept the current one",
                         self.cfg.agent_id, env.job, env.meta.get("version"))
             return
-        self.scorer.load(env)
+        self.scorer.load(env, fit=self.fit_to_device if self.buffer.seen else None)
         self.report_model("loaded")
         if self.buffer.seen:
-            self.fit_to_device()
             self.rest()  # the training records go back to disk (when not learning) and their memory to the system
         if persist:
             self.store.save_bytes("model.bin", env.encode())

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -112,11 +112,15 @@ class Scorer:
         self.model_job, self.model_version = "", 0
         self.limiter = RateLimiter(burst, window)
 
-    def load(self, env: Envelope) -> None:
+    def load(self, env: Envelope, fit: Callable[[], None] | None = None) -> None:
+        """Score with this model; `fit` makes it the device's own first (its threshold, its components), and only
+        then does the scorer name the model's job and version (what the agent reports, and alerts carry)."""
         self.detector = detector_from_envelope(env)
         self.federation_threshold = self.detector.threshold_
         encoding = self.detector.preprocessor_.encoding
         self.encoder = FeatureEncoder.from_dict(encoding) if encoding else None
+        if fit is not None:
+            fit()
         self.model_job, self.model_version = env.job, int(env.meta["version"])
 
     def calibrate(self, held: Iterable[Batch]) -> float:

@@ -28,10 +28,11 @@ from fedsentry.output import write_results
 
 
 def status(pid: int) -> dict[str, float]:
-    """VmRSS and VmHWM of a process, in MiB."""
+    """VmRSS and VmHWM of a process, and VmRSS's parts (RssAnon: its own memory; RssFile: library and file pages
+    it maps, which the kernel counts more of for freshly written files), in MiB."""
     out = {}
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith(("VmRSS", "VmHWM")):
+        if line.startswith(("VmRSS", "VmHWM", "RssAnon", "RssFile")):
             out[line.split(":")[0]] = int(line.split()[1]) / 1024
     return out
 
@@ -56,9 +57,9 @@ class Sampler(threading.Thread):
                 s = status(self.pid)
             except (FileNotFoundError, ProcessLookupError, IndexError):
                 return
-            p = self.phases.setdefault(self.phase, {"VmRSS": 0.0, "VmHWM": 0.0})
-            p["VmRSS"] = max(p["VmRSS"], s.get("VmRSS", 0.0))
-            p["VmHWM"] = max(p["VmHWM"], s.get("VmHWM", 0.0))
+            p = self.phases.setdefault(self.phase, {})
+            for k, v in s.items():
+                p[k] = max(p.get(k, 0.0), v)
             time.sleep(self.every)
 
 
@@ -130,6 +131,10 @@ def measure(records: int = 50_000, data_dir: str | None = None, budget: str | No
         "idle_mib": phases.get("idle", {}).get("VmRSS"),
         "training_peak_mib": phases.get("training", {}).get("VmHWM"),
         "scoring_rss_max_mib": phases.get("scoring", {}).get("VmRSS"),
+        # its parts: the process's own memory, and the library pages it maps (the second varies with the page
+        # cache: 4-6 MiB more right after an install, for the same code)
+        "scoring_anon_max_mib": phases.get("scoring", {}).get("RssAnon"),
+        "scoring_file_max_mib": phases.get("scoring", {}).get("RssFile"),
         "training_seconds": training_seconds,
         "agent_exit": proc.returncode,
     }
