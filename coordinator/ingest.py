@@ -52,14 +52,18 @@ class AlertIngest:
                         len(alerts) - admitted)
         now = utcnow()
         rows, refused = [], self.refused.setdefault(agent, [])
+        dropped: Counter[str] = Counter()
         for a in alerts[:admitted]:
             try:
-                rows.append(alert_row(agent, env.job, env.round, a, now))
+                rows.append(alert_row(agent, env.job, env.round, a, now, dropped))
             except ProtocolError as e:
                 self.reject(e.reason, e.detail, topic)
                 bad = alert_id(a)
                 if bad:  # refused for good: confirmed, so that the device stops sending it
                     refused.append(bad)
+        if dropped:  # flow fields no store could keep: left out, the alerts kept (wire.flows)
+            self.reject("flow_field", f"{dropped[agent]} flow fields left out of {agent}'s alerts, the alerts kept",
+                        topic, dropped[agent])
         if not rows and not refused:
             return "done", 0
         if not self.acks:  # the first message waiting for a flush (its alerts stored, or refusals confirmed)

@@ -40,6 +40,7 @@ from edge_agent.zeek_input import (
     open_regular,
 )
 from models.detection.encoding import FeatureEncoder, RecordSchema, local_counts
+from wire.flows import clean_flow
 
 log = logging.getLogger("fedsentry.agent")
 
@@ -99,7 +100,8 @@ def as_source(source: Source | Iterator[Batch] | None) -> Source | None:
 
 
 def flows(batch: Batch, rows: np.ndarray) -> list[dict[str, str | int]]:
-    """The flow fields of the records at `rows` (those a source provides; unset ones left out)."""
+    """The flow fields of the records at `rows` (those a source provides; unset ones left out), as the coordinator
+    keeps them (wire.flows: text escaped and bounded; whatever the traffic holds, the alert goes out)."""
     text = batch.text or {}
     fields = [f for f in ALERT_FLOW_FIELDS if f in text]
     out = []
@@ -108,8 +110,8 @@ def flows(batch: Batch, rows: np.ndarray) -> list[dict[str, str | int]]:
         for f in fields:
             v = text[f][i]
             if v is not None and v != "":
-                flow[f] = int(v) if f == "row" else str(v)[:256]
-        out.append(flow)
+                flow[f] = int(v) if f == "row" else str(v)
+        out.append(clean_flow(flow)[0] or {})
     return out
 ZEEK_UNSET, ZEEK_EMPTY = "-", "(empty)"  # Zeek's defaults for #unset_field and #empty_field
 

@@ -21,6 +21,7 @@ from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session
 
 from store.db import Alert, Device, utcnow
+from wire.flows import clean_flow, escaped
 from wire.protocol import ProtocolError
 
 #: an alert id as agents make them (hex uuids): nothing that could break a log line, a CSV or an event stream
@@ -35,8 +36,12 @@ def alert_id(m: Any) -> str | None:
     return i if isinstance(i, str) and ALERT_ID.fullmatch(i) else None
 
 
-def alert_row(agent: str, job: str, version: int, m: Any, received: datetime) -> dict[str, Any]:
-    """The table row of one alert as an agent sent it; ProtocolError when a field is missing or wrong."""
+def alert_row(agent: str, job: str, version: int, m: Any, received: datetime,
+              dropped: Counter[str] | None = None) -> dict[str, Any]:
+    """The table row of one alert as an agent sent it; ProtocolError when a field the alert needs is missing or
+    wrong. Its flow fields (and its incident's example flows) are the traffic's, chosen by whoever sends it: they
+    are kept as `wire.flows.clean_flow` keeps them, never a reason to refuse the alert; `dropped` counts the
+    fields left out, per device."""
     if alert_id(m) is None:
         raise ProtocolError("alert", "alert id must be 1-64 letters, digits or _.:-")
     try:
@@ -65,7 +70,16 @@ def alert_row(agent: str, job: str, version: int, m: Any, received: datetime) ->
         raise ProtocolError("alert", f"explanation is not plain JSON with finite numbers: {e}") from None
     if len(text) > 16384:
         raise ProtocolError("alert", "explanation larger than 16 KiB")
-    problem = flow_problem(row["flow"]) or incident_problem(row["incident"])
+    row["flow"], lost = clean_flow(row["flow"])
+    if isinstance(row["incident"], dict) and isinstance(row["incident"].get("samples"), list):
+        samples = [clean_flow(f) for f in row["incident"]["samples"][:16]]
+        lost += sum(n for _, n in samples) + max(0, len(row["incident"]["samples"]) - 16)
+        row["incident"] = {**row["incident"], "samples": [f for f, _ in samples if f is not None]}
+        if isinstance(row["incident"].get("key"), str):
+            row["incident"]["key"] = escaped(row["incident"]["key"], 200)
+    if lost and dropped is not None:
+        dropped[agent] += lost
+    problem = incident_problem(row["incident"])
     if problem:
         raise ProtocolError("alert", problem)
     row["incident_id"] = incident_id(agent, row["incident"])

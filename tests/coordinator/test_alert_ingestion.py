@@ -100,20 +100,35 @@ def test_a_device_over_its_ingest_limit_waits_and_loses_nothing(tmp_path):
         c.engine.dispose()
 
 
-def test_alerts_keep_their_flow_fields_and_bad_ones_are_refused(coordinator):
+def test_no_flow_field_costs_an_alert(coordinator):
+    """The traffic is the attacker's: whatever a flow field holds, the alert is stored, the field kept escaped and
+    bounded or left out alone and counted (wire.flows). Before, each of these alerts was refused and lost."""
     flow = {"uid": "CHhAvVGS1DHFjwGM9", "ts": "1700000000.123456", "id.orig_h": "192.168.1.7", "id.orig_p": "51234",
             "id.resp_h": "10.0.0.1", "id.resp_p": "53", "proto": "udp", "service": "dns\\back slash"}
     good = [alert(flow=flow), alert(flow={"row": 42}), alert()]
-    bad = [alert(flow={"uid": "x" * 300}), alert(flow={"nested": {"a": 1}}), alert(flow=["uid"]),
-           alert(flow={f"k{i}": i for i in range(17)}), alert(flow={"row": True}), alert(flow={"uid": "a\nb"})]
-    (env,) = alert_batches("job-1", 1, "dev-1", good + bad)
+    hostile = {
+        "long": ({"uid": "x" * 300}, {"uid": "x" * 255 + "…"}, 0),
+        "nested": ({"nested": {"a": 1}, "uid": "C1"}, {"uid": "C1"}, 1),
+        "a list": (["uid"], None, 1),
+        "17 fields": ({f"k{i}": i for i in range(17)}, {f"k{i}": i for i in range(16)}, 1),
+        "a boolean": ({"row": True}, {}, 1),
+        "a line break and ANSI": ({"uid": "a\nb\x1b[31m"}, {"uid": "a\\u000ab\\u001b[31m"}, 0),
+        "right-to-left override": ({"service": "dns\u202etxt.exe"}, {"service": "dns\\u202etxt.exe"}, 0),
+        "a bad name": ({"uid\n": "C2", "b" * 40: "v"}, {"uid\\u000a": "C2", "b" * 31 + "…": "v"}, 0),
+        "2^60": ({"id.orig_p": 2**60, "uid": "C3"}, {"uid": "C3"}, 1),
+    }
+    bad = {name: alert(flow=sent) for name, (sent, _, _) in hostile.items()}
+    (env,) = alert_batches("job-1", 1, "dev-1", good + list(bad.values()))
     assert coordinator.handle(agent_topic("dev-1", "alerts"), env.encode(), mid=1, qos=1) == "buffered"
     coordinator.ingest.flush()
     with coordinator.sessions() as s:
         stored = {a.id: a.flow for a in s.query(Alert)}
-    assert stored == {good[0]["id"]: flow, good[1]["id"]: {"row": 42}, good[2]["id"]: None}
-    assert coordinator.rejected["alert"] == len(bad)
-
+    assert len(stored) == len(good) + len(bad)
+    assert [stored[a["id"]] for a in good] == [flow, {"row": 42}, None]
+    for name, (_, kept, _) in hostile.items():
+        assert stored[bad[name]["id"]] == kept, name
+    assert coordinator.rejected["alert"] == 0
+    assert coordinator.rejected["flow_field"] == sum(n for _, _, n in hostile.values())
 
 
 def test_a_flush_the_database_refuses_keeps_its_batch_for_the_next(tmp_path):

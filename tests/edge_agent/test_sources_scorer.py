@@ -272,6 +272,16 @@ def test_alerts_carry_the_flow_of_their_record(tmp_path):
     (rows,) = list(csv_source(csv_file))
     _, alerts = scorer.score(scorer.matrix(rows), rows)
     assert [a["flow"] for a in alerts] == [{"row": 2}, {"row": 3}, {"row": 4}]
+    # whatever the traffic writes in a flow field, the agent sends it as the coordinator keeps it (wire.flows):
+    # escaped and bounded (before: sent raw, and the coordinator refused the whole alert)
+    hostile = Batch(numeric, np.ones((1, len(numeric))),
+                    text={"uid": np.array(["C1\n\x1b[31m"], dtype=object),
+                          "service": np.array(["x" * 1000], dtype=object)})
+    _, (alert,) = scorer.score(scorer.matrix(hostile), hostile)
+    assert alert["flow"] == {"uid": "C1\\u000a\\u001b[31m", "service": "x" * 255 + "…"}
+    from store.alerts import flow_problem
+
+    assert flow_problem(alert["flow"]) is None
 
 
 def test_train_accepts_zeek_logs_and_csv(tmp_path):

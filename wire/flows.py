@@ -1,0 +1,58 @@
+"""An alert's flow fields (its record's connection: Zeek's uid, addresses, ports, ...) as both sides keep them.
+
+The traffic an agent scores is chosen by attackers, so no content of a flow field may cost a flagged record its
+alert: a field is kept escaped and bounded, or dropped alone and counted, and the alert always goes on. The agent
+applies the rule before it sends; the coordinator applies it again to what arrives (an older or hostile agent).
+
+- at most MAX_FIELDS fields (the first ones kept);
+- a name is text: characters that are not printable are written as \\uXXXX, and it is cut to MAX_NAME characters
+  (a name left empty, or the same as one already kept, drops its field);
+- a value is a whole number within 2^53, or text escaped the same way and cut to MAX_TEXT characters, ending in
+  "…" when cut (never inside an escape); anything else (an object, a list, true/false, a fraction, a larger
+  number) drops its field.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+MAX_FIELDS, MAX_NAME, MAX_TEXT = 16, 32, 256
+CUT = "…"
+
+
+def escaped(text: str, limit: int) -> str:
+    """`text` with non-printable characters written as \\uXXXX (\\UXXXXXXXX beyond the BMP), at most `limit`
+    characters, cut between escapes and ending in CUT when cut."""
+    out, size = [], 0
+    for ch in text:
+        e = ch if ch.isprintable() else (f"\\u{ord(ch):04x}" if ord(ch) <= 0xFFFF else f"\\U{ord(ch):08x}")
+        if size + len(e) > limit:
+            break
+        out.append(e)
+        size += len(e)
+    else:
+        return "".join(out)
+    while out and size + len(CUT) > limit:
+        size -= len(out.pop())
+    return "".join(out) + CUT
+
+
+def clean_flow(flow: Any) -> tuple[dict[str, str | int] | None, int]:
+    """(the flow fields kept, how many were dropped); a flow that is not an object is dropped whole (counted 1)."""
+    if flow is None:
+        return None, 0
+    if not isinstance(flow, dict):
+        return None, 1
+    kept: dict[str, str | int] = {}
+    dropped = 0
+    for k, v in flow.items():
+        name = escaped(k, MAX_NAME) if isinstance(k, str) else ""
+        if len(kept) >= MAX_FIELDS or not name or name in kept:
+            dropped += 1
+        elif isinstance(v, int) and not isinstance(v, bool) and abs(v) < 2**53:
+            kept[name] = v
+        elif isinstance(v, str):
+            kept[name] = escaped(v, MAX_TEXT)
+        else:
+            dropped += 1
+    return kept, dropped
