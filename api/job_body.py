@@ -12,7 +12,6 @@ the spec: an unknown setting, a value out of range or an algorithm parameter the
 
 from __future__ import annotations
 
-import types
 import typing
 from typing import Annotated, Any, Literal
 
@@ -60,10 +59,7 @@ def _bad(field: str, problem: str) -> PydanticCustomError:
 
 def _annotation(hint: Any) -> Any:
     """The body's type of a spec field (always optional: absent is the default)."""
-    args = [a for a in typing.get_args(hint) if a is not type(None)]
-    origin = typing.get_origin(hint)
-    if origin in (typing.Union, types.UnionType) and len(args) == 1:
-        return _annotation(args[0])
+    args, origin = list(typing.get_args(hint)), typing.get_origin(hint)
     if hint is bool:
         return bool
     if hint is int:

@@ -16,6 +16,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from wire.flows import visible
+
 #: a private SD-ID is NAME@<enterprise number>; 32473 is the number RFC 5612 reserves for examples
 SD_ID, INCIDENT_ID, FLOW_ID = "fedsentry@32473", "incident@32473", "flow@32473"
 #: the alert's fields first in its element, in this order (its other scalar fields follow)
@@ -43,11 +45,7 @@ def char(c: str) -> str:
     """One character of a PARAM-VALUE as written: `"`, `\\` and `]` escaped with a backslash (6.3.3); a
     character that is not printable (control, format, separator, surrogate, private or unassigned) as the
     visible text `\\uXXXX` (`\\UXXXXXXXX` beyond the BMP), so that none reaches a receiver's log line."""
-    if c in _ESCAPES:
-        return _ESCAPES[c]
-    if c.isprintable():
-        return c
-    return f"\\u{ord(c):04x}" if ord(c) <= 0xFFFF else f"\\U{ord(c):08x}"
+    return _ESCAPES.get(c) or visible(c)
 
 
 def escape(value: str) -> str:

@@ -23,11 +23,13 @@ import stat
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from wire.flows import MAX_TEXT as FLOW_TEXT
+
 #: the longest line the Zeek reader accepts, in bytes (its newline excluded); longer ones are refused
 MAX_LINE = 64 * 1024
 #: the longest text field the Zeek reader accepts, in characters: conn.log's (proto, service, conn_state, history,
 #: the flow's identifiers) are a few to a few dozen; the training reservoir keeps them for 50,000 records
-MAX_TEXT = 256
+MAX_TEXT = FLOW_TEXT  # a text field no longer than an alert keeps it (wire.flows)
 #: the bytes one poll reads at most (refused long lines included): the agent's loop is never held longer
 POLL_BYTES = 32 * 1024 * 1024
 #: the most digits of an integer Zeek writes (count: unsigned 64 bits, 20 digits; int: 19 and a sign)

@@ -38,7 +38,7 @@ class Setting:
     """One setting of a family as the surfaces show it."""
 
     name: str
-    hint: Any  # the field's type (resolved)
+    hint: Any  # the field's type (resolved), without `| None`: a setting left out is its default anyway
     default: Any
     help: str
 
@@ -79,7 +79,7 @@ class JobSpec:
             elif f.name == "algorithm_params":
                 words = f"{words} ({default_algorithm_params(cls.algorithms[cls.default_algorithm()])})"
                 default = None
-            out.append(Setting(f.name, hints[f.name], default, words or f.name.replace("_", " ")))
+            out.append(Setting(f.name, _without_none(hints[f.name]), default, words or f.name.replace("_", " ")))
         return out
 
     @classmethod
@@ -166,6 +166,12 @@ def check(ok: bool, name: str, problem: str) -> None:
     """Raise the SettingError naming `name` unless ok."""
     if not ok:
         raise SettingError(name, problem)
+
+
+def _without_none(hint: Any) -> Any:
+    """`X | None` as X (other types as they are)."""
+    args = [a for a in typing.get_args(hint) if a is not type(None)]
+    return args[0] if len(args) == 1 and len(typing.get_args(hint)) == 2 else hint
 
 
 def default_algorithm_params(cls: type) -> str:

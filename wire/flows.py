@@ -20,12 +20,18 @@ MAX_FIELDS, MAX_NAME, MAX_TEXT = 16, 32, 256
 CUT = "…"
 
 
+def visible(ch: str) -> str:
+    """One character as agent-supplied text is kept and forwarded: itself if printable, else the visible text
+    \\uXXXX (\\UXXXXXXXX beyond the BMP): no control, format or separator character reaches a log line."""
+    return ch if ch.isprintable() else (f"\\u{ord(ch):04x}" if ord(ch) <= 0xFFFF else f"\\U{ord(ch):08x}")
+
+
 def escaped(text: str, limit: int) -> str:
-    """`text` with non-printable characters written as \\uXXXX (\\UXXXXXXXX beyond the BMP), at most `limit`
-    characters, cut between escapes and ending in CUT when cut."""
+    """`text` with each character `visible`, at most `limit` characters, cut between escapes and ending in CUT
+    when cut."""
     out, size = [], 0
     for ch in text:
-        e = ch if ch.isprintable() else (f"\\u{ord(ch):04x}" if ord(ch) <= 0xFFFF else f"\\U{ord(ch):08x}")
+        e = visible(ch)
         if size + len(e) > limit:
             break
         out.append(e)

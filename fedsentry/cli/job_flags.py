@@ -25,11 +25,6 @@ def _owners() -> dict[str, list[tuple[str, Setting]]]:
     return out
 
 
-def _base(hint: Any) -> Any:
-    args = [a for a in typing.get_args(hint) if a is not type(None)]
-    return _base(args[0]) if typing.get_origin(hint) is not list and len(args) == 1 else hint
-
-
 def _shown(v: Any) -> str:
     return str(v).lower() if isinstance(v, bool) else str(v)
 
@@ -64,7 +59,7 @@ def add_job_flags(p: argparse.ArgumentParser) -> None:
                    f"{DEFAULT_DETECTOR}, or the family of the --algorithm named): "
                    + "; ".join(f"{n}: {f.summary}" for n, f in FAMILIES.items()))
     for name, owners in _owners().items():
-        flag, hint = "--" + name.replace("_", "-"), _base(owners[0][1].hint)
+        flag, hint = "--" + name.replace("_", "-"), owners[0][1].hint
         if name == "algorithm_params":
             per = "; ".join(f"{n}: {s.help.partition('(')[2].rstrip(')')}" for n, s in owners)
             p.add_argument("--param", action="append", default=[], metavar="NAME=VALUE", dest="algorithm_params",
@@ -91,7 +86,7 @@ def job_values(args: argparse.Namespace) -> dict[str, Any]:
             continue
         if name == "algorithm_params":
             values[name] = dict(_param(p) for p in given)
-        elif typing.get_origin(_base(owners[0][1].hint)) is list:
+        elif typing.get_origin(owners[0][1].hint) is list:
             values[name] = _list(given, "--" + name.replace("_", "-"))
         else:
             values[name] = given
