@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, create_mo
 from pydantic_core import PydanticCustomError
 
 from api.validation import Int64, ItemId, Name, Scalar
-from models.families import DEFAULT_DETECTOR, FAMILIES, JobFamily, family_for, job_spec
+from models.families import DEFAULT_DETECTOR, FAMILIES, JobFamily, detectors, family_for, job_spec
 from models.jobspec import JobSpec, Setting
 from models.params import SettingError
 from wire.protocol import ID_RE
@@ -36,6 +36,12 @@ class JobBody(BaseModel):
 
     type: str
     id: str | None = Field(None, pattern=ID_RE.pattern, description="job id (generated when absent)")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _null_is_absent(cls, data: Any) -> Any:
+        """`"type": null` is the default family, as every other setting's null is its default."""
+        return {k: v for k, v in data.items() if not (k == "type" and v is None)} if isinstance(data, dict) else data
 
     def spec(self) -> JobSpec:
         """The validated typed settings; a PydanticCustomError naming the field otherwise."""
@@ -100,23 +106,26 @@ def family_body(f: JobFamily) -> type[JobBody]:
 
 
 def _family_of(body: Any) -> str:
-    """The family a body means (the union's discriminator)."""
-    if isinstance(body, dict):
-        chosen, algorithm = body.get("type") or body.get("detector"), body.get("algorithm")
-        picked = family_for(chosen if isinstance(chosen, str) else None, algorithm if isinstance(algorithm, str)
-                            else None) if chosen is None or isinstance(chosen, str) else ""
-        return picked
-    return str(getattr(body, "type", ""))
+    """The family a body means (the union's discriminator): its `type`, else its `detector` (an anomaly detector's
+    name), else the family of its `algorithm`, else the default detector; "" (no family) for anything else."""
+    if not isinstance(body, dict):
+        return str(getattr(body, "type", ""))
+    chosen, detector, algorithm = body.get("type"), body.get("detector"), body.get("algorithm")
+    if chosen is None and detector is not None:
+        return detector if detector in detectors() else ""
+    if chosen is None:
+        return family_for(None, algorithm if isinstance(algorithm, str) else None)
+    return chosen if isinstance(chosen, str) else ""
 
 
 def job_body() -> Any:
     """The body of POST /api/v1/jobs for the families registered now."""
     bodies = [Annotated[family_body(f), Tag(name)] for name, f in FAMILIES.items()]
     return Annotated[typing.Union[tuple(bodies)], Discriminator(  # noqa: UP007 (a union built at run time)
-        _family_of, custom_error_type="job",
-        custom_error_message=f"type: must be one of {', '.join(FAMILIES)} (default {DEFAULT_DETECTOR}; "
-        "detector: one of the anomaly detectors among them)",
-        custom_error_context={"field": "type", "problem": f"must be one of {', '.join(FAMILIES)}"})]
+        _family_of, custom_error_type="job", custom_error_message="type: {problem}",
+        custom_error_context={"field": "type", "problem": f"must be one of {', '.join(FAMILIES)} (default "
+                              f"{DEFAULT_DETECTOR}); detector: one of the anomaly detectors, "
+                              f"{', '.join(detectors())}"})]
 
 
 def parse_job(values: dict[str, Any]) -> JobBody:

@@ -79,6 +79,8 @@ PCA3 = {"type": "pca", "features": ["a", "b", "c"]}  # gmm is the default family
     ({**PCA3, "rank": 0}, "body.rank", "must be at least 1"),
     ({"type": "pca", "features": ["a", "a", "b"]}, "body.features", "distinct"),
     ({"features": ["a", "b", "c"], "type": "graph"}, "body.type", "must be one of pca, gmm, recsys"),
+    ({"type": ""}, "body.type", "must be one of pca, gmm, recsys"),
+    ({"detector": "recsys", "items": [1, 2, 3]}, "body.type", "detector: one of the anomaly detectors, gmm, pca"),
     ({"type": "recsys"}, "body.items", "needs the item catalogue"),
     ({"type": "recsys", "items": [1, 2, 3], "rank": 1, "features": ["a", "b", "c"]}, "body.features",
      "not a setting of a recsys job"),
@@ -278,6 +280,11 @@ def test_detector_is_the_type_by_the_command_line_s_name(client, keys):
     assert r.status_code == 201 and r.json()["type"] == "gmm" and r.json()["algorithm"] == "fedem"
     r = client.post("/api/v1/jobs", json={"detector": "pca", "type": "gmm", "features": ["a", "b"]}, headers=admin)
     assert r.status_code == 422 and any(d["field"] == "body.detector" for d in r.json()["detail"]), r.text
+
+
+def test_a_null_type_is_the_default_family(client, keys):
+    r = client.post("/api/v1/jobs", json={"type": None, "features": ["a", "b"]}, headers=bearer(keys["admin"]))
+    assert r.status_code == 201 and r.json()["type"] == "gmm", r.text
 
 
 def test_every_time_the_api_gives_says_it_is_utc(client, keys):
