@@ -20,7 +20,7 @@ import numpy as np
 
 from coordinator.job_runner import JobRunner, Phase
 from models.core.messages import MessageType, Upload
-from models.core.pipeline import close_round
+from models.core.pipeline import CAP_LEVEL, close_round
 from models.detection.encoding import check_counts, encoded_statistics
 from models.detection.messages import DetectorRound, Histogram, Statistics
 from models.detection.preprocessing import Preprocessor
@@ -33,6 +33,7 @@ from models.detection.screening import (
     federation_statistics,
     robust_threshold,
     value_bound,
+    weight_caps,
 )
 from models.detection.spec import DetectorJobSpec
 from models.params import SettingError
@@ -226,6 +227,7 @@ class DetectorJob(JobRunner):
         self.counts, self.roster_saved = counts.tolist(), False
         self.rng = np.random.default_rng(self.spec.seed)
         self.start_algorithm(fed, counts, total, sumsq)
+        self.server.update(fed.caps.state())  # the pipeline's cap stage: claimed records -> capped weights
         self.info["init_blob"] = pack(self.broadcast).hex()
         counted = capped_counts(counts, self.spec.guard())
         # capped: its share of the weight cut by more than 1 % (equal devices of a small fleet share exactly)
@@ -241,11 +243,15 @@ class DetectorJob(JobRunner):
         for k in self.counters:  # which devices this round's refusals are for (set by the algorithm's update)
             self.server.pop(f"{k}_ids", None)
         alg = self.algorithm()
-        ids, weights = self.weights(answered)
+        ids, _ = self.weights(answered)
+        if CAP_LEVEL not in self.server:  # a job saved before the caps were a pipeline stage
+            self.server.update(weight_caps(np.array(self.counts, dtype=float), self.spec.guard()).state())
         uploads = {k: np.stack([self.pending[a].arrays[k] for a in answered]) for k in
                    (self.pending[answered[0]].arrays if answered else {})}  # Upload messages
         before = self.broadcast
-        self.server, self.broadcast = close_round(alg, self.server, ids, uploads, weights)
+        # the answers weigh the records their devices claimed; the pipeline caps them
+        claimed = np.array(self.counts, dtype=float)[ids]
+        self.server, self.broadcast = close_round(alg, self.server, ids, uploads, claimed)
         if self.touched is not None:
             for k, rows in alg.touched(self.server, ids).items():
                 self.touched[k] = np.union1d(self.touched.get(k, rows[:0]), rows)

@@ -1,16 +1,21 @@
 """The aggregation pipeline: what every family's uploads pass through between a round and its server step, in
-one order, each stage a small function (switched per job by the stages given to `close_round`):
+one order, each stage a small function (the simulators and the coordinator close
+every round with `close_round`, so a refusal or a cap is the same in both):
 
     validate   the algorithm's `screen`: refuse what no honest client could send (factor 0) and shrink what is
                larger than its own claims allow (a factor in (0, 1)); counted on the server state per round
                ("rejected", "shrunk", and this round's "rejected_ids", "shrunk_ids": the operator's influence view)
-    caps       the weights the answers arrive with are the devices' capped shares of the records
-               (models.detection.screening.capped_weights, fixed by the statistics phase)
-    then the family's server step, whose robust rules (FedEM's support rule, trimmed aggregators) act on what
-    passed. The stages of private mode (secure sum, calibrated noise) come after validation, in that order.
+    cap        answers arrive weighted by the records their devices claimed; each counts for at most the job's
+               level, over the federation's mean (the weight caps the statistics phase fixed in the server state,
+               models.detection.screening.weight_caps). A job without caps (recommendation weighs rating counts
+               as they are) skips the stage
+    server     the family's server step, with its robust rules on what passed (FedEM's support rule and mass
+               share: a component is normal only if enough devices support it; trimmed aggregators)
 
-The simulators (models.core.rounds.run_round) and the coordinator (its job runners) close rounds through
-`close_round`, so a refusal is the same refusal in both.
+Each stage is switched by the job's own settings, not by a list of its own: validation is always on (an upload
+no honest device could send is never aggregated); the caps by `count_cap` and `max_share` (a job without them,
+as recommendation, fixes none); the support rule by `min_support` (0: every component shared). Private mode's
+stages (secure sum, calibrated noise) come after the caps (issue 23).
 """
 
 from __future__ import annotations
@@ -51,12 +56,31 @@ def validate(algorithm: FederatedAlgorithm, server: State, answers: Answers) -> 
     return Answers(answers.ids[keep], uploads, answers.weight[keep])
 
 
-STAGES: tuple[Stage, ...] = (validate,)
+#: the server-state keys of the weight caps a job's statistics phase fixes
+CAP_LEVEL, CAP_SCALE = "cap.level", "cap.scale"
+
+
+def cap_weights(claimed: np.ndarray, level: float, scale: float) -> np.ndarray:
+    """Claimed records, each counted for at most `level`, over `scale`."""
+    return np.minimum(claimed, level) / scale
+
+
+def cap(algorithm: FederatedAlgorithm, server: State, answers: Answers) -> Answers:
+    """The answers' claimed records as capped weights (the caps in the server state); unchanged without caps."""
+    if CAP_LEVEL not in server:
+        return answers
+    weight = cap_weights(answers.weight, float(server[CAP_LEVEL]), float(server[CAP_SCALE]))
+    return Answers(answers.ids, answers.uploads, weight)
+
+
+#: every stage, in the pipeline's order
+STAGES: tuple[Stage, ...] = (validate, cap)
 
 
 def close_round(algorithm: FederatedAlgorithm, server: State, client_ids: np.ndarray, uploads: State,
                 weight: np.ndarray, stages: Sequence[Stage] = STAGES) -> tuple[State, State]:
-    """The answers through the pipeline's stages, then the algorithm's server step: (server state, broadcast)."""
+    """The answers (weighted by their claimed records, or by weights where the job fixed no caps) through the
+    pipeline's stages, then the algorithm's server step: (server state, broadcast)."""
     answers = Answers(np.asarray(client_ids, dtype=np.int64), uploads, np.asarray(weight, dtype=float))
     for stage in stages:
         answers = stage(algorithm, server, answers)

@@ -150,7 +150,8 @@ class Hooks:
 def simulate(loop: Rounds, pool: ClientPool, weight: np.ndarray, rounds: int, hooks: Hooks | None = None,
              everyone_first: bool = False) -> Hooks:
     """`rounds` rounds of the loop in-process (with `everyone_first`, one more first with every client: a seeding
-    phase). Returns the hooks, with each round's seconds."""
+    phase). `weight`: each client's, or the records it claimed where the server state holds weight caps (the
+    pipeline's cap stage makes them weights). Returns the hooks, with each round's seconds."""
     hooks = hooks or Hooks()
     everyone = np.arange(loop.n_clients)
     for r in range(rounds + int(everyone_first)):

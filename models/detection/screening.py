@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from models.core.aggregation import trimmed_weighted_mean, winsorized_weighted_mean
+from models.core.pipeline import CAP_LEVEL, CAP_SCALE, cap_weights
 from models.detection.threshold import EDGES, TAIL_SPAN, TAIL_STEP, Tail, quantile_from_histogram
 
 #: |signed_log1p(x)| for every finite float64 x is below this: a larger transformed value is a lie
@@ -50,27 +51,55 @@ DEFAULT_GUARD = Guard()
 
 def capped_weights(counts: np.ndarray, guard: Guard) -> np.ndarray:
     """Each device's weight (mean 1 over the federation): its count, capped at `count_cap` times the
-    median count, then no device above `max_share` of the total (water-filling; the share is at least 1/n)."""
-    w = capped_counts(counts, guard)
-    return w / w.mean() if len(w) else w
+    median count, then no device above `max_share` of the total (water-filling; the share is at least 1/n).
+    What the pipeline's `cap` stage gives each answer (`weight_caps`)."""
+    return weight_caps(counts, guard).apply(counts)
 
 
 def capped_counts(counts: np.ndarray, guard: Guard) -> np.ndarray:
     """The records each device is counted for (`capped_weights` before scaling to mean 1)."""
-    w = np.minimum(np.asarray(counts, dtype=float), guard.count_cap * np.median(counts)) if len(counts) else \
-        np.zeros(0)
+    return np.minimum(np.asarray(counts, dtype=float), cap_level(counts, guard))
+
+
+@dataclass(frozen=True)
+class WeightCaps:
+    """The weight caps the statistics phase fixes: a device counts for at most `level` records, and weights are
+    counted records over `scale` (the federation's mean counted records). The pipeline's `cap` stage applies
+    them to each round's answers, which arrive weighted by the records their devices claimed
+    (models.core.pipeline.cap reads them from the server state, `state()`)."""
+
+    level: float
+    scale: float
+
+    def apply(self, counts: np.ndarray) -> np.ndarray:
+        return cap_weights(np.asarray(counts, dtype=float), self.level, self.scale)
+
+    def state(self) -> dict[str, np.ndarray]:
+        return {CAP_LEVEL: np.array(self.level), CAP_SCALE: np.array(self.scale)}
+
+
+def weight_caps(counts: np.ndarray, guard: Guard) -> WeightCaps:
+    counted = capped_counts(counts, guard)
+    return WeightCaps(cap_level(counts, guard), float(counted.mean()) if len(counted) else 1.0)
+
+
+def cap_level(counts: np.ndarray, guard: Guard) -> float:
+    """The largest count a device is counted for: `count_cap` times the median count, lowered so that no device
+    holds more than `max_share` of the counted total (water-filling; the share is at least 1/n). Both caps
+    clip, so together they are one clip at the lower level."""
+    w = np.asarray(counts, dtype=float)
     n = len(w)
     if n == 0:
-        return w
+        return float("inf")
+    level = guard.count_cap * float(np.median(w))
+    ws = np.sort(np.minimum(w, level))[::-1]
     share = max(guard.max_share, 1.0 / n)
-    order = np.argsort(-w, kind="stable")
-    ws = w[order]
+    rest = np.cumsum(ws[::-1])[::-1]  # rest[j] = ws[j:].sum()
     for j in range(n):  # the j largest capped at share * T, where T = (sum of the rest) / (1 - j share)
-        total = ws[j:].sum() / (1 - j * share)
+        total = rest[j] / (1 - j * share)
         if ws[j] <= share * total * (1 + 1e-12):
-            w[order[:j]] = share * total
-            break
-    return w
+            return min(level, share * total) if j else level
+    return level
 
 
 def value_bound(log_transform: bool) -> float:
@@ -263,6 +292,8 @@ class Federation:
     weight: np.ndarray
     diag: np.ndarray
     trace: np.ndarray
+    caps: WeightCaps  # what makes each device's claimed count its weight (the pipeline's cap stage)
+    count: np.ndarray  # the records each device claimed
 
 
 def stack_summaries(summaries: list[tuple[int, np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -273,9 +304,10 @@ def stack_summaries(summaries: list[tuple[int, np.ndarray, np.ndarray]]) -> tupl
 
 def federation_statistics(count: np.ndarray, total: np.ndarray, sumsq: np.ndarray, guard: Guard) -> Federation:
     """From the devices' (count, sum, sum of squares), stacked (n,), (n, d), (n, d), already checked."""
-    weight = capped_weights(count, guard)
+    caps = weight_caps(count, guard)
+    weight = caps.apply(count)
     mean, scale, diag = robust_standardisation(count, total, sumsq, weight, guard.influence)
-    return Federation(mean, scale, weight, diag, diag.sum(axis=1))
+    return Federation(mean, scale, weight, diag, diag.sum(axis=1), caps, np.asarray(count, dtype=float))
 
 
 def model_problem(Z: np.ndarray, mean: np.ndarray, scale: np.ndarray, threshold: float) -> str | None:

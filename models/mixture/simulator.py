@@ -23,7 +23,7 @@ from models.core.rounds import BatchedPool, Hooks, RoundResult, Rounds, simulate
 from models.detection.attacks import NO_ADVERSARIES, Adversaries
 from models.detection.metrics import detection_report
 from models.detection.preprocessing import RECORD_DTYPE, as_device_records, signed_log1p
-from models.detection.screening import Guard, admitted_histograms, fleet_tail
+from models.detection.screening import Guard, WeightCaps, admitted_histograms, fleet_tail
 from models.detection.threshold import EDGES, holdout_mask, shrunk_threshold, sparse_histogram
 from models.mixture import FEDERATED
 from models.mixture.anchors import ANCHORS
@@ -91,8 +91,8 @@ def simulate_mixture(
         shared = None
         out.update(rounds=1, seconds_per_round=time.perf_counter() - t0, upload_bytes_per_client_round=None)
     else:
-        mixture, shared, history = run_mixture(alg, clients.X, clients.weight, rounds, fraction, seed, on_round,
-                                               adversaries)
+        mixture, shared, history = run_mixture(alg, clients.X, clients.claimed, rounds, fraction, seed, on_round,
+                                               adversaries, clients.caps)
         out.update(rounds=rounds, seconds_per_round=(time.perf_counter() - t0) / rounds,
                    upload_bytes_per_client_round=alg.upload_bytes(), rejected_uploads=int(history[-1]["rejected"]))
     det = MixtureDetector.from_model(mixture, clients.preprocessor, 1.0, shared, quantile=quantile)
@@ -162,16 +162,20 @@ def devices_seeing(parts: list[np.ndarray], X_test: np.ndarray, y_test: np.ndarr
     return out
 
 
-def run_mixture(alg: FedEM, X: list[np.ndarray], weight: np.ndarray, rounds: int, fraction: float, seed: int,
+def run_mixture(alg: FedEM, X: list[np.ndarray], claimed: np.ndarray, rounds: int, fraction: float, seed: int,
                 on_round: Callable[[dict[str, float]], None] | None = None,
-                adversaries: Adversaries = NO_ADVERSARIES) -> tuple[Mixture, np.ndarray, list[dict[str, float]]]:
+                adversaries: Adversaries = NO_ADVERSARIES,
+                caps: WeightCaps | None = None) -> tuple[Mixture, np.ndarray, list[dict[str, float]]]:
     """The rounds of a federated mixture job: the seeding round with every device (as the job's seed phase),
     then `rounds` rounds of the coordinator's sampling and the devices' client steps (the adversaries'
-    uploads tampered with, models.detection.attacks)."""
+    uploads tampered with, models.detection.attacks). The answers weigh the records each device claimed,
+    capped in the pipeline by `caps` (as they are, without)."""
     rng = np.random.default_rng(seed)
     chaos = np.random.default_rng(seed + 7919)  # attacks do not disturb the sampling
     loop = Rounds.start(alg, len(X), fraction, rng)
     loop.server = alg.attach_bounds(loop.server, *device_moments(X))
+    if caps is not None:
+        loop.server.update(caps.state())
     pool = BatchedPool.of(alg, device_data(X, seed), loop.broadcast)
     history: list[dict[str, float]] = []
 
@@ -185,7 +189,7 @@ def run_mixture(alg: FedEM, X: list[np.ndarray], weight: np.ndarray, rounds: int
         if on_round:
             on_round(entry)
 
-    simulate(loop, pool, weight, rounds, Hooks(tamper=tamper, observe=observe), everyone_first=True)
+    simulate(loop, pool, claimed, rounds, Hooks(tamper=tamper, observe=observe), everyone_first=True)
     return alg.consensus(loop.broadcast), shared_of(loop.broadcast), history
 
 

@@ -23,6 +23,7 @@ from models.detection.robust import TRIM_CRITERIA, distance_masks, residual_mask
 from models.detection.screening import (
     DEFAULT_GUARD,
     Guard,
+    WeightCaps,
     admitted_histograms,
     admitted_summaries,
     federation_statistics,
@@ -47,6 +48,8 @@ class ClientData:
     X: list[np.ndarray]  # standardised (and lifted) records per client
     C: np.ndarray  # (N, d, d) second moments (of the kept records)
     weight: np.ndarray  # (N,) n_i / mean(n), capped (models.detection.screening)
+    caps: WeightCaps  # what the pipeline's cap stage makes of the records each client claims (`claimed`)
+    claimed: np.ndarray  # (N,) the records each client claimed in the statistics phase
     diag: np.ndarray  # (N, d) diag(C_i) and (N,) the bound on tr(C_i): what the server checks uploads against
     trace: np.ndarray
     keep: list[np.ndarray] | None = None  # records kept by a distance trim
@@ -93,14 +96,14 @@ def prepare_clients(parts: list[np.ndarray], feature_names: list[str], log_trans
         C = np.stack([second_moment(f if keep is None else f[keep[i]]) for i, f in enumerate(F)])
         n = len(F)
         diag, trace = np.full((n, lift.n_components), lift.diag_bound), np.full(n, lift.trace_bound)
-        return ClientData(pre, F, C, fed.weight, diag, trace, keep, lift)
+        return ClientData(pre, F, C, fed.weight, fed.caps, fed.count, diag, trace, keep, lift)
     if trim > 0 and trim_by == "distance":
         keep = distance_masks(X, trim)
         C = np.stack([second_moment(x[k]) for x, k in zip(X, keep)])
         diag = np.diagonal(C, axis1=1, axis2=2).copy()
-        return ClientData(pre, X, C, fed.weight, diag, diag.sum(axis=1), keep)
+        return ClientData(pre, X, C, fed.weight, fed.caps, fed.count, diag, diag.sum(axis=1), keep)
     C = np.stack([m.second_moment(mean, scale) for m in moments])
-    return ClientData(pre, X, C, fed.weight, fed.diag, fed.trace)
+    return ClientData(pre, X, C, fed.weight, fed.caps, fed.count, fed.diag, fed.trace)
 
 
 def federated_threshold(clients: ClientData, Z: np.ndarray, quantile: float, trim: float = 0.0,
@@ -186,7 +189,8 @@ def run_federated(
         if on_round:
             on_round(entry)
 
-    hooks = simulate(loop, pool, clients.weight, rounds, Hooks(answering if dropout > 0 else None,
+    loop.server.update(clients.caps.state())  # the answers' claimed records become capped weights in the pipeline
+    hooks = simulate(loop, pool, clients.claimed, rounds, Hooks(answering if dropout > 0 else None,
                                                                 before if residual_trim else None, tamper, observe))
     return FederatedRun(algorithm.consensus(loop.broadcast), history, sum(hooks.seconds) / max(rounds, 1),
                         algorithm.upload_bytes(), loop.broadcast, int(loop.server.get("rejected", 0)))

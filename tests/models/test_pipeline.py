@@ -4,9 +4,12 @@ the simulators and the coordinator alike."""
 from __future__ import annotations
 
 import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from models.core.federated import FederatedAlgorithm, State
 from models.core.pipeline import Answers, close_round, validate
+from models.detection.screening import DEFAULT_GUARD, Guard, capped_weights, weight_caps
 
 
 class Recorder(FederatedAlgorithm):
@@ -53,10 +56,56 @@ def test_a_stage_list_switches_validation_off():
     assert list(server["seen"][0]) == [0, 1] and "rejected" not in server
 
 
-def test_no_screen_passes_everything():
-    class Open(Recorder):
-        def screen(self, server, client_ids, uploads):
-            return None
+class Open(Recorder):
+    def screen(self, server, client_ids, uploads):
+        return None
 
+
+def test_no_screen_passes_everything():
     answers = Answers(np.array([3, 4]), {"x": np.zeros((2, 1))}, np.ones(2))
     assert validate(Open(), {}, answers) is answers
+
+
+def test_the_cap_stage_turns_claimed_records_into_the_statistics_phase_weights():
+    """The answers arrive weighted by the records their devices claimed; the server step sees each device's capped
+    weight, exactly what the statistics phase gave it (models.detection.screening.capped_weights)."""
+    claims = np.array([100.0] * 10 + [1e12])
+    server: State = weight_caps(claims, DEFAULT_GUARD).state()
+    ids = np.array([0, 3, 10])
+    close_round(Open(), server, ids, {"x": np.ones((3, 1))}, claims[ids])
+    np.testing.assert_array_equal(server["seen"][2], capped_weights(claims, DEFAULT_GUARD)[ids])
+    assert server["seen"][2][-1] < 1.2  # 10^12 claimed records weigh about as much as 100
+
+
+def test_without_caps_the_weights_pass_unchanged():
+    server: State = {}
+    close_round(Open(), server, np.array([0, 1]), {"x": np.ones((2, 1))}, np.array([5.0, 1e9]))
+    np.testing.assert_array_equal(server["seen"][2], [5.0, 1e9])
+
+
+def reference_level(counts: np.ndarray, guard: Guard) -> float:
+    """The cap level by bisection: the largest L <= count_cap * median at which no device holds more than
+    max(max_share, 1/n) of sum(min(c, L))."""
+    share = max(guard.max_share, 1 / len(counts))
+    lo, hi = 0.0, min(guard.count_cap * float(np.median(counts)), float(counts.max()))
+    if hi <= share * np.minimum(counts, hi).sum():
+        return hi
+    for _ in range(200):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if mid <= share * np.minimum(counts, mid).sum() * (1 + 1e-12) else (lo, mid)
+    return lo
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.floats(1, 1e9), min_size=1, max_size=40), st.sampled_from([0.05, 0.1, 0.3, 1.0]),
+       st.sampled_from([1.5, 2.0, 10.0]))
+def test_weight_caps_match_water_filling(counts, max_share, count_cap):
+    c = np.array(counts)
+    guard = Guard(max_share=max_share, count_cap=count_cap)
+    w = capped_weights(c, guard)
+    assert np.isclose(w.mean(), 1.0)
+    assert np.all(np.diff(w[np.argsort(c, kind="stable")]) >= -1e-12)  # order kept
+    assert w.max() / w.sum() <= max(max_share, 1 / len(c)) * (1 + 1e-9)
+    caps = weight_caps(c, guard)
+    assert np.isclose(min(caps.level, c.max()), reference_level(c, guard), rtol=1e-6)
+    np.testing.assert_array_equal(caps.apply(c), w)
