@@ -118,8 +118,16 @@ def add_forward_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--forward-webhook", action="append", metavar="URL",
                    help="POST every stored alert as JSON to this http(s) URL (repeatable; default the "
                         "space-separated URLs of $FEDSENTRY_FORWARD_WEBHOOK)")
+    g.add_argument("--forward-ecs-webhook", action="append", metavar="URL",
+                   help="POST every stored alert as an Elastic Common Schema document to this http(s) URL "
+                        "(repeatable; default the space-separated URLs of $FEDSENTRY_FORWARD_ECS_WEBHOOK)")
+    g.add_argument("--forward-ecs-file", action="append", metavar="PATH",
+                   help="append every stored alert as an ECS document, one JSON line each, to this file for "
+                        "Filebeat or Vector (repeatable; reopened when rotated; default the space-separated paths "
+                        "of $FEDSENTRY_FORWARD_ECS_FILE)")
     g.add_argument("--forward-webhook-header-file", metavar="F",
-                   help="headers for the webhooks, one 'Name: value' a line, e.g. 'Authorization: Bearer ...' "
+                   help="headers for the webhooks (ECS ones too), one 'Name: value' a line, e.g. "
+                        "'Authorization: Bearer ...' "
                         "(default $FEDSENTRY_FORWARD_WEBHOOK_HEADER_FILE, else the lines of "
                         "$FEDSENTRY_FORWARD_WEBHOOK_HEADERS; never on the command line)")
     g.add_argument("--forward-syslog", action="append", metavar="udp://HOST:PORT|tcp://HOST:PORT",
@@ -148,9 +156,12 @@ def forward_destinations(args: argparse.Namespace) -> list[Any]:
     """The destinations of add_forward_args; UsageError naming the flag (or variable) of a bad value."""
     from coordinator import syslog
     from coordinator.forward import Webhook, parse_headers
+    from coordinator.forward_ecs import EcsFile, EcsWebhook
     from coordinator.forward_syslog import Syslog
 
     webhooks, webhook_flag = _flag_or_env(args, "forward_webhook", "FEDSENTRY_FORWARD_WEBHOOK")
+    ecs_hooks, ecs_hook_flag = _flag_or_env(args, "forward_ecs_webhook", "FEDSENTRY_FORWARD_ECS_WEBHOOK")
+    ecs_files, ecs_file_flag = _flag_or_env(args, "forward_ecs_file", "FEDSENTRY_FORWARD_ECS_FILE")
     syslogs, syslog_flag = _flag_or_env(args, "forward_syslog", "FEDSENTRY_FORWARD_SYSLOG")
     headers: list[tuple[str, str]] = []
     path = args.forward_webhook_header_file or os.environ.get("FEDSENTRY_FORWARD_WEBHOOK_HEADER_FILE")
@@ -166,8 +177,8 @@ def forward_destinations(args: argparse.Namespace) -> list[Any]:
                                     "$FEDSENTRY_FORWARD_WEBHOOK_HEADERS")
     except ValueError as e:
         raise UsageError(str(e)) from None
-    if headers and not webhooks:
-        raise UsageError("webhook headers are given but no --forward-webhook URL")
+    if headers and not (webhooks or ecs_hooks):
+        raise UsageError("webhook headers are given but no --forward-webhook or --forward-ecs-webhook URL")
     levels = {}
     for what, names, default in (("facility", syslog.FACILITIES, "local0"), ("severity", syslog.SEVERITIES, "warning")):
         flag = f"--forward-syslog-{what}"
@@ -177,11 +188,17 @@ def forward_destinations(args: argparse.Namespace) -> list[Any]:
         except ValueError as e:
             raise UsageError(f"{flag}: {e}") from None
     out: list[Any] = []
-    for url in webhooks:
+    for cls, values, flag in ((Webhook, webhooks, webhook_flag), (EcsWebhook, ecs_hooks, ecs_hook_flag)):
+        for url in values:
+            try:
+                out.append(cls(url, headers))
+            except ValueError as e:
+                raise UsageError(f"{flag}: {e}") from None
+    for path in ecs_files:
         try:
-            out.append(Webhook(url, headers))
+            out.append(EcsFile(path))
         except ValueError as e:
-            raise UsageError(f"{webhook_flag}: {e}") from None
+            raise UsageError(f"{ecs_file_flag}: {e}") from None
     for url in syslogs:
         try:
             out.append(Syslog(url, levels["facility"], levels["severity"]))
