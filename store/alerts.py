@@ -64,6 +64,11 @@ def alert_row(agent: str, job: str, version: int, m: Any, received: datetime,
         raise ProtocolError("alert", f"count {row['count']} outside 1..2^31-1")
     if len(row["explanation"]) > 64 or not all(isinstance(e, dict) for e in row["explanation"]):
         raise ProtocolError("alert", "explanation must be a list of at most 64 objects")
+    # a value the record's features made infinite (or NaN) is stored as null: the record is kept
+    try:
+        row["explanation"] = [finite(e) for e in row["explanation"]]
+    except RecursionError:
+        raise ProtocolError("alert", "explanation nested too deeply") from None
     try:  # finite numbers only (the readers serve JSON), and a bounded size
         text = json.dumps(row["explanation"], allow_nan=False)
     except (TypeError, ValueError) as e:
@@ -84,6 +89,17 @@ def alert_row(agent: str, job: str, version: int, m: Any, received: datetime,
         raise ProtocolError("alert", problem)
     row["incident_id"] = incident_id(agent, row["incident"])
     return row
+
+
+def finite(value: Any) -> Any:
+    """The value with every non-finite float in it (at any depth of lists and objects) replaced by None."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: finite(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [finite(v) for v in value]
+    return value
 
 
 def incident_id(device: str, incident: Any) -> str | None:

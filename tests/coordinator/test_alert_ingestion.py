@@ -174,3 +174,18 @@ def test_a_device_counter_past_32_bits_fails_no_batch(coordinator):
         assert s.query(Alert).count() == 3
         assert s.get(Device, "dev-1").alerts == 3 * (2**31 - 1)
     assert coordinator.rejected.get("alert_store", 0) == 0
+
+
+def test_a_non_finite_explanation_value_is_stored_as_null_with_the_alert(coordinator):
+    """A record whose features made an explanation value infinite (or NaN) is an alert like any other: the value
+    is stored as null (JSON has no infinity), the alert kept. Before, it was refused and lost."""
+    inf = alert(explanation=[{"feature": "duration", "share": 1.0, "value": float("inf"), "expected": float("nan")},
+                             {"feature": "bytes", "share": 0.0, "value": [1.0, float("-inf")], "expected": 2.0}])
+    (env,) = alert_batches("job-1", 1, "dev-1", [inf])
+    assert coordinator.handle(agent_topic("dev-1", "alerts"), env.encode(), mid=1, qos=1) == "buffered"
+    coordinator.ingest.flush()
+    with coordinator.sessions() as s:
+        (row,) = s.query(Alert).all()
+    assert row.explanation == [{"feature": "duration", "share": 1.0, "value": None, "expected": None},
+                               {"feature": "bytes", "share": 0.0, "value": [1.0, None], "expected": 2.0}]
+    assert coordinator.rejected["alert"] == 0

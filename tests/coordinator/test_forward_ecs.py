@@ -151,9 +151,9 @@ def test_the_flags_refuse_what_cannot_work(tmp_path):
     ok = forward_destinations(p.parse_args(["--forward-ecs-file", str(tmp_path / "a.ndjson"),
                                             "--forward-ecs-webhook", "http://127.0.0.1:9/x"]))
     assert [type(d).__name__ for d in ok] == ["EcsWebhook", "EcsFile"]
-    with pytest.raises(UsageError, match="--forward-ecs-file: .* does not exist"):
+    with pytest.raises(UsageError, match=r"--forward-ecs-file: .* does not exist"):
         forward_destinations(p.parse_args(["--forward-ecs-file", str(tmp_path / "nowhere" / "a.ndjson")]))
-    with pytest.raises(UsageError, match="--forward-ecs-file: .*expected the path of a file"):
+    with pytest.raises(UsageError, match=r"--forward-ecs-file: .*expected the path of a file"):
         forward_destinations(p.parse_args(["--forward-ecs-file", str(tmp_path)]))
-    with pytest.raises(UsageError, match="--forward-ecs-webhook: .*expected an http"):
+    with pytest.raises(UsageError, match=r"--forward-ecs-webhook: .*expected an http"):
         forward_destinations(p.parse_args(["--forward-ecs-webhook", "ftp://x"]))
