@@ -6,7 +6,14 @@ from collections.abc import Mapping
 from typing import Any
 
 from fedsentry.errors import UsageError
+from models.families import family
 from models.params import SettingError, applicable, check_params
+
+
+def simulated_params(args: Any, name: str, **given: Any) -> dict[str, Any]:
+    """The algorithm parameters a family's simulator has flags for, as given on the command line (None: not given;
+    absent on a command without them), `given` replacing some."""
+    return {**{s.name: getattr(args, s.name, None) for _, s in family(name).spec.simulated_parameters()}, **given}
 
 
 def flag_params(cls: type | None, given: Mapping[str, Any], algorithm: str, strict: bool = True) -> dict[str, Any]:

@@ -12,7 +12,7 @@ import numpy as np
 from fedsentry.data import datasets
 from fedsentry.errors import UsageError
 from fedsentry.output import progress
-from fedsentry.runs.params import flag_params
+from fedsentry.runs.params import flag_params, simulated_params
 from models.detection.attacks import ROGUE_DATA, Adversaries, not_applicable
 from models.mixture.rogues import compliant_rogues
 from models.partition import partition
@@ -82,11 +82,8 @@ def adversaries(args: argparse.Namespace, algorithm: str | None = None) -> Adver
 
 
 def algorithm_params(args: argparse.Namespace) -> dict[str, Any]:
-    if getattr(args, "detector", "pca") == "gmm":
-        return {"components": args.components, "reg": args.reg, "hard_rounds": args.hard_rounds,
-                "seed_rows": False if args.no_seed_rows else None, "min_support": getattr(args, "min_support", None)}
-    return {"rho": args.rho, "local_steps": args.local_steps, "lr": args.lr, "oversample": args.oversample,
-            "bits": args.bits}
+    """The parameters of the detector's algorithms given by their flags (None: not given)."""
+    return simulated_params(args, args.detector)
 
 
 def mixture_simulation(args: argparse.Namespace, algorithm: str, data, split, parts,
