@@ -40,7 +40,7 @@ def register_detection(groups: dict[str, Any]) -> None:
 def run_detection(args: argparse.Namespace) -> int:
     from fedsentry.cli import build_parser
     from fedsentry.cli.pca import COMMAND, resolve_detector
-    from fedsentry.cli.simulate_flags import default_algorithm
+    from fedsentry.runs.params import default_algorithm
 
     def simulate_args(flags: list[str]) -> tuple[argparse.Namespace, str]:
         """`simulate pca` given these flags: its settings and the algorithm it runs."""

@@ -7,9 +7,10 @@ import logging
 from typing import Any
 
 from fedsentry.cli.common import add_clients_arg, add_federation_args, non_negative_int, positive_float, share
-from fedsentry.cli.simulate_flags import add_simulate_flags, check_simulated, default_algorithm, family_of
+from fedsentry.cli.simulate_flags import add_simulate_flags, check_simulated, family_of, refuse_others
 from fedsentry.data import datasets
 from fedsentry.output import write_json
+from fedsentry.runs.params import default_algorithm
 from fedsentry.runs.pca import prepare, simulate
 from models.detection.attacks import ATTACKS
 from models.detection.robust import TRIM_CRITERIA
@@ -108,6 +109,7 @@ def resolve_detector(args: argparse.Namespace) -> None:
 
 def run_simulate(args: argparse.Namespace) -> int:
     resolve_detector(args)
+    refuse_others(args, args.detector, DETECTION)
     data, split, parts = prepare(args)
     result = simulate(args, args.algorithm or default_algorithm(args.detector), data, split, parts)
     log.info("%s %s on %s: auc_roc=%.4f average_precision=%.4f f1=%.3f recall=%.3f false_positive_rate=%.4f "

@@ -10,7 +10,7 @@ import argparse
 from dataclasses import replace
 from typing import Any
 
-from fedsentry.cli.spec_flags import Owners, add_flag, common_default, flag_of, given, owners
+from fedsentry.cli.spec_flags import Owners, add_flag, common_default, flag_name, flag_of, given, owners
 from fedsentry.errors import UsageError
 from models.families import DEFAULT_DETECTOR, family
 from models.params import SettingError
@@ -60,11 +60,6 @@ def family_of(args: argparse.Namespace, names: list[str]) -> str:
     return runs[0] if len(runs) == 1 else DEFAULT_DETECTOR
 
 
-def default_algorithm(name: str) -> str:
-    """The algorithm a family's simulator runs unless told (its spec's `simulated` default)."""
-    return str(next(s.default for s in family(name).spec.simulated() if s.name == "algorithm"))
-
-
 def check_simulated(args: argparse.Namespace, name: str) -> None:
     """The settings given for a family's simulator, checked by its spec (a refusal names the flag)."""
     spec = family(name).spec
@@ -73,6 +68,16 @@ def check_simulated(args: argparse.Namespace, name: str) -> None:
         spec(**values).check_simulated()
     except SettingError as e:
         raise UsageError(f"{flag_of(e.field)}: {e.problem}") from None
+
+
+def refuse_others(args: argparse.Namespace, name: str, names: list[str]) -> None:
+    """An algorithm parameter given that only another family of the command takes is refused, naming the family it
+    applies to (a command that runs every family with one set of flags, bench, does not call this)."""
+    own = {s.name for _, s in family(name).spec.simulated_parameters()}
+    for other in names:
+        for algorithm, s in family(other).spec.simulated_parameters():
+            if s.name not in own and getattr(args, s.name, None) is not None:
+                raise UsageError(f"{flag_name(s.name)} is a parameter of {algorithm}: it applies to --detector {other}")
 
 
 def _simulation(name: str) -> Any:
