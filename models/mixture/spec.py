@@ -32,8 +32,8 @@ class MixtureJobSpec(DetectorJobSpec):
         parameters={"components": "mixture components (none: the most of 128, 64, 32, ... whose uploads fit 256 KiB "
                     "per device and round)",
                     "reg": "ridge added to every covariance, in standardised units",
-                    "hard_rounds": "k-means rounds after seeding before EM rounds (as many as the rounds: k-means "
-                    "rounds throughout)",
+                    "hard_rounds": "k-means rounds after seeding before EM rounds (at least the job's rounds: "
+                    "k-means rounds throughout)",
                     "seed_rows": "keep each device's seeding clusters as its first control-variate row (README)",
                     "min_support": "devices that must support a component for it to join the fleet's model; the "
                     "others stay personal (at most half a small fleet; 0 turns the rule off)"})
