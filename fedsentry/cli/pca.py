@@ -14,15 +14,16 @@ from fedsentry.runs.params import default_algorithm
 from fedsentry.runs.pca import prepare, simulate
 from models.detection.attacks import ATTACKS
 from models.detection.robust import TRIM_CRITERIA
-from models.families import simulated
+from models.families import detectors, simulated
 from models.partition import PARTITIONS
 
 log = logging.getLogger("fedsentry.pca")
 
 
 
-#: the anomaly-detection families that have a simulator: `simulate pca` runs each (--detector)
-DETECTION = simulated("records")
+#: the anomaly-detection families that have a simulator: `simulate pca` runs each (--detector) through its runner
+#: (fedsentry/runs/pca.py SIMULATORS)
+DETECTION = [n for n in simulated("records") if n in detectors()]
 #: `simulate pca` is the command's name from before the other detectors (README, docs): it runs every family of
 #: DETECTION, the default detector unless told
 COMMAND = "pca"
