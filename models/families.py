@@ -108,6 +108,13 @@ def families_with(data: str) -> list[str]:
     return [n for n, f in FAMILIES.items() if f.data == data]
 
 
+def simulated(data: str) -> list[str]:
+    """The families of this data ("records" or "ratings") that have an in-process simulator (`fedsentry simulate`;
+    their spec's `simulation`), the default detector first."""
+    return sorted((n for n in families_with(data) if FAMILIES[n].spec.simulation is not None),
+                  key=lambda n: (n != DEFAULT_DETECTOR, n))
+
+
 #: the detector family every entry point trains unless told otherwise (job create, the REST body, simulate, bench,
 #: demo): the Gaussian mixture catches far more attacks on real IoT traffic than linear PCA (README)
 DEFAULT_DETECTOR: Final = "gmm"

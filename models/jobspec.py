@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import dataclasses
 import typing
-from collections.abc import Mapping
-from dataclasses import MISSING, dataclass, field
-from typing import Any, ClassVar, TypeVar
+from collections.abc import Mapping, Sequence
+from dataclasses import MISSING, dataclass, field, replace
+from typing import Any, ClassVar, Final, TypeVar
 
 from models.core.messages import MAX_MESSAGE_BYTES
-from models.params import SettingError, check_params, coerce
+from models.params import SettingError, check_params, coerce, hints, parameters
 
 #: what one client step may ask of an agent beyond its records (the agent's unit allows 120 MiB in all)
 MAX_CLIENT_BYTES = 48 * 1024 * 1024
@@ -41,6 +41,28 @@ class Setting:
     hint: Any  # the field's type (resolved), without `| None`: a setting left out is its default anyway
     default: Any
     help: str
+    choices: Sequence[str] = ()
+
+
+#: where a simulation's defaults differ from a job's, in every family: a simulation splits one data set into many
+#: clients (100 by default) and follows the papers, 100 rounds sampling 10 % of the clients each; a job on real agents
+#: samples 30 % of a smaller fleet for 30 rounds (the spec's defaults)
+SIMULATION_DEFAULTS: Final[Mapping[str, Any]] = {"rounds": 100, "fraction": 0.1}
+
+
+@dataclass(frozen=True)
+class Simulation:
+    """What a family's in-process simulator (`fedsentry simulate`) takes, declared next to its settings so that
+    `simulate`'s flags are generated like `job create`'s: the settings it reads (each a flag), the algorithms it runs
+    (the federated ones and the baselines), the algorithm parameters that have a flag of their own (name -> what it
+    means; the type and each algorithm's default come from the constructors), the choices a flag offers, and the
+    simulator's defaults where they differ from a job's (besides SIMULATION_DEFAULTS)."""
+
+    settings: tuple[str, ...]
+    algorithms: tuple[str, ...]
+    parameters: Mapping[str, str] = field(default_factory=dict)
+    choices: Mapping[str, Sequence[str]] = field(default_factory=dict)
+    defaults: Mapping[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -50,6 +72,8 @@ class JobSpec:
     family: ClassVar[str] = ""
     #: settings a job of this family cannot do without -> what they are (for the message)
     required: ClassVar[dict[str, str]] = {}
+    #: the family's in-process simulator, if it has one (`fedsentry simulate`)
+    simulation: ClassVar[Simulation | None] = None
 
     algorithm: str = setting("", help="the federated algorithm")
     rank: int = setting(3, help="subspace dimension or latent factors")
@@ -81,6 +105,42 @@ class JobSpec:
                 default = None
             out.append(Setting(f.name, _without_none(hints[f.name]), default, words or f.name.replace("_", " ")))
         return out
+
+    @classmethod
+    def simulated(cls) -> list[Setting]:
+        """The settings the family's simulator takes (none without one), the algorithm first, with the simulator's
+        defaults."""
+        sim = cls.simulation
+        if sim is None:
+            return []
+        defaults = {**SIMULATION_DEFAULTS, "algorithm": cls.default_algorithm(), **sim.defaults}
+        algorithm = Setting("algorithm", str, defaults["algorithm"], "the federated algorithm or a baseline",
+                            sim.algorithms)
+        return [algorithm, *(replace(s, default=defaults.get(s.name, s.default), choices=sim.choices.get(s.name, ()))
+                             for s in cls.settings() if s.name in sim.settings)]
+
+    @classmethod
+    def simulated_parameters(cls) -> list[tuple[str, Setting]]:
+        """(algorithm, its view of the parameter) for each algorithm parameter the simulator gives a flag of its own
+        and each federated algorithm that takes it."""
+        sim = cls.simulation
+        if sim is None:
+            return []
+        return [(algorithm, Setting(name, _without_none(hints(klass)[name]), parameters(klass)[name].default, words,
+                                    sim.choices.get(name, ())))
+                for name, words in sim.parameters.items() for algorithm, klass in cls.algorithms.items()
+                if name in parameters(klass)]
+
+    def check_simulated(self) -> None:
+        """The checks of a job's settings that concern what the simulator takes (`simulated`): the common ones and
+        the family's, whose refusals of other settings (the item catalogue of a recommendation job, which a
+        simulation reads from its data) are not the simulation's."""
+        self.check_common()
+        try:
+            self.check_family()
+        except SettingError as e:
+            if self.simulation is not None and e.field.split(".")[0] in self.simulation.settings:
+                raise
 
     @classmethod
     def from_dict(cls: type[S], values: Mapping[str, Any]) -> S:

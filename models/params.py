@@ -41,16 +41,17 @@ def parameters(cls: type) -> dict[str, inspect.Parameter]:
             and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
 
 
-def _hints(cls: type) -> dict[str, Any]:
-    hints: dict[str, Any] = {}
+def hints(cls: type) -> dict[str, Any]:
+    """The annotated types of a class's constructor arguments (its bases' too)."""
+    out: dict[str, Any] = {}
     for klass in reversed(cls.__mro__):
         init = klass.__dict__.get("__init__")
         if init is not None:
             try:
-                hints.update(typing.get_type_hints(init))
+                out.update(typing.get_type_hints(init))
             except (NameError, TypeError):  # an annotation that cannot be resolved: no coercion for it
                 continue
-    return hints
+    return out
 
 
 def coerce(name: str, value: Any, hint: Any) -> Any:
@@ -107,8 +108,8 @@ def check_params(cls: type, params: Mapping[str, Any], **problem: Any) -> dict[s
         takes = ", ".join(known) or "no parameters"
         raise SettingError(unknown[0], f"not a parameter of {getattr(cls, 'name', '') or cls.__name__} "
                                        f"(it takes {takes})")
-    hints = _hints(cls)
-    out = {n: (coerce(n, v, hints[n]) if n in hints else v) for n, v in params.items()}
+    annotated = hints(cls)
+    out = {n: (coerce(n, v, annotated[n]) if n in annotated else v) for n, v in params.items()}
     if problem:
         try:
             cls(**problem, **out)

@@ -30,7 +30,8 @@ NAMED = ("synthetic", "nsl-kdd", "ton-iot")
 
 
 def run(args: argparse.Namespace, simulate_args: Callable[[list[str]], tuple[argparse.Namespace, str]]) -> int:
-    """`simulate_args(argv)`: the settings and algorithm `fedsentry simulate pca ARGV` would run with."""
+    """`simulate_args(flags)`: the settings and algorithm the detection front end (`fedsentry simulate pca`) would
+    run with these flags."""
     from fedsentry.runs.pca import prepare, simulate
 
     if args.readme:  # a README it cannot write to is refused before the runs, not after
@@ -44,7 +45,7 @@ def run(args: argparse.Namespace, simulate_args: Callable[[list[str]], tuple[arg
     for name in names:
         for partition in args.partitions:
             for seed in range(args.seeds):
-                argv = ["simulate", "pca", "--dataset", name, "--partition", partition, "--seed", str(seed)]
+                argv = ["--dataset", name, "--partition", partition, "--seed", str(seed)]
                 if args.data_dir:
                     argv += ["--data-dir", args.data_dir]
                 argv += extra

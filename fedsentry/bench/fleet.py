@@ -3,6 +3,7 @@
 Agents share this process (one thread and one MQTT connection each), as the issue allows; the
 coordinator runs here too, with its database. A round's time is what the coordinator measured from
 its broadcast to its stored aggregate (broadcast, local steps, uploads, aggregation, store).
+It times a PCA job by name (its --algorithm is a PCA algorithm): the README's fleet table is FedMM's.
 """
 
 from __future__ import annotations

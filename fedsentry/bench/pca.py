@@ -2,6 +2,9 @@
 
 Writes a markdown table and a convergence plot (subspace distance to centralised PCA per round) to
 --out, named after the dataset, and returns everything as one dict (for --json).
+
+It is about two families by name, not a dispatch over the registry: it compares the PCA algorithms with each other
+and with the Gaussian mixture (the README's tables), so it names both detectors.
 """
 
 from __future__ import annotations

@@ -18,13 +18,13 @@ from typing import Any
 
 from fedsentry.errors import UsageError
 from fedsentry.output import write_results
-from fedsentry.runs.pca import prepare, simulate
+from fedsentry.runs.pca import algorithm_class, prepare, simulate
 from models.detection.attacks import ATTACKS, not_applicable
 from models.mixture.anchors import TrimmedFedEM
 
 #: (adversaries, devices)
 FLEETS = ((1, 11), (2, 21))
-#: (detector, algorithm, column heading)
+#: (detector, algorithm, column heading): the table compares these two detectors' defences, by name
 COLUMNS = (("gmm", "fedem", "gmm, support rule"), ("gmm", TrimmedFedEM.name, "gmm, trimmed mean (anchor)"),
            ("pca", "fedpg", "pca, fedpg"), ("pca", "fedmm", "pca, fedmm"))
 
@@ -37,7 +37,7 @@ def bench(base: argparse.Namespace, datasets: list[str], attacks: list[str]) -> 
         for k, n in FLEETS:
             for detector, algorithm, _ in COLUMNS:
                 for attack in (None, *attacks):
-                    why = attack and not_applicable(attack, detector, algorithm)
+                    why = attack and not_applicable(attack, algorithm, algorithm_class(detector, algorithm))
                     row = {"dataset": dataset, "adversaries": k, "clients": n, "detector": detector,
                            "algorithm": algorithm, "attack": attack}
                     rows.append({**row, "not_applicable": why} if why else {**row, **run_one(base, row)})

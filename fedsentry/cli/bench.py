@@ -39,9 +39,12 @@ def register_detection(groups: dict[str, Any]) -> None:
 
 def run_detection(args: argparse.Namespace) -> int:
     from fedsentry.cli import build_parser
-    from fedsentry.cli.pca import default_algorithm, resolve_detector
+    from fedsentry.cli.pca import COMMAND, resolve_detector
+    from fedsentry.runs.params import default_algorithm
 
-    def simulate_args(argv: list[str]) -> tuple[argparse.Namespace, str]:
+    def simulate_args(flags: list[str]) -> tuple[argparse.Namespace, str]:
+        """`simulate pca` given these flags: its settings and the algorithm it runs."""
+        argv = ["simulate", COMMAND, *flags]
         try:
             sim = build_parser(argv).parse_args(argv)
         except UsageError as e:  # what --simulate added: named, before any run
@@ -54,7 +57,7 @@ def run_detection(args: argparse.Namespace) -> int:
             flags = shlex.split(args.simulate)
         except ValueError as e:
             raise UsageError(f"--simulate {args.simulate!r}: {e} (quote it as one argument)") from None
-        simulate_args(["simulate", "pca", *flags])
+        simulate_args(flags)
     return detection.run(args, simulate_args)
 
 

@@ -76,9 +76,14 @@ def _float(text: str, what: str) -> float:
     return v
 
 
-def add_federation_args(p: argparse.ArgumentParser, rounds: int = 100, clients: bool = True) -> None:
-    if clients:
-        p.add_argument("--clients", type=positive_int, default=100, help="number of clients (default 100)")
+def add_clients_arg(p: argparse.ArgumentParser) -> None:
+    """How many clients a simulation splits its data into (the families' settings are generated from their specs:
+    fedsentry/cli/simulate_flags.py)."""
+    p.add_argument("--clients", type=positive_int, default=100, help="number of clients (default 100)")
+
+
+def add_federation_args(p: argparse.ArgumentParser, rounds: int) -> None:
+    """Rounds, sampling and seed of a command that runs no family of its own choosing (bench robustness runs each)."""
     p.add_argument("--fraction", type=fraction, default=0.1, help="share of clients sampled per round (0, 1]")
     p.add_argument("--rounds", type=positive_int, default=rounds, help=f"communication rounds (default {rounds})")
     p.add_argument("--seed", type=int, default=0, help="seed for split, partition, sampling and init (default 0)")

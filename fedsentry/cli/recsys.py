@@ -9,29 +9,31 @@ from typing import Any
 
 import numpy as np
 
-from fedsentry.cli.common import add_federation_args, add_rating_columns, positive_float, positive_int, unit_open
+from fedsentry.cli.common import add_clients_arg, add_rating_columns, positive_float, positive_int, unit_open
+from fedsentry.cli.simulate_flags import add_simulate_flags, check_simulated, family_of
 from fedsentry.data import ratings as ratings_io
 from fedsentry.errors import UsageError
 from fedsentry.output import write_json
 from fedsentry.runs.recsys import prepare, simulate
-from models.recsys import ALGORITHMS
-from models.recsys.base import REGULARIZERS
+from models.families import simulated
 from models.recsys.data import CLIENT_SPLITS, Ratings
-from models.recsys.fedmc_admm import USER_ITEMS, USER_SOLVERS
 
 log = logging.getLogger("fedsentry.recsys")
 
+#: the recommendation families that have a simulator
+RATINGS = simulated("ratings")
 #: what `bench recsys` runs by default: every algorithm, and FedMC-ADMM with both regularisers
 BENCH_RUNS = ("fedmc-admm", "fedmc-admm-l1", "fedmavg", "altgdmin", "centralized")
 
 
 def register(groups: dict[str, Any], verbs: Any) -> None:
+    if not RATINGS:
+        return
+    # `simulate recsys` and `bench recsys` read ratings (their data flags and queries are about recommendation)
     sim = groups["simulate"].add_parser("recsys", help="federated recommendation (matrix completion), in one process")
     add_data_args(sim)
-    add_federation_args(sim)
+    add_clients_arg(sim)
     add_recsys_args(sim)
-    sim.add_argument("--algorithm", choices=ALGORITHMS, default="fedmc-admm",
-                     help="federated algorithm, or centralized for the baseline (default fedmc-admm)")
     sim.add_argument("--recommend", metavar="USER_ID", help="after training, the top-N unrated items for this "
                      "known user, computed on the client that holds the user")
     sim.add_argument("--fold-in", metavar="ITEM=RATING,...", help="after training, the top-N items for a new user "
@@ -42,8 +44,8 @@ def register(groups: dict[str, Any], verbs: Any) -> None:
 
     bench = groups["bench"].add_parser("recsys", help="every recommendation algorithm on one split")
     add_data_args(bench)
-    add_federation_args(bench)
-    add_recsys_args(bench)
+    add_clients_arg(bench)
+    add_recsys_args(bench, algorithm=False)
     bench.add_argument("--algorithms", default=",".join(BENCH_RUNS),
                        help=f"comma-separated (default: {','.join(BENCH_RUNS)}; fedmc-admm-l1 is fedmc-admm "
                        "with --regularizer l1)")
@@ -68,20 +70,12 @@ def add_data_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--test-share", type=unit_open, default=0.2, help="share of the ratings held out (default 0.2)")
 
 
-def add_recsys_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--rank", type=positive_int, default=10, help="number of latent factors (default 10)")
+def add_recsys_args(p: argparse.ArgumentParser, *, algorithm: bool = True) -> None:
+    """The recommendation families' flags (generated from their specs: fedsentry/cli/simulate_flags.py), then how
+    users are grouped into clients."""
+    add_simulate_flags(p, RATINGS, algorithm=algorithm)
     p.add_argument("--client-split", choices=CLIENT_SPLITS, default="random",
                    help="how users are grouped into clients (default random; activity: sorted by activity)")
-    p.add_argument("--regularizer", choices=REGULARIZERS, help="fedmc-admm: l2 or l1 (default l2)")
-    p.add_argument("--rho", type=positive_float, help="fedmc-admm: ADMM penalty, the paper's beta (default 0.5)")
-    p.add_argument("--lam", type=positive_float, help="ridge weight of user factors (default per algorithm)")
-    p.add_argument("--gamma", type=positive_float, help="ridge weight of item factors (default per algorithm)")
-    p.add_argument("--local-steps", type=positive_int, help="local steps per round (fedmc-admm 3, fedmavg 10)")
-    p.add_argument("--user-solver", choices=USER_SOLVERS, help="fedmc-admm: exact ridge per user (default, l2) or "
-                   "the paper's proximal steps (66)")
-    p.add_argument("--user-items", choices=USER_ITEMS, help="fedmc-admm: fit the user rows against the item factors "
-                   "received this round (consensus, default) or the client's own copy (copy, the paper's (66))")
-    p.add_argument("--lr", type=positive_float, help="altgdmin: multiplier of the paper's step size (default 1)")
 
 
 def parse_queries(args: argparse.Namespace, data: Ratings) -> dict[str, Any]:
@@ -131,6 +125,7 @@ def _id_like(text: str, ids: np.ndarray):
 
 
 def run_simulate(args: argparse.Namespace) -> int:
+    check_simulated(args, family_of(args, RATINGS))
     if args.regularizer == "l1" and args.algorithm != "fedmc-admm":
         raise UsageError(f"--regularizer l1 is a fedmc-admm option; {args.algorithm} uses l2")
     prep = prepare(args, [args.rank])

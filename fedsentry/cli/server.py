@@ -13,18 +13,16 @@ from typing import TYPE_CHECKING, Any
 
 from fedsentry.cli.common import (
     add_credential_args,
-    add_federation_args,
     broker_password,
     positive_int,
     utc_time,
 )
 from fedsentry.cli.job_flags import add_job_flags, flag_of, job_values
+from fedsentry.cli.pca import COMMAND as DETECTION_COMMAND
 from fedsentry.cli.pca import add_data_args, add_pca_args, resolve_detector
 from fedsentry.errors import Terminated, UsageError
 from fedsentry.output import write_json
-from models.mixture import FEDERATED as MIXTURE
-from models.pca import FEDERATED
-from models.recsys import FEDERATED as RECSYS
+from models.families import FAMILIES, families_with, family, spec_default
 
 if TYPE_CHECKING:
     from coordinator.broker import EmbeddedBroker
@@ -68,17 +66,18 @@ def register(groups: dict[str, Any], verbs: Any) -> None:
 
     demo = verbs.add_parser("demo", help="broker, coordinator and agents on one machine, end to end")
     add_data_args(demo)
-    add_federation_args(demo, rounds=30, clients=False)
-    add_pca_args(demo)
-    demo.set_defaults(fraction=0.3, rank=None)
-    demo.add_argument("--job", choices=("pca", "recsys"), default="pca",
-                      help="pca: anomaly detection (the detector is --detector); recsys: recommendation (default pca)")
+    add_pca_args(demo, algorithm=False, job=True)  # a real job: the job's defaults (30 rounds, 30 % per round)
+    demo.set_defaults(rank=None)
+    demo.add_argument("--job", choices=(DETECTION_COMMAND, *families_with("ratings")), default=DETECTION_COMMAND,
+                      help=f"{DETECTION_COMMAND}: anomaly detection (the detector is --detector); "
+                      + "; ".join(f"{n}: {family(n).summary}" for n in families_with("ratings"))
+                      + f" (default {DETECTION_COMMAND})")
     demo.add_argument("--agents", type=positive_int, help="agent processes, one per client (default 10)")
     demo.add_argument("--clients", type=positive_int, help="the same as --agents (as simulate names them); "
                       "given with a different --agents, an error")
-    demo.add_argument("--algorithm", choices=sorted({*FEDERATED, *MIXTURE, *RECSYS}),
-                      help="default fedem for --detector gmm (the default), fedmm for pca, fedmc-admm for --job "
-                      "recsys")
+    demo.add_argument("--algorithm", choices=sorted({a for f in FAMILIES.values() for a in f.algorithms}),
+                      help="the job's algorithm (default the family's: " + ", ".join(
+                          f"{f.spec.default_algorithm()} for {n}" for n, f in FAMILIES.items()) + ")")
     demo.add_argument("--regularizer", choices=("l2", "l1"), help="recsys fedmc-admm: l2 or l1 (default l2)")
     demo.add_argument("--broker", help="use this broker instead of the embedded one")
     demo.add_argument("--db", help=DB_HELP)
@@ -438,14 +437,13 @@ def run_demo(args: argparse.Namespace) -> int:
     if args.port is not None and args.port > 65535:
         raise UsageError(f"--port {args.port}: a port is at most 65535")
     resolve_detector(args)
-    pca = args.job == "pca"
-    registry, kind = (MIXTURE, "gmm") if pca and args.detector == "gmm" else (FEDERATED, "pca") if pca else \
-        (RECSYS, "recsys")
-    args.algorithm = args.algorithm or {"gmm": "fedem", "pca": "fedmm", "recsys": "fedmc-admm"}[kind]
-    if args.algorithm not in registry:
+    kind = args.detector if args.job == DETECTION_COMMAND else args.job
+    spec = family(kind).spec
+    args.algorithm = args.algorithm or spec.default_algorithm()
+    if args.algorithm not in spec.algorithms:
         raise UsageError(f"--algorithm {args.algorithm} is not a {kind} algorithm; choose from "
-                         f"{', '.join(sorted(registry))}")
-    args.rank = args.rank or (3 if pca else 10)
+                         f"{', '.join(sorted(spec.algorithms))}")
+    args.rank = args.rank or spec_default(kind, "rank")
     with sigterm_interrupts():
         result = demo(args)
     write_json(result, args.json)

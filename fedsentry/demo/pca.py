@@ -57,12 +57,11 @@ def demo(args: argparse.Namespace) -> dict[str, Any]:
                      "--label-column", "label", "--model-job", st.job_id, "--wait-for-model", "--exit-after-replay",
                      "--scores-out", str(st.tmp / f"scores-{i}.csv"))
         job_type = args.detector
-        params = {"features": data.feature_names, "rank": args.rank, "rounds": args.rounds, "fraction": args.fraction,
-                  "seed": args.seed, "quantile": args.quantile, "min_agents": args.agents, "deadline": 30.0,
+        given = {s.name: getattr(args, s.name, None) for s in family(job_type).spec.simulated()}  # the family's flags
+        params = {**{k: v for k, v in given.items() if v is not None and k != "algorithm"},
+                  "features": data.feature_names, "min_agents": args.agents, "deadline": 30.0,
                   "algorithm_params": flag_params(family(job_type).algorithms[args.algorithm], algorithm_params(args),
                                                   args.algorithm)}
-        if job_type == "gmm":
-            params["holdout"] = args.holdout
         seconds = st.run_job(job_type, args.algorithm, params, args.rounds)
         print(f"fedsentry demo: model promoted; agents replay {len(split.X_test)} test records", file=sys.stderr)
         st.wait_agents()
@@ -108,7 +107,9 @@ def simulation_gap(args: argparse.Namespace, data, split, parts: list[np.ndarray
     """How far the deployed model is from what `simulate` computes with the same settings (pca: subspace
     distance to centralised PCA, as simulate reports it; gmm: the largest difference of the mixtures' means and
     the AUC simulate reaches)."""
-    if args.detector == "pca":
+    if "Z" in arrays and len(arrays["Z"]) != len(data.feature_names):  # a subspace of lifted features (kernel PCA)
+        return {"subspace_distance": None, "gap": "kernel PCA: no centralised subspace of the features to compare"}
+    if "Z" in arrays:  # a subspace of the features (PCA)
         from models.core.linalg import subspace_distance
         from models.pca.baselines import centralized_pca
         from models.pca.simulator import prepare_clients

@@ -16,20 +16,17 @@ from wire.mqtt import redact_url
 
 
 def demo_recsys(args: argparse.Namespace) -> dict[str, Any]:
-    from fedsentry.runs.params import flag_params
-    from fedsentry.runs.recsys import algorithm_params, prepare
+    from fedsentry.runs.params import flag_params, simulated_params
+    from fedsentry.runs.recsys import FAMILY, prepare
     from models.recsys import FEDERATED
     from store.db import ModelVersion
 
     algorithm = args.algorithm
     args.clients = args.agents
     for name, default in (("test_share", 0.2), ("client_split", "random"), ("rating_min", 0.5),
-                          ("rating_max", 5.0), ("ratings", None), ("regularizer", None)):
+                          ("rating_max", 5.0), ("ratings", None)):
         if not hasattr(args, name):
             setattr(args, name, default)
-    for name in ("rho", "lam", "gamma", "lr", "user_solver", "user_items"):
-        if not hasattr(args, name):
-            setattr(args, name, None)
     prep = prepare(args, [args.rank])
     train, test = prep.train, prep.test
     label = f"{args.agents} agents, {algorithm}, {args.rounds} rounds of recommendation on {prep.ratings.name}"
@@ -47,7 +44,7 @@ def demo_recsys(args: argparse.Namespace) -> dict[str, Any]:
         params = {"items": train.item_ids.tolist(), "rank": args.rank, "rounds": args.rounds,
                   "fraction": args.fraction, "seed": args.seed, "min_agents": args.agents, "deadline": 60.0,
                   "rating_min": train.rating_min, "rating_max": train.rating_max,
-                  "algorithm_params": flag_params(FEDERATED[algorithm], algorithm_params(args), algorithm)}
+                  "algorithm_params": flag_params(FEDERATED[algorithm], simulated_params(args, FAMILY), algorithm)}
         seconds = st.run_job("recsys", algorithm, params, args.rounds)
         rounds = st.round_seconds()
         with st.coordinator.sessions() as s:

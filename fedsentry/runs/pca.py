@@ -12,9 +12,11 @@ import numpy as np
 from fedsentry.data import datasets
 from fedsentry.errors import UsageError
 from fedsentry.output import progress
-from fedsentry.runs.params import flag_params
+from fedsentry.runs.params import flag_params, simulated_params
 from models.detection.attacks import ROGUE_DATA, Adversaries, not_applicable
+from models.families import family
 from models.mixture.rogues import compliant_rogues
+from models.mixture.spec import MixtureJobSpec
 from models.partition import partition
 from models.pca import FEDERATED
 from models.pca.spec import PCAJobSpec
@@ -56,15 +58,14 @@ def prepare(args: argparse.Namespace):
     idx = partition(split.X_train, args.clients, args.partition, np.random.default_rng(args.seed), feature,
                     args.alpha)
     parts = [split.X_train[i] for i in idx]
-    adv = adversaries(args)
+    adv = fleet_adversaries(args)
     if adv.count and adv.attack in ROGUE_DATA:
         parts = compliant_rogues(parts, split.X_test[split.y_test == 1], args.adversaries, seed=args.seed)
     return data, split, parts
 
 
-def adversaries(args: argparse.Namespace, algorithm: str | None = None) -> Adversaries:
-    """The first --adversaries K devices and their --attack (compliant when K is given alone), checked against
-    the detector and algorithm: an attack that means nothing for them is refused saying why."""
+def fleet_adversaries(args: argparse.Namespace) -> Adversaries:
+    """The first --adversaries K devices and their --attack (compliant when K is given alone)."""
     k, attack = getattr(args, "adversaries", 0), getattr(args, "attack", None)
     if not k:
         if attack:
@@ -72,21 +73,30 @@ def adversaries(args: argparse.Namespace, algorithm: str | None = None) -> Adver
         return Adversaries()
     if not 0 < k < args.clients:
         raise UsageError(f"--adversaries {k}: must be between 1 and --clients - 1 ({args.clients - 1})")
-    detector = getattr(args, "detector", "gmm")
-    algorithm = algorithm or getattr(args, "algorithm", None) or ("fedem" if detector == "gmm" else "fedpg")
     args.attack = attack or "compliant"
-    why = not_applicable(args.attack, detector, algorithm)
-    if why:
-        raise UsageError(f"--attack {args.attack} with --detector {detector}: {why}")
     return Adversaries(k, args.attack, args.seed)
 
 
+def adversaries(args: argparse.Namespace, algorithm: str, cls: type | None) -> Adversaries:
+    """`fleet_adversaries`, checked against the algorithm (its class, None for a baseline): an attack that means
+    nothing for it is refused saying why."""
+    adv = fleet_adversaries(args)
+    why = adv.count and not_applicable(adv.attack, algorithm, cls)
+    if why:
+        raise UsageError(f"--attack {adv.attack} with --detector {args.detector}: {why}")
+    return adv
+
+
+def algorithm_class(detector: str, algorithm: str) -> type | None:
+    """The class of a detector's federated algorithm, or of an anchor of `bench robustness` (None: a baseline)."""
+    from models.mixture.anchors import ANCHORS
+
+    return {**family(detector).algorithms, **ANCHORS}.get(algorithm)
+
+
 def algorithm_params(args: argparse.Namespace) -> dict[str, Any]:
-    if getattr(args, "detector", "pca") == "gmm":
-        return {"components": args.components, "reg": args.reg, "hard_rounds": args.hard_rounds,
-                "seed_rows": False if args.no_seed_rows else None, "min_support": getattr(args, "min_support", None)}
-    return {"rho": args.rho, "local_steps": args.local_steps, "lr": args.lr, "oversample": args.oversample,
-            "bits": args.bits}
+    """The parameters of the detector's algorithms given by their flags (None: not given)."""
+    return simulated_params(args, args.detector)
 
 
 def mixture_simulation(args: argparse.Namespace, algorithm: str, data, split, parts,
@@ -98,7 +108,6 @@ def mixture_simulation(args: argparse.Namespace, algorithm: str, data, split, pa
     from models.mixture.anchors import ANCHORS
     from models.mixture.fedem import FedEM
     from models.mixture.simulator import devices_seeing, select_mixture, simulate_mixture
-    from models.mixture.spec import MixtureJobSpec
 
     if algorithm not in (*MIXTURE, *ANCHORS):  # anchors: bench robustness only
         raise UsageError(f"--algorithm {algorithm} is not a gmm algorithm (choose from {', '.join(MIXTURE)})")
@@ -106,13 +115,11 @@ def mixture_simulation(args: argparse.Namespace, algorithm: str, data, split, pa
         raise UsageError("--trim applies to the pca detector only")
     if getattr(args, "min_support", None) is not None and algorithm != "fedem":
         raise UsageError(f"--min-support is FedEM's support rule: --algorithm {algorithm} has no devices to count")
-    if not 0.05 <= args.holdout <= 0.5:
-        raise UsageError(f"--holdout: must be in [0.05, 0.5] (the share of each device's records its threshold is "
-                         f"read from), got {args.holdout}")
     rounds, fraction = overrides.get("rounds", args.rounds), overrides.get("fraction", args.fraction)
     quantile = args.quantile or MixtureJobSpec.quantile
     cls = {**MIXTURE_FEDERATED, **ANCHORS}.get(algorithm, FedEM)
-    chosen = flag_params(cls, {**algorithm_params(args), **(params or {})}, algorithm, strict)
+    chosen = flag_params(cls, {**algorithm_params(args), **(params or {})}, algorithm, strict,
+                         problem={"n_features": len(data.feature_names)})
     bar = progress(1 if algorithm == "centralized" else rounds + 1, f"gmm {algorithm}")
 
     def on_round(entry: dict[str, float]) -> None:
@@ -122,11 +129,6 @@ def mixture_simulation(args: argparse.Namespace, algorithm: str, data, split, pa
     select = getattr(args, "select", False)
     if select and ("reg" in chosen or algorithm != "fedem"):
         raise UsageError("--select chooses the ridge of fedem itself: leave out --reg (and --algorithm centralized)")
-    try:  # a parameter the algorithm refuses is named by its flag
-        cls(len(data.feature_names), **chosen)
-    except ValueError as e:
-        name = next((k for k in chosen if str(e).startswith(k)), None)
-        raise UsageError(f"--{name.replace('_', '-')}: {e}" if name else str(e)) from None
     try:
         if select:
             result = select_mixture(parts, split.X_test, split.y_test, data.feature_names, params=chosen,
@@ -137,7 +139,8 @@ def mixture_simulation(args: argparse.Namespace, algorithm: str, data, split, pa
                                       fraction, quantile, args.seed, chosen, args.holdout, on_round,
                                       test_devices=devices_seeing(parts, split.X_test, split.y_test, args.seed,
                                                                   first_honest=getattr(args, "adversaries", 0)),
-                                      adversaries=adversaries(args, algorithm))
+                                      adversaries=adversaries(args, algorithm, algorithm_class(args.detector,
+                                                                                                algorithm)))
     except ValueError as e:
         raise UsageError(str(e)) from None
     finally:
@@ -146,12 +149,19 @@ def mixture_simulation(args: argparse.Namespace, algorithm: str, data, split, pa
     model = result.pop("detector")
     if keep:  # the trained detector itself (bench measures its scoring)
         result["model"] = model
-    result.update(detector="gmm", dataset=data.name, clients=len(parts), fraction=fraction, partition=args.partition,
+    result.update(detector=MixtureJobSpec.family, dataset=data.name, clients=len(parts), fraction=fraction,
+                  partition=args.partition,
                   seed=args.seed, quantile=quantile, holdout=args.holdout, contamination=args.contamination,
                   adversaries=getattr(args, "adversaries", 0), attack=getattr(args, "attack", None),
                   subspace_distance=None, n_features=len(data.feature_names), n_train=len(split.X_train),
                   n_test=len(split.X_test), attack_share_test=float(split.y_test.mean()))
     return result
+
+
+def pca_problem(args: argparse.Namespace, data) -> dict[str, int]:
+    """The dimensions a PCA algorithm of this run is built with (the lifted features with a kernel)."""
+    lifted = getattr(args, "kernel", "none") == "rff"
+    return {"n_features": args.kernel_features if lifted else len(data.feature_names), "rank": args.rank}
 
 
 def kernel_settings(args: argparse.Namespace) -> dict[str, Any]:
@@ -162,14 +172,18 @@ def kernel_settings(args: argparse.Namespace) -> dict[str, Any]:
 
 def simulate(args: argparse.Namespace, algorithm: str, data, split, parts, params: dict[str, Any] | None = None,
              strict: bool = True, **overrides: Any) -> dict[str, Any]:
-    """Run one algorithm with the command's settings; overrides replace settings (rounds, fraction, trim),
-    params replace algorithm parameters."""
+    """Run one algorithm of the --detector family with the command's settings; overrides replace settings (rounds,
+    fraction, trim), params replace algorithm parameters."""
+    return SIMULATORS[args.detector](args, algorithm, data, split, parts, params, strict, **overrides)
+
+
+def pca_simulation(args: argparse.Namespace, algorithm: str, data, split, parts,
+                   params: dict[str, Any] | None = None, strict: bool = True, **overrides: Any) -> dict[str, Any]:
+    """`simulate` for the PCA detector (models.pca.simulator)."""
     from models.pca.simulator import simulate_pca
 
-    if getattr(args, "detector", "pca") == "gmm":
-        return mixture_simulation(args, algorithm, data, split, parts, params, strict, **overrides)
-    if getattr(args, "min_support", None) is not None:
-        raise UsageError("--min-support is FedEM's support rule: it applies to --detector gmm")
+    chosen = flag_params(FEDERATED.get(algorithm), {**algorithm_params(args), **(params or {})}, algorithm, strict,
+                         problem=pca_problem(args, data))
     settings = {"rounds": args.rounds, "fraction": args.fraction, "trim": args.trim, "trim_by": args.trim_by,
                 **overrides}
     bar = progress(1 if algorithm in ("centralized", "local") else settings["rounds"], algorithm)
@@ -182,11 +196,9 @@ def simulate(args: argparse.Namespace, algorithm: str, data, split, parts, param
     try:
         result = simulate_pca(parts, split.X_test, split.y_test, data.feature_names, algorithm, args.rank,
                               settings["rounds"], settings["fraction"], args.quantile or PCAJobSpec.quantile,
-                              args.seed,
-                              settings["trim"],
-                              flag_params(FEDERATED.get(algorithm), {**algorithm_params(args), **(params or {})},
-                                          algorithm, strict), on_round, settings["trim_by"], **kernel_settings(args),
-                              adversaries=adversaries(args, algorithm))
+                              args.seed, settings["trim"], chosen, on_round, settings["trim_by"],
+                              **kernel_settings(args),
+                              adversaries=adversaries(args, algorithm, FEDERATED.get(algorithm)))
     except ValueError as e:
         raise UsageError(str(e)) from None
     finally:
@@ -201,3 +213,7 @@ def simulate(args: argparse.Namespace, algorithm: str, data, split, parts, param
                   attack_share_test=float(split.y_test.mean()))
     return result
 
+
+#: the detector families this module runs, each through its own simulator (models.pca.simulator,
+#: models.mixture.simulator): the names are their specs'
+SIMULATORS = {PCAJobSpec.family: pca_simulation, MixtureJobSpec.family: mixture_simulation}

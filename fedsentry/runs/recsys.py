@@ -14,11 +14,14 @@ import numpy as np
 from fedsentry.data import ratings as ratings_io
 from fedsentry.errors import UsageError
 from fedsentry.output import progress, single_blas_thread
-from fedsentry.runs.params import flag_params
+from fedsentry.runs.params import flag_params, simulated_params
 from models.recsys import FEDERATED
 from models.recsys.data import Ratings, count_distinct, split_users, train_test_split
+from models.recsys.spec import RecsysJobSpec
 
 log = logging.getLogger("fedsentry.recsys")
+#: the family this module simulates (it runs models.recsys.simulator)
+FAMILY = RecsysJobSpec.family
 
 
 @dataclass
@@ -63,12 +66,6 @@ def prepare(args: argparse.Namespace, ranks: list[int]) -> Prepared:
     return Prepared(data, train, test, parts)
 
 
-def algorithm_params(args: argparse.Namespace, regularizer: str | None = None) -> dict[str, Any]:
-    return {"rho": args.rho, "lam": args.lam, "gamma": args.gamma, "local_steps": args.local_steps, "lr": args.lr,
-            "regularizer": regularizer or args.regularizer, "user_solver": args.user_solver,
-            "user_items": getattr(args, "user_items", None)}
-
-
 def simulate(args: argparse.Namespace, prep: Prepared, algorithm: str, rank: int,
              queries: dict[str, Any] | None = None, strict: bool = True) -> dict[str, Any]:
     from models.recsys.simulator import simulate_recsys
@@ -88,7 +85,8 @@ def simulate(args: argparse.Namespace, prep: Prepared, algorithm: str, rank: int
 
     try:
         with single_blas_thread(algorithm != "centralized"):
-            params = flag_params(FEDERATED.get(algorithm), algorithm_params(args, regularizer), algorithm, strict)
+            given = simulated_params(args, FAMILY, **({"regularizer": regularizer} if regularizer else {}))
+            params = flag_params(FEDERATED.get(algorithm), given, algorithm, strict)
             result = simulate_recsys(prep.train, prep.test, prep.parts, algorithm, rank, rounds, args.fraction,
                                      args.seed, params, on_round, **(queries or {}))
     except ValueError as e:

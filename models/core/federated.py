@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -27,6 +27,9 @@ class FederatedAlgorithm(ABC):
     #: server-state arrays whose length grows with the federation (one row per client, or per client
     #: seen): a round changes only a few rows, which `touched` names, so the coordinator stores just those
     row_tables: tuple[str, ...] = ()
+    #: attacks its uploads make meaningless -> why, "{algorithm}" standing for its name
+    #: (models.detection.attacks.not_applicable)
+    not_attacked: ClassVar[dict[str, str]] = {}
 
     @abstractmethod
     def init_server(self, n_clients: int, rng: np.random.Generator) -> tuple[State, State]:

@@ -18,7 +18,8 @@ has something to tell the coordinator:
 Detectors differ in what they upload: a mixture's per-component statistics (R, S1, S2 per record) are
 tampered with as uploads, a PCA device's second moment C_i before its client step (FedPG and FedPE upload a
 basis computed from it, FedMM the product C_i Q, which the server checks). `not_applicable` says which
-combinations mean nothing.
+combinations mean nothing: an algorithm declares the attacks its uploads make meaningless (`not_attacked`, an
+attack -> why), so that this catalogue names no family.
 """
 
 from __future__ import annotations
@@ -44,18 +45,15 @@ ROUND_ATTACKS = ("max-variance", "non-psd", *POISONS)
 OFF_DIAGONAL = 1e4
 
 
-def not_applicable(attack: str, detector: str, algorithm: str) -> str | None:
-    """Why an attack means nothing for this detector and algorithm, or None."""
+def not_applicable(attack: str, algorithm: str, cls: type | None) -> str | None:
+    """Why an attack means nothing for this algorithm (its class; None: a baseline, which runs no federation), or
+    None."""
     if attack not in ATTACKS:
         return f"unknown attack {attack!r}; choose from {', '.join(ATTACKS)}"
-    if algorithm in ("centralized", "local") and attack not in ROGUE_DATA:
+    if cls is None and attack not in ROGUE_DATA:
         return f"{attack} tampers with what a device sends, and --algorithm {algorithm} has no federation"
-    if attack == "rotated" and detector == "gmm":
-        return "rotated turns a PCA upload away from the consensus subspace; a mixture has none"
-    if attack == "non-psd" and detector == "pca" and algorithm != "fedmm":
-        return (f"non-psd needs uploads of second moments the server can check: {algorithm} uploads a basis "
-                "(use --algorithm fedmm, or --detector gmm)")
-    return None
+    why = getattr(cls, "not_attacked", {}).get(attack)  # a FederatedAlgorithm's; other classes have none
+    return why.format(algorithm=algorithm) if why else None
 
 
 def poison(uploads: State, broadcast: State, kind: str, rng: np.random.Generator) -> State:

@@ -38,6 +38,7 @@ or whose component covariances are not positive semi-definite, is refused.
 from __future__ import annotations
 
 import zlib
+from typing import ClassVar
 
 import numpy as np
 
@@ -107,6 +108,9 @@ def colluders(min_support: int) -> int:
 
 class FedEM(FederatedAlgorithm):
     name = "fedem"
+    #: attacks that mean nothing for it (models.detection.attacks.not_applicable)
+    not_attacked: ClassVar[dict[str, str]] = {
+        "rotated": "rotated turns a PCA upload away from the consensus subspace; a mixture has none"}
 
     def __init__(self, n_features: int, components: int | None = None, reg: float = DEFAULT_REG, min_cluster: int = 5,
                  float32: bool = True, tolerance: float = 1e-3, hard_rounds: int = 100_000, seed_rows: bool = True,

@@ -7,8 +7,8 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from models.detection.spec import DetectorJobSpec
-from models.jobspec import check, setting
-from models.mixture import FEDERATED
+from models.jobspec import Simulation, check, setting
+from models.mixture import ALGORITHMS, FEDERATED
 
 
 @dataclass
@@ -26,6 +26,17 @@ class MixtureJobSpec(DetectorJobSpec):
 
     #: the mixture's size follows its components (an algorithm parameter)
     sizing = "algorithm_params"
+
+    simulation: ClassVar = Simulation(
+        settings=("rounds", "fraction", "seed", "quantile", "holdout"), algorithms=ALGORITHMS,
+        parameters={"components": "mixture components (none: the most of 128, 64, 32, ... whose uploads fit 256 KiB "
+                    "per device and round)",
+                    "reg": "ridge added to every covariance, in standardised units",
+                    "hard_rounds": "k-means rounds after seeding before EM rounds (at least the job's rounds: "
+                    "k-means rounds throughout)",
+                    "seed_rows": "keep each device's seeding clusters as its first control-variate row (README)",
+                    "min_support": "devices that must support a component for it to join the fleet's model; the "
+                    "others stay personal (at most half a small fleet; 0 turns the rule off)"})
 
     def problem(self) -> dict[str, int]:
         return {"n_features": len(self.features)}

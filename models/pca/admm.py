@@ -14,6 +14,7 @@ sum_i w_i f_i is the pooled objective up to a constant. Subclasses supply the lo
 from __future__ import annotations
 
 from abc import abstractmethod
+from typing import ClassVar
 
 import numpy as np
 
@@ -28,6 +29,10 @@ from models.pca.objective import reconstruction_gradient
 class ConsensusADMM(PCAAlgorithm):
     #: curvature factor of the local objective used to derive the step size
     curvature = 4.0
+    #: attacks that mean nothing for it (models.detection.attacks.not_applicable): its uploads are a basis
+    not_attacked: ClassVar[dict[str, str]] = {
+        "non-psd": "non-psd needs uploads of second moments the server can check: {algorithm} uploads a basis (use "
+        "--algorithm fedmm, or --detector gmm)"}
 
     def __init__(self, n_features: int, rank: int = 3, rho: float | None = None, local_steps: int = 10,
                  lr: float | None = None, aggregator: str = "mean", trim: float = 0.2):

@@ -7,9 +7,9 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from models.detection.spec import DetectorJobSpec
-from models.jobspec import check, setting
+from models.jobspec import Simulation, check, setting
 from models.kernel import DEFAULT_COMPONENTS, KERNELS, MAX_COMPONENTS, MIN_COMPONENTS, RandomFourierFeatures
-from models.pca import FEDERATED
+from models.pca import ALGORITHMS, FEDERATED
 
 
 @dataclass
@@ -24,6 +24,14 @@ class PCAJobSpec(DetectorJobSpec):
     kernel_features: int = setting(DEFAULT_COMPONENTS, help="rff: number of random Fourier features")
     kernel_gamma: float | None = setting(None, help="rff: Gaussian kernel width (none: 1/(2 x features), the median "
                                          "heuristic on z-scored records)")
+
+    # the simulator runs the paper's FedPG unless told otherwise (a job runs FedMM: the least traffic per round)
+    simulation: ClassVar = Simulation(
+        settings=("rank", "rounds", "fraction", "seed", "quantile", "kernel", "kernel_features", "kernel_gamma"),
+        algorithms=ALGORITHMS, defaults={"algorithm": "fedpg"}, choices={"kernel": KERNELS},
+        parameters={"local_steps": "local steps per round", "rho": "ADMM penalty (none: the number of features)",
+                    "lr": "local step size (none: 1/L from each client's curvature)",
+                    "oversample": "extra block columns", "bits": "quantise uploads to this many bits, 2 to 16"})
 
     @classmethod
     def default_algorithm(cls) -> str:

@@ -6,8 +6,10 @@ import math
 from dataclasses import dataclass
 from typing import ClassVar
 
-from models.jobspec import JobSpec, check, setting
-from models.recsys import FEDERATED
+from models.jobspec import JobSpec, Simulation, check, setting
+from models.recsys import ALGORITHMS, FEDERATED
+from models.recsys.base import REGULARIZERS
+from models.recsys.fedmc_admm import USER_ITEMS, USER_SOLVERS
 
 
 @dataclass
@@ -15,6 +17,18 @@ class RecsysJobSpec(JobSpec):
     algorithms: ClassVar = FEDERATED
     family: ClassVar[str] = "recsys"
     required: ClassVar[dict[str, str]] = {"items": "the item catalogue"}
+    # the ratings and their scale are the simulation's data (its --ratings, --rating-min, --rating-max flags)
+    simulation: ClassVar = Simulation(
+        settings=("rank", "rounds", "fraction", "seed"), algorithms=ALGORITHMS,
+        choices={"regularizer": REGULARIZERS, "user_solver": USER_SOLVERS, "user_items": USER_ITEMS},
+        parameters={"regularizer": "the penalty on the factors", "rho": "ADMM penalty, the paper's beta",
+                    "lam": "ridge weight of user factors (fedmc-admm: none, by the regularizer)",
+                    "gamma": "ridge weight of item factors (fedmc-admm: none, by the regularizer)",
+                    "local_steps": "local steps per round",
+                    "user_solver": "exact ridge per user, or the paper's proximal steps (66)",
+                    "user_items": "fit the user rows against the item factors received this round (consensus) or "
+                    "the client's own copy (copy, the paper's (66))",
+                    "lr": "multiplier of the paper's step size"})
 
     rank: int = setting(10, help="latent factors")
     items: list[int | str] = setting(factory=list, help="the item catalogue (ids)")

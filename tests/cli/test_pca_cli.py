@@ -158,10 +158,10 @@ def test_simulate_with_compliant_rogues_reports_them_and_refuses_what_it_cannot_
     (["--adversaries", "1", "--attack", "random", "--detector", "pca", "--algorithm", "centralized"],
      "--algorithm centralized has no federation"),
     (["--attack", "flood", "--adversaries", "1"], "argument --attack: invalid choice: 'flood'"),
-    (["--min-support", "-1"], "argument --min-support"),
+    (["--min-support", "-1"], "--min-support: min_support must be between 0"),
     (["--min-support", "2000"], "--min-support: min_support must be between 0 (every component shared) and 1000"),
     (["--min-support", "2", "--detector", "pca"],
-     "--min-support is FedEM's support rule: it applies to --detector gmm"),
+     "--min-support is a parameter of fedem: it applies to --detector gmm"),
     (["--min-support", "2", "--algorithm", "centralized", "--detector", "gmm"], "--algorithm centralized has no "
      "devices to count"),
 ])

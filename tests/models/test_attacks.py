@@ -10,10 +10,12 @@ import pytest
 from models.detection.attacks import ATTACKS, OFF_DIAGONAL, ROGUE_DATA, Adversaries, not_applicable
 from models.detection.screening import DEFAULT_GUARD, capped_weights, check_histogram, check_summary
 from models.detection.threshold import EDGES
+from models.families import family
 from models.mixture.fedem import FedEM, moments_psd
 from models.mixture.gmm import hard_stats, nearest
 from models.mixture.rogues import compliant_rogues
 from models.mixture.simulator import simulate_mixture
+from models.pca import FedMM, FedPG
 from models.pca.fedmm import admissible_scale
 from models.pca.simulator import simulate_pca
 from models.synthetic import generate_traffic
@@ -46,7 +48,7 @@ def run(fleet, detector: str, attack: str | None, algorithm: str | None = None, 
 @pytest.mark.parametrize("detector", ["gmm", "pca"])
 def test_every_attack_runs_end_to_end_where_it_applies(fleet, detector, attack):
     algorithm = "fedmm" if attack == "non-psd" and detector == "pca" else ("fedem" if detector == "gmm" else "fedpg")
-    if not_applicable(attack, detector, algorithm):
+    if not_applicable(attack, algorithm, family(detector).algorithms[algorithm]):
         assert (detector, attack) == ("gmm", "rotated")
         return
     r = run(fleet, detector, attack, algorithm)
@@ -54,11 +56,12 @@ def test_every_attack_runs_end_to_end_where_it_applies(fleet, detector, attack):
 
 
 def test_what_does_not_apply_says_why():
-    assert "a mixture has none" in not_applicable("rotated", "gmm", "fedem")
-    assert "fedpg uploads a basis" in not_applicable("non-psd", "pca", "fedpg")
-    assert "no federation" in not_applicable("random", "pca", "centralized")
-    assert not_applicable("compliant", "pca", "centralized") is None
-    assert "unknown attack" in not_applicable("flood", "gmm", "fedem")
+    assert "a mixture has none" in not_applicable("rotated", "fedem", FedEM)
+    assert "fedpg uploads a basis" in not_applicable("non-psd", "fedpg", FedPG)
+    assert not_applicable("non-psd", "fedmm", FedMM) is None
+    assert "no federation" in not_applicable("random", "centralized", None)
+    assert not_applicable("compliant", "centralized", None) is None
+    assert "unknown attack" in not_applicable("flood", "fedem", FedEM)
     with pytest.raises(ValueError, match="unknown attack"):
         Adversaries(1, "flood")
 
