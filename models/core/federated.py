@@ -12,12 +12,27 @@ constructor; the methods never see more than the arrays they work on.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
 
 State = dict[str, np.ndarray]
+
+
+@dataclass(frozen=True)
+class SupportView:
+    """What the pipeline's support rule (models.core.pipeline.support_mask) needs of a model made of units (a
+    mixture's components): how many devices support each unit, how many devices the counts cover, the job's
+    `min_support` and `mass_cap`, and the share of each unit's mass its m heaviest devices hold (None: no mass
+    share)."""
+
+    support: np.ndarray
+    devices: int
+    min_support: int
+    mass_cap: float = 1.0
+    heaviest: Callable[[int], np.ndarray] | None = None
 
 
 class FederatedAlgorithm(ABC):
@@ -63,6 +78,15 @@ class FederatedAlgorithm(ABC):
         """What the server admits of each upload before its step (models.core.pipeline.validate): a factor per upload,
         1 to keep it, in (0, 1) to shrink it, 0 to refuse it; None when there is nothing to check against."""
         return None
+
+    def support_view(self, server: State) -> SupportView | None:
+        """What the support rule reads of the server state, or None: an algorithm without the rule (or a job
+        that switched it off)."""
+        return None
+
+    def restrict(self, server: State, broadcast: State, shared: np.ndarray) -> State:
+        """The broadcast with only the `shared` units normal for the fleet (remembered in the server state)."""
+        return broadcast
 
     def touched(self, server: State, client_ids: np.ndarray) -> dict[str, np.ndarray]:
         """For each of `row_tables`, the row indices a server step with these clients may have changed."""

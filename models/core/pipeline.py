@@ -9,13 +9,17 @@ every round with `close_round`, so a refusal or a cap is the same in both):
                level, over the federation's mean (the weight caps the statistics phase fixed in the server state,
                models.detection.screening.weight_caps). A job without caps (recommendation weighs rating counts
                as they are) skips the stage
-    server     the family's server step, with its robust rules on what passed (FedEM's support rule and mass
-               share: a component is normal only if enough devices support it; trimmed aggregators)
+    server     the family's server step on what passed (its own robust aggregators: trimmed means)
+    support    after the step, the support rule on the model it made: a unit of the model (a mixture's
+               component) is normal for the fleet only if at least `min_support` devices support it and the
+               devices that may act together do not hold most of its mass (`support_mask`); what fails stays
+               out of the shared model (a device keeps it as its own). An algorithm takes part through
+               `support_view` and `restrict` (FederatedAlgorithm); the others pass unchanged
 
 Each stage is switched by the job's own settings, not by a list of its own: validation is always on (an upload
 no honest device could send is never aggregated); the caps by `count_cap` and `max_share` (a job without them,
-as recommendation, fixes none); the support rule by `min_support` (0: every component shared). Private mode's
-stages (secure sum, calibrated noise) come after the caps (issue 23).
+as recommendation, fixes none); the support rule by `min_support` (0: every unit shared) and `mass_cap` (1: no
+mass share). Private mode's stages (secure sum, calibrated noise) come after the caps (issue 23).
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from models.core.federated import FederatedAlgorithm, State
+from models.core.federated import FederatedAlgorithm, State, SupportView
 
 
 @dataclass
@@ -73,15 +77,49 @@ def cap(algorithm: FederatedAlgorithm, server: State, answers: Answers) -> Answe
     return Answers(answers.ids, answers.uploads, weight)
 
 
-#: every stage, in the pipeline's order
+#: every stage before the server step, in the pipeline's order
 STAGES: tuple[Stage, ...] = (validate, cap)
+
+Rule = Callable[[FederatedAlgorithm, State, State], State]
+
+
+def support_mask(view: SupportView) -> np.ndarray:
+    """Which units become normal for the fleet: those at least `min_support` devices support (fewer in a fleet too
+    small to have that many: at most half of its devices; 0 shares every unit), and whose mass the devices that
+    may act together (one fewer than the count asks for) do not hold more than `mass_cap` of, unless that would
+    leave no unit shared (a fleet too small for the rule keeps its count-only model)."""
+    if view.min_support <= 0:
+        return np.ones(len(view.support), bool)
+    needed = min(view.min_support, max(1, view.devices // 2))
+    shared = np.asarray(view.support) >= needed
+    if needed - 1 >= 1 and view.mass_cap < 1 and view.heaviest is not None:
+        owned = view.heaviest(needed - 1) > view.mass_cap
+        if (shared & ~owned).any():
+            shared &= ~owned
+    return shared
+
+
+def support(algorithm: FederatedAlgorithm, server: State, broadcast: State) -> State:
+    """The support rule on the broadcast the server step made (`support_mask`)."""
+    view = algorithm.support_view(server)
+    if view is None:
+        return broadcast
+    return algorithm.restrict(server, broadcast, support_mask(view))
+
+
+#: every rule after the server step
+RULES: tuple[Rule, ...] = (support,)
 
 
 def close_round(algorithm: FederatedAlgorithm, server: State, client_ids: np.ndarray, uploads: State,
-                weight: np.ndarray, stages: Sequence[Stage] = STAGES) -> tuple[State, State]:
+                weight: np.ndarray, stages: Sequence[Stage] = STAGES,
+                rules: Sequence[Rule] = RULES) -> tuple[State, State]:
     """The answers (weighted by their claimed records, or by weights where the job fixed no caps) through the
-    pipeline's stages, then the algorithm's server step: (server state, broadcast)."""
+    pipeline's stages, the algorithm's server step, then the rules on its broadcast: (server state, broadcast)."""
     answers = Answers(np.asarray(client_ids, dtype=np.int64), uploads, np.asarray(weight, dtype=float))
     for stage in stages:
         answers = stage(algorithm, server, answers)
-    return algorithm.server_update(server, answers.ids, answers.uploads, answers.weight)
+    server, broadcast = algorithm.server_update(server, answers.ids, answers.uploads, answers.weight)
+    for rule in rules:
+        broadcast = rule(algorithm, server, broadcast)
+    return server, broadcast

@@ -42,7 +42,8 @@ from typing import ClassVar
 
 import numpy as np
 
-from models.core.federated import FederatedAlgorithm, State
+from models.core.federated import FederatedAlgorithm, State, SupportView
+from models.core.pipeline import support_mask
 from models.mixture import control
 from models.mixture.gmm import Mixture, e_step, hard_stats, kmeans, m_step, nearest, triu_unpack
 
@@ -86,11 +87,9 @@ def broadcast_of(m: Mixture, stage: int, shared: np.ndarray | None = None) -> St
 
 
 def shared_components(support: np.ndarray, devices: int, min_support: int) -> np.ndarray:
-    """Which components become normal for the fleet: those at least `min_support` devices support (fewer for a
-    fleet too small to have that many: at most half of its devices). 0 shares every component."""
-    if min_support <= 0:
-        return np.ones(len(support), bool)
-    return np.asarray(support) >= min(min_support, max(1, devices // 2))
+    """Which components at least `min_support` devices support (the support rule's count, without the mass
+    share; models.core.pipeline.support_mask)."""
+    return support_mask(SupportView(np.asarray(support), devices, min_support))
 
 
 #: the share of a shared component's mass that its heaviest `colluders` devices may hold (models.mixture.fedem:
@@ -226,8 +225,8 @@ class FedEM(FederatedAlgorithm):
         server["em_round"] = server["em_round"] + 1
         control.write(server, ids, weight, (R, S1, S2), int(server["em_round"]))
         m = self.aggregate(server)
-        return self.keep(server, broadcast_of(m, 2 if int(server["em_round"]) < self.hard_rounds else 1,
-                                              self.shared(server)))
+        # the support rule (models.core.pipeline.support) then says which components are shared
+        return self.keep(server, broadcast_of(m, 2 if int(server["em_round"]) < self.hard_rounds else 1))
 
     def screen(self, server: State, client_ids: np.ndarray, uploads: State) -> np.ndarray | None:
         """1 for the uploads that add up to their devices' statistics-phase claims (`consistent`), 0 for the others
@@ -243,22 +242,29 @@ class FedEM(FederatedAlgorithm):
         """The M-step of every device's last statistics, summed (weighted by the devices' shares)."""
         return m_step(*control.aggregate(server), self.reg)
 
+    def support_view(self, server: State) -> SupportView | None:
+        """Support, not volume, makes normal (the pipeline's support rule, models.core.pipeline.support_mask): a
+        device supports a component when SUPPORT_SHARE of its records fall in it, counted over every device's last
+        upload. A device that trains honestly on poisoned traffic supports its attack components alone; they stay
+        out of the fleet's model (that device keeps them as its own). Colluders whose attack records share a
+        component with honest traffic (so that enough devices support it) still cannot make it theirs: a
+        component more than `mass_cap` of whose mass its heaviest devices hold stays out too. None while the
+        table holds no device (seeding without seed rows: every component shared)."""
+        devices, counts = control.devices_and_support(server) if "rows" in server else (0, None)
+        if not devices or counts is None:
+            return None
+        return SupportView(counts, devices, self.min_support, self.mass_cap,
+                           lambda m: control.heaviest_share(server, m))
+
+    def restrict(self, server: State, broadcast: State, shared: np.ndarray) -> State:
+        broadcast = {**broadcast, "shared": np.asarray(shared, dtype=float)}
+        server["last.shared"] = broadcast["shared"]
+        return broadcast
+
     def shared(self, server: State) -> np.ndarray:
-        """The components enough devices support, from every device's last upload (SUPPORT_SHARE of its records),
-        and whose mass the assumed colluders do not hold most of: support, not volume, makes normal. A device
-        that trains honestly on poisoned traffic supports its attack components alone; they stay out of the
-        fleet's model (that device keeps them as its own). Colluders whose attack records share a component
-        with honest traffic (so that enough devices support it) still cannot make it theirs: a component more
-        than `mass_cap` of whose mass comes from its heaviest `min_support` - 1 devices (fewer in a fleet too
-        small for `min_support`, as the count) stays out too, unless that would leave no component shared."""
-        shared = self.counted(server)
-        # as many colluders as the support rule assumes, in a fleet too small for min_support: fewer
-        m = min(self.min_support, max(1, control.devices_and_support(server)[0] // 2)) - 1
-        if m >= 1 and self.mass_cap < 1:
-            owned = control.heaviest_share(server, m) > self.mass_cap
-            if (shared & ~owned).any():  # a fleet too small for the rule keeps its count-only model
-                shared &= ~owned
-        return shared
+        """The components the support rule shares (every one while it has nothing to count)."""
+        view = self.support_view(server)
+        return support_mask(view) if view is not None else np.ones(self.components, bool)
 
     def counted(self, server: State) -> np.ndarray:
         """The components at least `min_support` devices support (the count, before the mass share)."""
@@ -301,8 +307,7 @@ class FedEM(FederatedAlgorithm):
             m = merge_clusters(wR[keep], wS1[keep], (S2 * w[..., None])[keep], self.components, self.reg,
                                np.random.default_rng(int(server["seed"])))
         server["stage"] = np.array(1)
-        return self.keep(server, broadcast_of(m, 2 if self.hard_rounds > 0 else 1,
-                                              self.shared(server) if self.seed_rows else None))
+        return self.keep(server, broadcast_of(m, 2 if self.hard_rounds > 0 else 1))
 
     @staticmethod
     def keep(server: State, broadcast: State) -> tuple[State, State]:
