@@ -1,7 +1,8 @@
 """The support rule's mass share kept by the rows each step writes (models.mixture.heaviest) equals, exactly, the
 share read from the whole table, over any sequence of steps: rows rewritten heavier or lighter, devices retired
 when the table is full, a step with more devices than the table has rows (seeding), a cleared table, a table
-saved before the kept rows existed (`control.upgrade`), and the kept rows' room smaller than the table."""
+saved before the kept rows existed (`control.upgrade`), and the kept rows' room smaller than the table. Also: the
+rows retired are those a stable sort of the table by last round picked, found by a partition."""
 
 from __future__ import annotations
 
