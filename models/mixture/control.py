@@ -24,6 +24,7 @@ from __future__ import annotations
 import numpy as np
 
 from models.core.federated import State
+from models.mixture import heaviest
 
 #: what the table may hold by default: the rows (one per device) stay within this many bytes
 TABLE_BUDGET = 1 << 30
@@ -51,6 +52,7 @@ def empty_table(n_clients: int, capacity: int, K: int, d: int, p: int, dtype: ty
         "H_rows": np.zeros((capacity, K), dtype=bool),  # the components the row's device supports
         "R": np.zeros(K), "S1": np.zeros((K, d)), "S2": np.zeros((K, p)), "support": np.zeros(K),
         "retired": np.zeros(0, dtype=np.int64),  # the devices the last step retired
+        **heaviest.empty(K),  # the heaviest rows of each component (the support rule's mass share)
     }
 
 
@@ -69,6 +71,8 @@ def upgrade(server: State, capacity: int) -> State:
     if "support" not in server:
         server["support"] = server["H_rows"][:n].sum(axis=0).astype(float)
     server.setdefault("retired", np.zeros(0, dtype=np.int64))
+    if "top_rows" not in server:
+        heaviest.invalidate(server)  # read from the table at the next share
     capacity = max(capacity, n)
     for name in ("owner", "seen", "W_rows", "R_rows", "S1_rows", "S2_rows", "H_rows"):
         table = server[name]
@@ -93,7 +97,7 @@ def place(server: State, ids: np.ndarray, round_no: int) -> np.ndarray:
         pool = np.flatnonzero(candidates)
         if retire > len(pool):
             raise ValueError(f"{len(ids)} devices in one step do not fit a table of {capacity} rows")
-        oldest = pool[np.argsort(server["seen"][pool], kind="stable")[:retire]]
+        oldest = pool[oldest_first(server["seen"][pool], retire)]
         subtract(server, oldest)
         retired = server["owner"][oldest]
         server["slot"][retired] = 0
@@ -109,6 +113,16 @@ def place(server: State, ids: np.ndarray, round_no: int) -> np.ndarray:
     rows = server["slot"][ids] - 1
     server["seen"][rows] = round_no
     return rows
+
+
+def oldest_first(seen: np.ndarray, count: int) -> np.ndarray:
+    """The positions of the `count` smallest of `seen`, smallest first, ties in order of position (a stable sort's
+    first `count`), by a partition: no sort of the whole table."""
+    if count >= len(seen):
+        return np.argsort(seen, kind="stable")
+    key = seen.astype(np.int64) * len(seen) + np.arange(len(seen))  # distinct: the order is (seen, position)
+    first = np.argpartition(key, count - 1)[:count]
+    return first[np.argsort(key[first])]
 
 
 def subtract(server: State, rows: np.ndarray) -> None:
@@ -154,11 +168,13 @@ def write(server: State, ids: np.ndarray, weight: np.ndarray, stats: tuple[np.nd
     server["W_rows"][rows] = weight
     for name, new in zip(STATS, stats):
         table = server[f"{name}_rows"]
-        table[rows] = new
-        server[name] = server[name] + np.tensordot(weight, table[rows].astype(float), axes=1)
+        kept = np.asarray(new).astype(table.dtype, copy=False)  # what the rows hold
+        table[rows] = kept
+        server[name] = server[name] + np.tensordot(weight, kept.astype(float), axes=1)
     support = stats[0] >= SUPPORT_SHARE
     server["H_rows"][rows] = support
     server["support"] = server["support"] + support.sum(axis=0)
+    heaviest.refresh(server, rows)
     return rows
 
 
@@ -171,6 +187,7 @@ def clear(server: State) -> None:
     server["rows"] = np.array(0)
     for name in (*STATS, "support"):
         server[name] = np.zeros_like(server[name])
+    server.update(heaviest.empty(len(server["R"]), heaviest.room(server)))
 
 
 def aggregate(server: State) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -189,24 +206,10 @@ def devices_and_support(server: State) -> tuple[int, np.ndarray]:
 
 
 def heaviest_share(server: State, m: int) -> np.ndarray:
-    """Per component, the share of its weighted mass (sum_i W_i R_ik over the table) that its `m` heaviest devices
-    hold; 0 for a component without mass. One pass over the rows in use."""
-    n = int(server["rows"])
-    # float32 is ample for a share compared with a cap, and halves the pass over the table
-    mass = server["R_rows"][:n].astype(np.float32) * server["W_rows"][:n, None].astype(np.float32)
-    total = mass.sum(axis=0, dtype=float) + (server["R_extra"] if float(server.get("extra", 0.0)) else 0.0)
-    if n == 0:
-        return np.zeros(len(total))
-    m = min(m, n)
-    if m <= 4:  # the usual case (2 colluders): m passes of argmax, cheaper than a partition of the table
-        top, columns = np.zeros(mass.shape[1]), np.arange(mass.shape[1])
-        for _ in range(m):
-            heaviest = mass.argmax(axis=0)
-            top += mass[heaviest, columns]
-            mass[heaviest, columns] = -np.inf
-    else:
-        top = -np.partition(-mass, m - 1, axis=0)[:m].sum(axis=0, dtype=float)
-    return np.where(total > 0, top / np.maximum(total, 1e-300), 0.0)
+    """Per component, the share of its weighted mass (the aggregate's R_k: the table's sum_i W_i R_ik and a step's
+    devices without room) that its `m` heaviest rows hold; 0 for a component without mass. Kept up to date by the
+    rows each step writes (models.mixture.heaviest): no pass over the table."""
+    return heaviest.share(server, aggregate(server)[0], m)
 
 
 def touched(server: State, client_ids: np.ndarray) -> dict[str, np.ndarray]:

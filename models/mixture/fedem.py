@@ -417,17 +417,16 @@ def moments_psd(R: np.ndarray, S1: np.ndarray, S2: np.ndarray, d: int) -> np.nda
     if not finite.all():
         return finite
     live = (packed != 0).any(axis=-1)  # an empty component is the moments of no records: nothing to check
-    M = triu_unpack(packed[live], d + 1)
-    floor = PSD_TOLERANCE * np.maximum(np.trace(M, axis1=-2, axis2=-1), 1e-12)
+    shifted = triu_unpack(packed[live], d + 1)
     diagonal = np.arange(d + 1)
-    shifted = M.copy()
+    floor = PSD_TOLERANCE * np.maximum(np.trace(shifted, axis1=-2, axis2=-1), 1e-12)
     shifted[:, diagonal, diagonal] += floor[:, None]
     try:  # every eigenvalue above -floor: M + floor I is positive definite (one batched Cholesky)
         np.linalg.cholesky(shifted)
         return np.ones(n, bool)
     except np.linalg.LinAlgError:  # some upload is not (or is at the edge): decide each exactly
         ok = np.ones((n, K), bool)
-        ok[live] = np.linalg.eigvalsh(M)[:, 0] >= -floor
+        ok[live] = np.linalg.eigvalsh(triu_unpack(packed[live], d + 1))[:, 0] >= -floor
         return np.asarray(ok.all(axis=1))
 
 
