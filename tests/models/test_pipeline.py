@@ -7,8 +7,8 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from models.core.federated import FederatedAlgorithm, State
-from models.core.pipeline import Answers, close_round, validate
+from models.core.federated import FederatedAlgorithm, State, SupportView
+from models.core.pipeline import Answers, close_round, support_mask, validate
 from models.detection.screening import DEFAULT_GUARD, Guard, capped_weights, weight_caps
 
 
@@ -109,3 +109,34 @@ def test_weight_caps_match_water_filling(counts, max_share, count_cap):
     caps = weight_caps(c, guard)
     assert np.isclose(min(caps.level, c.max()), reference_level(c, guard), rtol=1e-6)
     np.testing.assert_array_equal(caps.apply(c), w)
+
+
+def test_the_support_rule_counts_supporters_and_caps_the_colluders_mass():
+    counts = np.array([0, 1, 2, 3, 40])
+    assert support_mask(SupportView(counts, 100, 3)).tolist() == [False, False, False, True, True]
+    assert support_mask(SupportView(counts, 5, 3)).tolist() == [False, False, True, True, True]  # 5 devices: 2
+    assert support_mask(SupportView(counts, 100, 0)).all()  # switched off
+    owned = np.array([0.0, 0.0, 0.0, 0.95, 0.1])  # unit 3: its 2 heaviest devices hold 95 % of its mass
+    view = SupportView(counts, 100, 3, 0.8, lambda m: owned if m == 2 else np.zeros(5))
+    assert support_mask(view).tolist() == [False, False, False, False, True]
+    alone = SupportView(np.array([0, 3]), 100, 3, 0.8, lambda m: np.array([0.0, 0.99]))
+    assert support_mask(alone).tolist() == [False, True]  # never no unit at all: the count-only model
+
+
+class Units(Open):
+    """A model of 3 units, the last supported by one device only."""
+
+    def support_view(self, server):
+        return SupportView(np.array([5, 4, 1]), 10, 3)
+
+    def restrict(self, server, broadcast, shared):
+        server["restricted"] = shared
+        return {**broadcast, "shared": shared}
+
+
+def test_close_round_applies_the_support_rule_to_the_broadcast():
+    server: State = {}
+    _, broadcast = close_round(Units(), server, np.array([0]), {"x": np.ones((1, 1))}, np.ones(1))
+    assert broadcast["shared"].tolist() == [True, True, False] and server["restricted"].tolist() == [True, True, False]
+    _, broadcast = close_round(Units(), {}, np.array([0]), {"x": np.ones((1, 1))}, np.ones(1), rules=())
+    assert "shared" not in broadcast
