@@ -79,6 +79,20 @@ class AnomalyOut(BaseModel):
     incident_id: str | None = Field(None, description="the incident the update belongs to (/api/v1/incidents/{id})")
 
 
+class RecordOut(BaseModel):
+    """A flagged record kept whole (past its device's alert budget: counted in an incident update)."""
+
+    id: str
+    alert_id: str = Field(description="the incident update that carried it (/api/v1/anomalies/{id})")
+    device_id: str
+    incident_id: str | None
+    ts: UtcTime
+    score: float
+    threshold: float
+    explanation: list[dict[str, Any]]
+    flow: dict[str, Any] | None = Field(None, description="the record's connection, as in an anomaly")
+
+
 class IncidentOut(BaseModel):
     id: str = Field(description="the incident's id: its updates are /api/v1/anomalies?incident={id}")
     device_id: str

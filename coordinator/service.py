@@ -29,9 +29,9 @@ from coordinator.job_runner import JobRunner
 from coordinator.models_service import publish_promoted
 from coordinator.presence import Presence, status_sender
 from models.families import LEGACY_JOBS, family, job_spec
-from store.alerts import insert_for
-from store.db import Alert, Device, Job, Rejection, Round, make_engine, migrate, session_factory, utcnow
+from store.db import Alert, Device, FlaggedRecord, Job, Rejection, Round, make_engine, migrate, session_factory, utcnow
 from store.jobs import create_job
+from store.records import insert_for
 from wire.mqtt import make_client, parse_broker_url
 from wire.protocol import (
     AGENT_SUBSCRIPTIONS,
@@ -275,6 +275,7 @@ class Coordinator:
         cutoff = utcnow() - timedelta(days=self.retention_days)
         with self.sessions.begin() as s:
             n = s.query(Alert).filter(Alert.ts < cutoff).delete()
+            n += s.query(FlaggedRecord).filter(FlaggedRecord.ts < cutoff).delete()
             m = s.query(Round).filter(Round.completed < cutoff).delete()
         if n or m:
             log.info("retention: pruned %d anomalies and %d round records older than %s days", n, m,

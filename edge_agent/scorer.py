@@ -1,11 +1,13 @@
 """Scoring traffic with the promoted model and turning flagged records into alerts.
 
 Alerts are rate-limited per device: at most ``burst`` individual alerts per ``window`` seconds; past that,
-flagged records are grouped into incidents, every one counted, whose updates leave every second.
+flagged records are grouped into incidents whose updates leave every second, each carrying every record it
+counts whole (time, score, flow fields, explanation): the budget limits notifications, never what is stored.
 """
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 from collections.abc import Callable, Iterable
@@ -18,7 +20,7 @@ from edge_agent.sources import Batch, encode_batch, flows, select
 from models.detection.encoding import FeatureEncoder
 from models.detection.threshold import device_threshold, shrunk_threshold
 from wire.model import Detector, detector_from_envelope
-from wire.protocol import Envelope
+from wire.protocol import RECORDS_BYTES, RECORDS_PER_UPDATE, Envelope
 
 #: how often an incident's newly flagged records leave the device (seconds): on a timer, never waiting for
 #: more traffic
@@ -37,11 +39,13 @@ def incident_key(alert: dict[str, Any]) -> str:
 @dataclass
 class RateLimiter:
     """At most ``burst`` individual alerts per ``window`` seconds; past that, flagged records are grouped into
-    **incidents** (device, the features that explain them, the window) and every record is counted: an
-    incident update (count, first and last seen, the worst record with its explanation, a few example flows)
-    leaves every INCIDENT_FLUSH seconds while the incident grows. Its state is part of the agent's reading
-    state (saved with the alerts a batch raised) and runs on the wall clock, so a restart neither forgets
-    flagged records nor resets the window."""
+    **incidents** (device, the features that explain them, the window) and every record is counted and kept: an
+    incident update (count, first and last seen, the worst record with its explanation, a few example flows,
+    and every record it counts, `records`) leaves every INCIDENT_FLUSH seconds while the incident grows, and at
+    once when its records reach RECORDS_PER_UPDATE or RECORDS_BYTES (so a flood, or a backlog scored at
+    promotion, leaves as many updates as it needs, never more records in memory than that per incident). Its
+    state is part of the agent's reading state (saved with the alerts a batch raised) and runs on the wall
+    clock, so a restart neither forgets flagged records nor resets the window."""
 
     burst: int = 20
     window: float = 60.0
@@ -69,14 +73,29 @@ class RateLimiter:
         inc = self.incidents.get(key)
         if inc is None:
             inc = self.incidents[key] = {"count": 0, "first": alert["ts"], "last": alert["ts"], "worst": alert,
-                                         "samples": []}
+                                         "samples": [], "records": [], "bytes": 0}
         inc["count"] += 1
         inc["last"] = alert["ts"]
         if alert["score"] > inc["worst"]["score"]:
             inc["worst"] = alert
         if alert.get("flow") and len(inc["samples"]) < INCIDENT_SAMPLES:
             inc["samples"].append(alert["flow"])
+        record = {"ts": alert["ts"], "score": alert["score"], "flow": alert.get("flow"),
+                  "explanation": (alert.get("explanation") or [])[:3]}
+        inc.setdefault("records", []).append(record)
+        inc["bytes"] = int(inc.get("bytes", 0)) + len(json.dumps(record, separators=(",", ":"), default=str))
+        if len(inc["records"]) >= RECORDS_PER_UPDATE or inc["bytes"] >= RECORDS_BYTES:
+            out.append(self._update(key, self.incidents.pop(key)))
         return out
+
+    def _update(self, key: str, inc: dict[str, Any]) -> dict[str, Any]:
+        """One incident update: the worst record, counting the incident's new records and carrying them."""
+        update = dict(inc["worst"])
+        update.update(id=uuid.uuid4().hex, summary=True, count=inc["count"], ts=inc["last"],
+                      incident={"key": key, "window": self.started, "first": inc["first"], "last": inc["last"],
+                                "samples": inc["samples"]},
+                      records=inc.get("records", []))
+        return update
 
     def flush(self, now: float | None = None, force: bool = False) -> list[dict[str, Any]]:
         """The updates of the incidents that grew since the last flush, once INCIDENT_FLUSH seconds have
@@ -84,13 +103,7 @@ class RateLimiter:
         now = time.time() if now is None else now
         if not self.incidents or not (force or now - self.flushed >= INCIDENT_FLUSH or now < self.flushed):
             return []
-        out = []
-        for key, inc in self.incidents.items():
-            update = dict(inc["worst"])
-            update.update(id=uuid.uuid4().hex, summary=True, count=inc["count"], ts=inc["last"],
-                          incident={"key": key, "window": self.started, "first": inc["first"], "last": inc["last"],
-                                    "samples": inc["samples"]})
-            out.append(update)
+        out = [self._update(key, inc) for key, inc in self.incidents.items()]
         self.incidents, self.flushed = {}, now
         return out
 

@@ -16,11 +16,10 @@ from collections.abc import Sequence
 from datetime import datetime, timezone
 from typing import Any
 
-from sqlalchemy.dialects.postgresql import insert as pg_insert
-from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session
 
 from store.db import Alert, Device, utcnow
+from store.records import finite, insert_for, record_rows, store_records
 from wire.flows import clean_flow, escaped
 from wire.protocol import ProtocolError
 
@@ -88,18 +87,10 @@ def alert_row(agent: str, job: str, version: int, m: Any, received: datetime,
     if problem:
         raise ProtocolError("alert", problem)
     row["incident_id"] = incident_id(agent, row["incident"])
+    # the records an incident update counts, each kept whole (store.records)
+    row["records"] = record_rows(row, m.get("records"), EARLIEST, time.time() + 86400, dropped) \
+        if row["incident"] is not None else []
     return row
-
-
-def finite(value: Any) -> Any:
-    """The value with every non-finite float in it (at any depth of lists and objects) replaced by None."""
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, dict):
-        return {k: finite(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [finite(v) for v in value]
-    return value
 
 
 def incident_id(device: str, incident: Any) -> str | None:
@@ -146,11 +137,6 @@ def flow_problem(flow: Any) -> str | None:
     return None
 
 
-def insert_for(session: Session) -> Any:
-    """The dialect's INSERT (with ON CONFLICT) for this session's database."""
-    return pg_insert if session.get_bind().dialect.name == "postgresql" else sqlite_insert
-
-
 COLUMNS = ("id", "device_id", "job_id", "model_version", "ts", "received", "score", "threshold", "count",
            "explanation", "flow", "incident", "incident_id", "acknowledged")
 
@@ -165,10 +151,13 @@ def store_alerts(session: Session, rows: Sequence[dict[str, Any]]) -> Counter[st
     if session.get_bind().dialect.name == "postgresql":
         new = _copy_postgresql(session, rows)
     else:  # one cached statement, executed as multi-row VALUES batches ("insertmanyvalues")
-        stmt = insert(Alert).on_conflict_do_nothing(index_elements=["id"]).returning(Alert.device_id, Alert.count)
-        new = [(d, n) for d, n in session.execute(stmt, list(rows))]
+        stmt = insert(Alert).on_conflict_do_nothing(index_elements=["id"]).returning(Alert.id, Alert.device_id,
+                                                                                       Alert.count)
+        new = [(i, d, n) for i, d, n in session.execute(stmt, [{k: r[k] for k in COLUMNS} for r in rows])]
+    stored = {i for i, _, _ in new}  # a redelivered alert's records are stored already
+    store_records(session, [rec for r in rows if r["id"] in stored for rec in r.get("records", ())])
     records: Counter[str] = Counter()
-    for device, n in new:
+    for _, device, n in new:
         fresh[device] += 1
         records[device] += n
     if fresh:  # one upsert per device, as one cached statement
@@ -196,7 +185,7 @@ def _copy_line(r: dict[str, Any]) -> str:
         "t" if r["acknowledged"] else "f")) + "\n"
 
 
-def _copy_postgresql(session: Session, rows: Sequence[dict[str, Any]]) -> list[tuple[str, int]]:
+def _copy_postgresql(session: Session, rows: Sequence[dict[str, Any]]) -> list[tuple[str, str, int]]:
     """COPY the batch into a temporary table, then move the new ones over: an order of magnitude faster
     than parameterised INSERTs, and a redelivered alert id is still skipped by the primary key."""
     raw = session.connection().connection.driver_connection
@@ -208,5 +197,5 @@ def _copy_postgresql(session: Session, rows: Sequence[dict[str, Any]]) -> list[t
         with cur.copy(f"COPY incoming_alerts ({cols}) FROM STDIN") as copy:
             copy.write("".join(_copy_line(r) for r in rows))
         cur.execute(f"INSERT INTO alerts ({cols}) SELECT {cols} FROM incoming_alerts "
-                    "ON CONFLICT (id) DO NOTHING RETURNING device_id, count")
-        return [(d, n) for d, n in cur.fetchall()]
+                    "ON CONFLICT (id) DO NOTHING RETURNING id, device_id, count")
+        return [(i, d, n) for i, d, n in cur.fetchall()]

@@ -177,6 +177,31 @@ class Alert(Base):
                       Index("ix_alerts_job_ts", "job_id", "ts"), Index("ix_alerts_received", "received"))
 
 
+class FlaggedRecord(Base):
+    """A flagged record past its device's alert budget, kept whole (issue 24): the budget limits notifications and
+    forwarding, never storage. It arrives in an incident update (the alert `alert_id`, whose `count` includes it)
+    and is found by its incident, device, time, Zeek uid or addresses (store.records)."""
+
+    __tablename__ = "flagged_records"
+    id: Mapped[str] = mapped_column(String(80), primary_key=True)  # the update's id and the record's position
+    alert_id: Mapped[str] = mapped_column(String(64))
+    device_id: Mapped[str] = mapped_column(String(64))
+    incident_id: Mapped[str | None] = mapped_column(String(24), nullable=True)
+    ts: Mapped[datetime] = mapped_column(DateTime)
+    score: Mapped[float] = mapped_column(Float)
+    threshold: Mapped[float] = mapped_column(Float)
+    explanation: Mapped[list[Any]] = mapped_column(JSON)
+    flow: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+    # the flow's Zeek uid and addresses as columns, so that an analyst's search is an index lookup
+    uid: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    orig_h: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    resp_h: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    __table_args__ = (Index("ix_flagged_incident_ts", "incident_id", "ts", "id"),
+                      Index("ix_flagged_device_ts", "device_id", "ts", "id"),
+                      Index("ix_flagged_ts", "ts", "id"), Index("ix_flagged_uid", "uid"),
+                      Index("ix_flagged_orig_h", "orig_h"), Index("ix_flagged_resp_h", "resp_h"))
+
+
 class ForwardDestination(Base):
     """A place alerts are forwarded to (a webhook, a syslog server; coordinator/forward.py), keyed by the
     SHA-256 of its address. `cursor`: the newest `received` time delivered; `since`: when it was first

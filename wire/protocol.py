@@ -214,6 +214,10 @@ def expect_shapes(what: str, arrays: dict[str, tuple[np.ndarray, tuple[int, ...]
 
 ALERTS_PER_MESSAGE = 100
 ALERT_BATCH_BYTES = MAX_HEADER // 2
+#: the flagged records one incident update carries whole, and their JSON size: an update leaves as soon as either
+#: is reached (the coordinator takes up to 64; store.records)
+RECORDS_PER_UPDATE = 48
+RECORDS_BYTES = ALERT_BATCH_BYTES // 2
 
 
 def alert_batches(job: str, version: int, sender: str, alerts: list[dict[str, Any]]) -> list[Envelope]:

@@ -10,7 +10,7 @@ const fmtTime = (t) => (t ? utc(t).toLocaleString() : "–");
 // a stored score that is not a finite number is served as null
 const num = (x) => (typeof x === "number" ? x.toPrecision(4) : "–");
 const ADMIN = document.body.dataset.role === "admin";
-const state = { incident: null, anomalyCursor: null, incidentCursor: null, job: null, since: null };
+const state = { incident: null, anomalyCursor: null, incidentCursor: null, job: null, since: null, flows: null, recordCursor: null };
 
 // ---- filters: one query for every view -------------------------------------------------------------------
 function filterParams() {
@@ -119,10 +119,35 @@ function incidentRow(i) {
   tr.innerHTML = `<td data-label="last update">${esc(fmtTime(i.last_update))}</td><td data-label="device">${esc(i.device_id)}</td>` +
     `<td data-label="features">${esc(i.features.join(", "))}</td>` +
     `<td data-label="records"><b>${i.count.toLocaleString()}</b> <span class="muted">in ${i.updates} updates</span><br>` +
-    `<a href="#" data-incident="${esc(i.id)}">show updates</a></td>` +
+    `<a href="#" data-incident="${esc(i.id)}">show updates</a> · <a href="#" data-flows="${esc(i.id)}">every flow</a></td>` +
     `<td data-label="seen">${esc(fmtTime(i.first))} – ${esc(fmtTime(i.last))}</td><td data-label="max score">${num(i.max_score)}</td>` +
     `<td data-label="examples"><ul class="why flow">${samples}</ul></td><td data-label="status">${ackCell(i, "incident")}</td>`;
   return tr;
+}
+
+// ---- every flagged record of an incident, a page at a time ------------------------------------------------------
+function recordRow(r) {
+  const tr = document.createElement("tr");
+  const why = (r.explanation || []).map((e) => `<li>${esc(e.feature)}: ${num(e.value)} ` +
+    `<span class="muted">vs ${num(e.expected)}</span></li>`).join("");
+  tr.innerHTML = `<td data-label="time">${esc(fmtTime(r.ts))}</td><td data-label="device">${esc(r.device_id)}</td>` +
+    `<td data-label="score">${num(r.score)} <span class="muted">/ ${num(r.threshold)}</span></td>` +
+    `<td data-label="connection" class="flow">${esc(flowText(r.flow)) || "–"}</td>` +
+    `<td data-label="why"><ul class="why">${why}</ul></td>`;
+  return tr;
+}
+
+async function loadRecords(more) {
+  const p = new URLSearchParams({ incident: state.flows, limit: "50" });
+  if (more && state.recordCursor) p.set("cursor", state.recordCursor);
+  const page = await api("/api/v1/records?" + p);
+  const body = $("#records tbody");
+  if (!more) body.innerHTML = "";
+  page.items.forEach((r) => body.appendChild(recordRow(r)));
+  state.recordCursor = page.next_cursor;
+  $("#records-more").hidden = !page.next_cursor;
+  $("#r-scope").textContent = `every flagged record of incident ${state.flows}, newest first`;
+  $("#flows").hidden = false;
 }
 
 async function loadIncidents(more) {
@@ -256,6 +281,13 @@ async function onClick(ev) {
     state.incident = d.incident;
     await loadAnomalies(false);
     $("#anomalies").scrollIntoView();
+  } else if (d.flows) {
+    ev.preventDefault();
+    state.flows = d.flows;
+    await loadRecords(false);
+    $("#flows").scrollIntoView();
+  } else if (t.id === "records-more") {
+    await loadRecords(true);
   } else if (t.id === "all-anomalies") {
     ev.preventDefault();
     state.incident = null;

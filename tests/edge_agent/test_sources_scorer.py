@@ -356,3 +356,26 @@ def test_every_source_reads_through_one_protocol(tmp_path):
     again = ZeekFollower(log)
     again.seek(at)
     assert len(again.poll().X) == 1  # only the record written after the saved position
+
+
+def test_every_flagged_record_past_the_budget_leaves_whole_in_its_incident_updates():
+    """The budget limits notifications, never storage: each update carries every record it counts (time, score,
+    flow, explanation); a flood leaves as many updates as it needs, each within RECORDS_PER_UPDATE, at once."""
+    from wire.protocol import RECORDS_PER_UPDATE
+
+    rl = RateLimiter(burst=2, window=60.0, started=0.0, flushed=0.0)
+    sent = []
+    n = 2 + 3 * RECORDS_PER_UPDATE + 5
+    for i in range(n):
+        sent += rl.admit({"id": str(i), "ts": 100.0 + i, "score": 5.0 + i % 7, "flow": {"uid": f"C{i}"},
+                          "explanation": [{"feature": "dst_bytes", "value": float(i)}, {"feature": "duration"},
+                                          {"feature": "a"}, {"feature": "b"}]}, now=0.5)
+    updates = [a for a in sent if a.get("summary")]
+    assert len(updates) == 3 and all(len(u["records"]) == RECORDS_PER_UPDATE for u in updates)  # full: left at once
+    updates += rl.flush(now=1.0)
+    records = [r for u in updates for r in u["records"]]
+    assert [r["flow"]["uid"] for r in records] == [f"C{i}" for i in range(2, n)]  # every one, in order
+    assert all(u["count"] == len(u["records"]) for u in updates)
+    assert records[0] == {"ts": 102.0, "score": 7.0, "flow": {"uid": "C2"},
+                          "explanation": [{"feature": "dst_bytes", "value": 2.0}, {"feature": "duration"},
+                                          {"feature": "a"}]}

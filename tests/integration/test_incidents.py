@@ -1,6 +1,6 @@
-"""Past its alert budget a device groups flagged records into incidents: every flagged record is counted, the
-counts reach the coordinator within 2 seconds of scoring (on a timer, not with more traffic), and the API
-adds an incident's updates up."""
+"""Past its alert budget a device groups flagged records into incidents: every flagged record is counted and
+stored whole (its flow and explanation, store.records), the counts reach the coordinator within 2 seconds of
+scoring (on a timer, not with more traffic), and the API adds an incident's updates up."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import numpy as np
 
 from edge_agent.sources import Batch
 from models.pca.detector import PCADetector
-from store.db import Alert
+from store.db import Alert, FlaggedRecord
 from store.triage import AlertFilter, incidents
 from tests.integration.conftest import wait_until
 from tests.integration.test_model_refusal import NAMES, publish_model
@@ -54,3 +54,10 @@ def test_every_flagged_record_is_counted_in_an_incident_within_two_seconds(broke
     assert sum(1 for a in rows if a.incident is None) == 5  # the budget: individual alerts
     assert sum(i["count"] for i in grouped) == flagged - 5
     assert all(i["samples"] and i["samples"][0]["uid"].startswith("C") for i in grouped)
+    # every record past the budget is kept whole: each flagged uid once, with its explanation
+    with coordinator.sessions() as s:
+        kept = s.query(FlaggedRecord).filter_by(device_id="inc-1").all()
+    alerted = {a.flow["uid"] for a in rows if a.incident is None}
+    flagged_uids = {f"C{i}" for i in np.flatnonzero(det.score_samples(attacks) > det.threshold_)}
+    assert len(kept) == flagged - 5 and {r.uid for r in kept} == flagged_uids - alerted
+    assert all(r.explanation and r.incident_id for r in kept)
