@@ -13,7 +13,19 @@ from fastapi.staticfiles import StaticFiles
 from api.jsonsafe import SafeJSONResponse
 from api.live import LiveSlots
 from api.middleware import AuthFirst, BodyLimit, SecurityHeaders
-from api.routes import anomalies, charts, dashboard, devices, docs, health, incidents, jobs, models, records
+from api.routes import (
+    anomalies,
+    charts,
+    dashboard,
+    devices,
+    docs,
+    health,
+    incidents,
+    jobs,
+    models,
+    records,
+    suppressions,
+)
 from api.settings import Settings
 from models.families import FAMILIES
 
@@ -56,7 +68,7 @@ def create_app(settings: Settings | None = None, sessions=None) -> FastAPI:
     app.add_middleware(SecurityHeaders, https=settings.cookie_secure)
     app.state.live_slots = LiveSlots()  # live feeds open, per key and in all (api/live.py)
     app.include_router(jobs.create_router())  # the job body of the families registered now
-    for r in (jobs, anomalies, incidents, records, devices, models, health, dashboard, charts, docs):
+    for r in (jobs, anomalies, incidents, records, suppressions, devices, models, health, dashboard, charts, docs):
         app.include_router(r.router)
     app.mount("/static", StaticFiles(directory=str(Path(__file__).parent / "static")), name="static")
     app.mount(docs.ASSETS, docs.assets(), name="docs-assets")

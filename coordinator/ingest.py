@@ -20,6 +20,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from coordinator.ingest_limit import IngestLimit
 from store.alerts import alert_id, alert_row, store_alerts
 from store.db import utcnow
+from store.suppress import Rules, store_held
 from wire.protocol import ACK_IDS_PER_MESSAGE, Envelope, ProtocolError, agent_topic
 
 log = logging.getLogger("fedsentry.coordinator")
@@ -34,6 +35,7 @@ class AlertIngest:
         self.refused: dict[str, list[str]] = {}  # per device, ids of alerts refused for good (confirmed too)
         self.since = 0.0  # when the oldest message waiting for a flush arrived
         self.stored = 0  # alerts stored (redeliveries not counted)
+        self.rules = Rules()  # the analysts' suppression rules (store.suppress), reloaded every few seconds
 
     def due(self, inbox_empty: bool, batch: int, wait: float) -> bool:
         """Whether to store now: something waits and the inbox is empty (the broker waits for our
@@ -80,7 +82,7 @@ class AlertIngest:
         rows = list({r["id"]: r for r in batch}.values())  # the same alert twice in one batch: once
         try:
             with self.sessions.begin() as s:
-                fresh = store_alerts(s, rows)
+                fresh = self.store(s, rows)
         except OperationalError:  # the database is down or locked: nothing stored, confirmed or acknowledged;
             self.rows, self.acks = batch + self.rows, acks + self.acks  # the batch waits for the next flush
             for device, ids in refused.items():
@@ -93,7 +95,7 @@ class AlertIngest:
             for r in rows:
                 try:
                     with self.sessions.begin() as s:
-                        fresh.update(store_alerts(s, [r]))
+                        fresh.update(self.store(s, [r]))
                     kept.append(r)
                 except OperationalError:
                     raise
@@ -109,6 +111,13 @@ class AlertIngest:
             self.confirm(device, stored.get(device, []), refused.get(device, []))
         for mid, qos in acks:  # only now: what they carried is committed
             self.ack(mid, qos)
+
+    def store(self, session: Session, rows: list[dict[str, Any]]) -> Counter[str]:
+        """Alerts a suppression rule holds go to suppressed_alerts (stored, marked, out of every listing and
+        forwarding), the others to alerts; the new ones per device (of the alerts table)."""
+        kept, held = self.rules.hold(session, rows)
+        store_held(session, held)
+        return store_alerts(session, kept)
 
     def confirm(self, device: str, stored: list[str], refused: list[str]) -> None:
         """Tell a device which of its alerts are stored (or refused for good): only then does it drop them."""

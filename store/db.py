@@ -144,8 +144,9 @@ class ModelVersion(Base):
     created: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
 
 
-class Alert(Base):
-    __tablename__ = "alerts"
+class AlertFields:
+    """The columns of a stored alert (the alerts table, and suppressed_alerts for those a suppression rule holds)."""
+
     id: Mapped[str] = mapped_column(String(64), primary_key=True)  # chosen by the agent: redelivery-safe
     device_id: Mapped[str] = mapped_column(String(64))
     job_id: Mapped[str] = mapped_column(String(64))
@@ -167,6 +168,10 @@ class Alert(Base):
     ack_note: Mapped[str | None] = mapped_column(String(500), nullable=True)
     # the incident an incident update belongs to (store.alerts.incident_id), so that the database groups them
     incident_id: Mapped[str | None] = mapped_column(String(24), nullable=True)
+
+
+class Alert(AlertFields, Base):
+    __tablename__ = "alerts"
     # the counts, charts and incidents add up columns over a time range, per device or per incident: these three
     # indexes hold the columns they read, so that no row is (ts first: the newest pages are read through it too)
     __table_args__ = (Index("ix_alerts_device_ts_count", "device_id", "ts", "count"),
@@ -175,6 +180,35 @@ class Alert(Base):
                       Index("ix_alerts_incident_tally", "incident_id", "device_id", "ts", "count", "score",
                             "acknowledged", "job_id"),
                       Index("ix_alerts_job_ts", "job_id", "ts"), Index("ix_alerts_received", "received"))
+
+
+class SuppressedAlert(AlertFields, Base):
+    """An alert a suppression rule holds (store.suppress): stored whole, out of every listing, count and
+    forwarding of the alerts table, found through its rule."""
+
+    __tablename__ = "suppressed_alerts"
+    suppression_id: Mapped[str] = mapped_column(String(32))
+    suppressed_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
+    __table_args__ = (Index("ix_suppressed_rule_ts", "suppression_id", "ts", "id"),)
+
+
+class Suppression(Base):
+    """An analyst's rule (store.suppress): the alerts and flagged records it matches are stored, marked with it and
+    kept out of the listings and forwarding. It lives in the database, whatever model is promoted; removing it is
+    recorded, never deleted (the audit of who held what back, and why)."""
+
+    __tablename__ = "suppressions"
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    reason: Mapped[str] = mapped_column(String(500))
+    created: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
+    created_by: Mapped[str] = mapped_column(String(64))
+    expires: Mapped[datetime | None] = mapped_column(DateTime, nullable=True)
+    removed: Mapped[datetime | None] = mapped_column(DateTime, nullable=True)
+    removed_by: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    # what it matches (every given field must hold): JSON of store.suppress.Match
+    match: Mapped[dict[str, Any]] = mapped_column(JSON)
+    retroactive: Mapped[int] = mapped_column(BigInteger, default=0)  # alerts and records it marked when created
+    held: Mapped[int] = mapped_column(BigInteger, default=0)  # alerts and records it held at ingestion since
 
 
 class FlaggedRecord(Base):
@@ -196,6 +230,7 @@ class FlaggedRecord(Base):
     uid: Mapped[str | None] = mapped_column(String(64), nullable=True)
     orig_h: Mapped[str | None] = mapped_column(String(64), nullable=True)
     resp_h: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    suppression_id: Mapped[str | None] = mapped_column(String(32), nullable=True)  # the rule holding it back
     __table_args__ = (Index("ix_flagged_incident_ts", "incident_id", "ts", "id"),
                       Index("ix_flagged_device_ts", "device_id", "ts", "id"),
                       Index("ix_flagged_ts", "ts", "id"), Index("ix_flagged_uid", "uid"),

@@ -85,7 +85,8 @@ def record_rows(update: dict[str, Any], raw: Any, earliest: float, latest: float
                     "alert_id": update["id"], "device_id": update["device_id"],
                     "incident_id": update.get("incident_id"), "ts": when, "score": score,
                     "threshold": update["threshold"], "explanation": explanation, "flow": flow,
-                    "uid": _text(flow, "uid"), "orig_h": _text(flow, "id.orig_h"), "resp_h": _text(flow, "id.resp_h")})
+                    "uid": _text(flow, "uid"), "orig_h": _text(flow, "id.orig_h"), "resp_h": _text(flow, "id.resp_h"),
+                    "suppression_id": None})
     if lost and dropped is not None:
         dropped["record"] += lost
     return out
@@ -105,9 +106,15 @@ def store_records(session: Session, rows: Sequence[dict[str, Any]]) -> None:
 def find_records(session: Session, *, incident: str | None = None, device: str | None = None,
                  uid: str | None = None, ip: str | None = None, since: datetime | None = None,
                  until: datetime | None = None, after: tuple[datetime, str] | None = None,
-                 limit: int = 100) -> tuple[list[FlaggedRecord], tuple[datetime, str] | None]:
-    """Newest first, `limit` a page, from after the cursor (ts, id) of the previous page; (rows, next cursor)."""
+                 limit: int = 100, suppressed: bool = False,
+                 suppression: str | None = None) -> tuple[list[FlaggedRecord], tuple[datetime, str] | None]:
+    """Newest first, `limit` a page, from after the cursor (ts, id) of the previous page; (rows, next cursor).
+    Records a suppression rule holds are left out unless `suppressed` (or asked for by their rule)."""
     q = select(FlaggedRecord)
+    if suppression is not None:
+        q = q.where(FlaggedRecord.suppression_id == suppression)
+    elif not suppressed:
+        q = q.where(FlaggedRecord.suppression_id.is_(None))
     if incident is not None:
         q = q.where(FlaggedRecord.incident_id == incident)
     if device is not None:

@@ -21,7 +21,7 @@ from api.pagination import CURSOR, decode_cursor, encode_cursor
 from api.schemas import ID_PATTERN, AckBody, AckResult, AnomalyOut, BulkAck, BulkIds, CountsOut, Page
 from api.validation import ALERT_ID_PATTERN
 from store.alerts import flow_problem, incident_problem
-from store.db import Alert, utcnow
+from store.db import Alert, AlertFields, utcnow
 from store.triage import AlertFilter, acknowledge, flagged_counts, unacknowledge
 
 router = APIRouter(prefix="/api/v1/anomalies", tags=["anomalies"])
@@ -29,7 +29,7 @@ ALERT_ID = Path(..., pattern=ALERT_ID_PATTERN)
 _LINE_BREAKS = re.compile(r"[\r\n\x00]")
 
 
-def anomaly_out(a: Alert) -> AnomalyOut:
+def anomaly_out(a: AlertFields) -> AnomalyOut:
     """The alert as served, whatever the row holds: an explanation that is not a list of objects is
     served as [], a score or threshold that is not a finite number as null."""
     explanation = [finite(e) for e in a.explanation if isinstance(e, dict)] if isinstance(a.explanation, list) else []

@@ -26,6 +26,8 @@ def list_records(
     ip: str | None = Query(None, min_length=1, max_length=64, description="an address, either end of the flow"),
     since: datetime | None = Query(None, description="from this time on (without a UTC offset: UTC)"),
     until: datetime | None = Query(None, description="before this time (without a UTC offset: UTC)"),
+    suppressed: bool = Query(False, description="also the records a suppression rule holds back"),
+    suppression: str | None = Query(None, pattern=r"^[0-9a-f]{32}$", description="the records one rule holds back"),
     limit: int = Query(100, ge=1, le=1000),
     cursor: str | None = CURSOR,
     db: Session = Depends(get_db),
@@ -36,7 +38,8 @@ def list_records(
         raise HTTPException(400, [{"field": "query.since", "problem": "since must be before until"}])
     after = decode_cursor(cursor, ("ts", "id")) if cursor else None
     rows, nxt = find_records(db, incident=incident, device=device, uid=uid, ip=ip, since=since, until=until,
-                             after=(after[0], after[1]) if after else None, limit=limit)
+                             after=(after[0], after[1]) if after else None, limit=limit, suppressed=suppressed,
+                             suppression=suppression)
     items = [RecordOut(id=r.id, alert_id=r.alert_id, device_id=r.device_id, incident_id=r.incident_id, ts=r.ts,
                        score=r.score, threshold=r.threshold, explanation=r.explanation, flow=r.flow) for r in rows]
     return Page(items=items, next_cursor=encode_cursor([nxt[0].isoformat(), nxt[1]]) if nxt else None)

@@ -1,0 +1,91 @@
+"""`fedsentry suppress add|list|remove`: the analysts' suppression rules (store.suppress), on the database."""
+
+from __future__ import annotations
+
+import argparse
+import getpass
+import sys
+from datetime import timedelta
+from typing import Any
+
+from fedsentry.cli.common import positive_float
+from fedsentry.errors import UsageError
+
+DB_HELP = "database URL (default $FEDSENTRY_DB_URL or sqlite:///fedsentry.db)"
+#: the flag of each field store.suppress names in its errors
+FLAGS = {"port_min": "--port", "port_max": "--port", "value_min": "--min", "value_max": "--max",
+         "match": "--device/--cidr/--port/--service/--feature"}
+
+
+def _ports(text: str) -> tuple[int, int]:
+    lo, _, hi = text.partition("-")
+    try:
+        a, b = int(lo), int(hi or lo)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a port or a range like 8000-8100, got {text!r}") from None
+    return a, b
+
+
+def register(groups: dict[str, Any], verbs: Any) -> None:
+    s = verbs.add_parser("suppress", help="hold back the alerts of known traffic (stored, out of the listings and "
+                                          "forwarding)").add_subparsers(dest="action", required=True)
+    a = s.add_parser("add", help="add a rule: every condition given must hold")
+    a.add_argument("--reason", required=True, help="why this traffic is held back (audited)")
+    a.add_argument("--device", help="a device id, or a prefix ending in '*'")
+    a.add_argument("--cidr", help="a network either end of the flow is in, e.g. 10.0.8.0/24")
+    a.add_argument("--port", type=_ports, help="the responder's port, or a range like 8000-8100")
+    a.add_argument("--service", help="the flow's service, e.g. dns")
+    a.add_argument("--feature", help="an explaining feature whose value is within --min/--max")
+    a.add_argument("--min", type=float, dest="value_min", help="with --feature: the smallest value held back")
+    a.add_argument("--max", type=float, dest="value_max", help="with --feature: the largest value held back")
+    a.add_argument("--expires-hours", type=positive_float, help="stop after this many hours (default: never)")
+    a.add_argument("--retroactive", action="store_true", help="also hold back the matching alerts of the last 30 days")
+    a.add_argument("--by", help="who adds it (default: the login name)")
+    a.add_argument("--db", help=DB_HELP)
+    ls = s.add_parser("list", help="every rule, removed and expired ones too")
+    ls.add_argument("--db", help=DB_HELP)
+    rm = s.add_parser("remove", help="stop a rule (recorded; what it held stays held)")
+    rm.add_argument("id", help="the rule's id (first column of `fedsentry suppress list`)")
+    rm.add_argument("--by", help="who removes it (default: the login name)")
+    rm.add_argument("--db", help=DB_HELP)
+    for p in (a, ls, rm):
+        p.set_defaults(func=run_suppress)
+
+
+def run_suppress(args: argparse.Namespace) -> int:
+    from sqlalchemy import select
+
+    from store import suppress
+    from store.db import Suppression, make_engine, migrate, session_factory, utcnow
+
+    engine = make_engine(args.db)
+    migrate(engine)
+    by = getattr(args, "by", None) or getpass.getuser()
+    with session_factory(engine).begin() as s:
+        if args.action == "add":
+            port = args.port or (None, None)
+            fields = {"device": args.device, "cidr": args.cidr, "port_min": port[0], "port_max": port[1],
+                      "service": args.service, "feature": args.feature, "value_min": args.value_min,
+                      "value_max": args.value_max}
+            expires = utcnow() + timedelta(hours=args.expires_hours) if args.expires_hours else None
+            try:
+                rule = suppress.create(s, suppress.Match.parse(fields), args.reason, by, expires, args.retroactive)
+            except ValueError as e:
+                field = str(e).partition(":")[0]
+                raise UsageError(f"{FLAGS.get(field, '--' + field)}: {e}") from None
+            print(f"added rule {rule.id}" + (f"; it held back {rule.retroactive} stored alerts and records"
+                                             if args.retroactive else ""), file=sys.stderr)
+            print(rule.id)
+        elif args.action == "list":
+            print("id\tcreated (UTC)\tby\tstate\theld\tmatch\treason")
+            now = utcnow()
+            for r in s.scalars(select(Suppression).order_by(Suppression.created.desc())):
+                state = "removed" if r.removed else "expired" if r.expires and r.expires <= now else "active"
+                match = " ".join(f"{k}={v}" for k, v in r.match.items())
+                print(f"{r.id}\t{r.created:%Y-%m-%d %H:%M}\t{r.created_by}\t{state}\t{r.held + r.retroactive}"
+                      f"\t{match}\t{r.reason}")
+        else:
+            if suppress.remove(s, args.id, by) is None:
+                raise UsageError(f"no suppression rule with id {args.id!r} (see `fedsentry suppress list`)")
+            print(f"removed {args.id}", file=sys.stderr)
+    return 0
