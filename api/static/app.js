@@ -150,6 +150,45 @@ async function loadRecords(more) {
   $("#flows").hidden = false;
 }
 
+// ---- suppression rules -------------------------------------------------------------------------------------------
+function suppressionRow(r) {
+  const tr = document.createElement("tr");
+  const match = Object.entries(r.match).map(([k, v]) => `${esc(k)}=${esc(v)}`).join(" ");
+  const state = r.active ? (r.expires ? `active until ${esc(fmtTime(r.expires))}` : "active")
+    : (r.removed ? `removed by ${esc(r.removed_by || "?")}` : "expired");
+  const act = ADMIN && r.active ? ` <button data-unsuppress="${esc(r.id)}">remove</button>` : "";
+  tr.innerHTML = `<td data-label="created">${esc(fmtTime(r.created))}</td><td data-label="by">${esc(r.created_by)}</td>` +
+    `<td data-label="match" class="flow">${match}</td><td data-label="reason">${esc(r.reason)}</td>` +
+    `<td data-label="held back">${(r.held + r.retroactive).toLocaleString()}</td><td data-label="state">${state}${act}</td>`;
+  return tr;
+}
+
+async function loadSuppressions() {
+  const rules = await api("/api/v1/suppressions");
+  const body = $("#suppressions tbody");
+  body.innerHTML = "";
+  rules.forEach((r) => body.appendChild(suppressionRow(r)));
+}
+
+async function addSuppression() {
+  const val = (id) => $(id).value.trim();
+  const body = { reason: val("#sup-reason"), retroactive: $("#sup-retro").checked };
+  for (const [k, id] of [["device", "#sup-device"], ["cidr", "#sup-cidr"], ["service", "#sup-service"]]) {
+    if (val(id)) body[k] = val(id);
+  }
+  if (val("#sup-port")) {
+    const [lo, hi] = val("#sup-port").split("-").map((x) => Number(x));
+    body.port_min = lo;
+    body.port_max = hi === undefined ? lo : hi;
+  }
+  const hours = parseFloat(val("#sup-hours"));
+  if (!isNaN(hours)) body.expires = new Date(Date.now() + hours * 3600e3).toISOString();
+  const r = await post("/api/v1/suppressions", body);
+  $("#sup-result").textContent = body.retroactive ? `rule added; ${r.retroactive} stored alerts and records held back` : "rule added";
+  await loadSuppressions();
+  await refresh();
+}
+
 async function loadIncidents(more) {
   const p = filterParams();
   p.set("limit", "10");
@@ -281,6 +320,9 @@ async function onClick(ev) {
     state.incident = d.incident;
     await loadAnomalies(false);
     $("#anomalies").scrollIntoView();
+  } else if (d.unsuppress) {
+    await api(`/api/v1/suppressions/${encodeURIComponent(d.unsuppress)}`, { method: "DELETE" });
+    await loadSuppressions();
   } else if (d.flows) {
     ev.preventDefault();
     state.flows = d.flows;
@@ -311,6 +353,8 @@ document.addEventListener("change", (ev) => {
 ["#f-device", "#f-score", "#f-since", "#f-until"].forEach((s) => $(s).addEventListener("input", () => refreshSoon(300)));
 ["#f-period", "#f-unack"].forEach((s) => $(s).addEventListener("change", () => refreshSoon(0)));
 
+if ($("#sup-form")) $("#sup-form").addEventListener("submit", (ev) => { ev.preventDefault(); addSuppression().catch(showError); });
+loadSuppressions().catch(showError);
 refresh().then(stream);
 loadSide().catch(showError);
 setInterval(() => loadSide().catch(showError), 5000);
