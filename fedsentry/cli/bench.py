@@ -6,8 +6,8 @@ import argparse
 import shlex
 from typing import Any
 
-from fedsentry.bench import agent_memory, api, detection, fleet, rounds
-from fedsentry.cli.common import positive_int
+from fedsentry.bench import agent_memory, api, detection, fleet, rounds, secagg
+from fedsentry.cli.common import positive_int, share
 from fedsentry.errors import UsageError
 
 
@@ -17,6 +17,20 @@ def register(groups: dict[str, Any], verbs: Any) -> None:
     register_rounds(groups)
     register_agent_memory(groups)
     register_detection(groups)
+    register_secagg(groups)
+
+
+def register_secagg(groups: dict[str, Any]) -> None:
+    p = groups["bench"].add_parser("secagg", help="what private mode's secure aggregation costs one round: device "
+                                   "CPU and bytes, coordinator CPU, with dropouts")
+    p.add_argument("--devices", type=positive_int, nargs="+", default=[10, 100], help="devices per round "
+                   "(default 10 100)")
+    p.add_argument("--values", type=positive_int, default=35_328, help="values per upload (default 35328: a gmm "
+                   "upload, 128 components of 22 features)")
+    p.add_argument("--dropout", type=share, default=1 / 3, help="share of the devices that drop before uploading, "
+                   "below 0.5 (default 1/3)")
+    p.add_argument("--json", metavar="PATH", help="write the results as JSON (- for stdout)")
+    p.set_defaults(func=secagg.run)
 
 
 def register_detection(groups: dict[str, Any]) -> None:
