@@ -14,28 +14,15 @@ from datetime import timedelta
 import pytest
 from sqlalchemy import select
 
-from coordinator import forward
 from coordinator.forward import Forwarder, alert_json
 from coordinator.forward_ecs import EcsFile, EcsWebhook, ecs_document
 from fedsentry.cli.server import add_forward_args, forward_destinations
 from fedsentry.errors import UsageError
-from store.db import Alert, ForwardDelivery, make_engine, migrate, session_factory, utcnow
+from store.db import Alert, ForwardDelivery, utcnow
 from tests.forwarding_receivers import WebhookReceiver
 from tests.integration.conftest import wait_until
 
-
-@pytest.fixture
-def sessions(tmp_path):
-    engine = make_engine(f"sqlite:///{tmp_path}/f.db")
-    migrate(engine)
-    yield session_factory(engine)
-    engine.dispose()
-
-
-@pytest.fixture(autouse=True)
-def quick_retries(monkeypatch):
-    monkeypatch.setattr(forward, "BACKOFF", (0.05, 0.2))
-    monkeypatch.setattr(forward, "POLL", 0.05)
+pytestmark = pytest.mark.usefixtures("quick_retries")
 
 
 ZEEK = {"uid": "CmES5u32sYpV7JYN", "ts": "1600000000.5", "id.orig_h": "192.168.1.20", "id.orig_p": "51234",

@@ -19,25 +19,14 @@ from coordinator import forward
 from coordinator.forward import Forwarder, Webhook
 from coordinator.forward_syslog import Syslog
 from store.alerts import alert_row, store_alerts
-from store.db import Alert, ForwardDelivery, ForwardDestination, make_engine, migrate, session_factory, utcnow
+from store.db import Alert, ForwardDelivery, ForwardDestination, utcnow
 from tests.forwarding_receivers import SyslogReceiver, WebhookReceiver, parse_rfc5424
 from tests.integration.conftest import wait_until
 
 KIB64 = 64 * 1024
 
 
-@pytest.fixture
-def sessions(tmp_path):
-    engine = make_engine(f"sqlite:///{tmp_path}/f.db")
-    migrate(engine)
-    yield session_factory(engine)
-    engine.dispose()
-
-
-@pytest.fixture(autouse=True)
-def quick_retries(monkeypatch):
-    monkeypatch.setattr(forward, "BACKOFF", (0.05, 0.2))
-    monkeypatch.setattr(forward, "POLL", 0.05)
+pytestmark = pytest.mark.usefixtures("quick_retries")
 
 
 def alert(flow: dict | None = None, **extra) -> dict:
