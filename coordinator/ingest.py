@@ -63,9 +63,9 @@ class AlertIngest:
                 bad = alert_id(a)
                 if bad:  # refused for good: confirmed, so that the device stops sending it
                     refused.append(bad)
-        if dropped:  # flow fields no store could keep: left out, the alerts kept (wire.flows)
-            self.reject("flow_field", f"{dropped[agent]} flow fields left out of {agent}'s alerts, the alerts kept",
-                        topic, dropped[agent])
+        for reason, n in dropped.items():  # what was changed to keep the alerts (store.alerts.alert_row), counted
+            if n:
+                self.reject(reason, f"{n} x {reason} in {agent}'s alerts, the alerts kept", topic, n)
         if not rows and not refused:
             return "done", 0
         if not self.acks:  # the first message waiting for a flush (its alerts stored, or refusals confirmed)

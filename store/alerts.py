@@ -27,6 +27,9 @@ from wire.protocol import ProtocolError
 ALERT_ID = re.compile(r"[A-Za-z0-9_.:-]{1,64}")
 #: alert times accepted: 2000-01-01 .. a day from now (an agent's clock may be a little ahead)
 EARLIEST = 946684800.0
+#: how far ahead of the coordinator a device's clock may be: an alert time beyond it is stored as the time the
+#: coordinator received it (the alert kept, counted as `clock_skew`), so no device sorts its alerts above today's
+CLOCK_SKEW = 300.0
 
 
 def alert_id(m: Any) -> str | None:
@@ -39,10 +42,13 @@ def alert_row(agent: str, job: str, version: int, m: Any, received: datetime,
               dropped: Counter[str] | None = None) -> dict[str, Any]:
     """The table row of one alert as an agent sent it; ProtocolError when a field the alert needs is missing or
     wrong. Its flow fields (and its incident's example flows) are the traffic's, chosen by whoever sends it: they
-    are kept as `wire.flows.clean_flow` keeps them, never a reason to refuse the alert; `dropped` counts the
-    fields left out, per device."""
+    are kept as `wire.flows.clean_flow` keeps them, never a reason to refuse the alert. `dropped` counts, by
+    reason, what was changed to keep the alert: flow fields left out (`flow_field`), an incident update's records
+    left out (`record`), a time ahead of the coordinator's set to the time received (`clock_skew`)."""
     if alert_id(m) is None:
         raise ProtocolError("alert", "alert id must be 1-64 letters, digits or _.:-")
+    if any(isinstance(m.get(k), bool) for k in ("ts", "score", "threshold", "count")):
+        raise ProtocolError("alert", "ts, score, threshold and count must be numbers, not true or false")
     try:
         ts = float(m["ts"])
         if not EARLIEST <= ts <= time.time() + 86400:
@@ -55,6 +61,10 @@ def alert_row(agent: str, job: str, version: int, m: Any, received: datetime,
                "flow": m.get("flow"), "incident": m.get("incident"), "acknowledged": False}
     except (KeyError, TypeError, ValueError, OverflowError, OSError, AttributeError) as e:
         raise ProtocolError("alert", f"malformed alert: {e}") from None
+    if ts > received.replace(tzinfo=timezone.utc).timestamp() + CLOCK_SKEW:  # a device clock ahead: kept, at receipt
+        row["ts"] = received
+        if dropped is not None:
+            dropped["clock_skew"] += 1
     # what would break the database or the readers: non-finite numbers, counts beyond an integer column,
     # explanations that are not a short list of objects
     if not (math.isfinite(row["score"]) and math.isfinite(row["threshold"])):
@@ -82,7 +92,7 @@ def alert_row(agent: str, job: str, version: int, m: Any, received: datetime,
         if isinstance(row["incident"].get("key"), str):
             row["incident"]["key"] = escaped(row["incident"]["key"], 200)
     if lost and dropped is not None:
-        dropped[agent] += lost
+        dropped["flow_field"] += lost
     problem = incident_problem(row["incident"])
     if problem:
         raise ProtocolError("alert", problem)

@@ -189,3 +189,16 @@ def test_a_non_finite_explanation_value_is_stored_as_null_with_the_alert(coordin
     assert row.explanation == [{"feature": "duration", "share": 1.0, "value": None, "expected": None},
                                {"feature": "bytes", "share": 0.0, "value": [1.0, None], "expected": 2.0}]
     assert coordinator.rejected["alert"] == 0
+
+
+def test_a_clock_ahead_is_kept_at_receipt_and_booleans_are_refused(coordinator):
+    """A device whose clock runs a day ahead: its alert is stored at the time the coordinator received it, counted
+    (`clock_skew`); a score of `true` is not a number."""
+    ahead = alert(ts=time.time() + 20 * 3600)
+    (env,) = alert_batches("job-1", 1, "dev-1", [ahead, alert(score=True), alert(count=False)])
+    coordinator.handle(agent_topic("dev-1", "alerts"), env.encode(), mid=1, qos=1)
+    coordinator.ingest.flush()
+    with coordinator.sessions() as s:
+        (row,) = s.query(Alert).all()
+    assert row.id == ahead["id"] and abs((row.ts - row.received).total_seconds()) < 1
+    assert coordinator.rejected["clock_skew"] == 1 and coordinator.rejected["alert"] == 2
