@@ -16,14 +16,16 @@ from api.validation import utc_naive
 from store.records import find_records
 
 router = APIRouter(prefix="/api/v1/records", tags=["records"])
+#: a flow field as stored (wire.flows: escaped, no control characters), at most 64 characters
+TEXT = r"^[^\x00-\x1f\x7f]{1,64}$"
 
 
 @router.get("", response_model=Page, dependencies=[Depends(caller)])
 def list_records(
     incident: str | None = Query(None, pattern=INCIDENT_ID_PATTERN, description="one incident's records"),
     device: str | None = Query(None, pattern=ID_PATTERN, description="one device's records"),
-    uid: str | None = Query(None, min_length=1, max_length=64, description="a flow's Zeek uid"),
-    ip: str | None = Query(None, min_length=1, max_length=64, description="an address, either end of the flow"),
+    uid: str | None = Query(None, pattern=TEXT, description="a flow's Zeek uid"),
+    ip: str | None = Query(None, pattern=TEXT, description="an address, either end of the flow"),
     since: datetime | None = Query(None, description="from this time on (without a UTC offset: UTC)"),
     until: datetime | None = Query(None, description="before this time (without a UTC offset: UTC)"),
     suppressed: bool = Query(False, description="also the records a suppression rule holds back"),

@@ -95,3 +95,9 @@ def test_the_records_route_refuses_what_it_cannot_answer(any_app, viewer):
     assert client.get("/api/v1/records", params={"since": "2026-01-02T00:00:00", "until": "2026-01-01T00:00:00"},
                       headers=h).status_code == 400
     assert client.get("/api/v1/records").status_code == 401
+
+
+def test_a_control_character_in_a_search_is_refused_not_a_server_error(any_app, viewer):
+    client, h = viewer
+    for params in ({"ip": "\x00"}, {"uid": "a\nb"}, {"uid": "x" * 65}):
+        assert client.get("/api/v1/records", params=params, headers=h).status_code == 422
