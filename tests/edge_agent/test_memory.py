@@ -96,8 +96,9 @@ def test_a_real_agent_stays_within_its_budget_through_a_training_job():
     print(r)
     assert r["agent_exit"] == 0
     assert r["training_peak_mib"] <= 100, r
-    # the agent's own memory while it scores (RssAnon: 26.8-27.3 MiB measured), and all of it (VmRSS: 48.8 MiB where
-    # the library files have been in the page cache a while, 53-55 right after an install, as on a fresh clone: the
-    # kernel maps more of freshly written library pages, RssFile 22.0 against 25.9 MiB for the same code)
-    assert r["scoring_anon_max_mib"] <= 30, r
-    assert r["scoring_rss_max_mib"] <= 57, r
+    # the agent's own memory while it scores (RssAnon: 28.1-29.6 MiB measured since incident updates carry every
+    # record they count, 26.8-27.3 before), and all of it (VmRSS: 49.9-50.3 MiB where the library files have been in
+    # the page cache a while, 53-57.4 right after an install, as on a fresh clone: the kernel maps more of freshly
+    # written library pages, RssFile 22.0 against 25.9 MiB for the same code)
+    assert r["scoring_anon_max_mib"] <= 31.5, r
+    assert r["scoring_rss_max_mib"] <= 59, r
