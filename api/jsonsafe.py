@@ -9,16 +9,7 @@ from typing import Any
 
 from fastapi.responses import JSONResponse
 
-
-def finite(value: Any) -> Any:
-    """The value with every non-finite float, however deeply nested, replaced by None."""
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, dict):
-        return {k: finite(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [finite(v) for v in value]
-    return value
+from wire.flows import finite
 
 
 def number(value: Any) -> float | None:

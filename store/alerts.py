@@ -19,8 +19,8 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from store.db import Alert, Device, utcnow
-from store.records import finite, insert_for, record_rows, store_records
-from wire.flows import clean_flow, escaped
+from store.records import insert_for, record_rows, store_records
+from wire.flows import clean_flow, escaped, finite
 from wire.protocol import ProtocolError
 
 #: an alert id as agents make them (hex uuids): nothing that could break a log line, a CSV or an event stream
@@ -61,7 +61,8 @@ def alert_row(agent: str, job: str, version: int, m: Any, received: datetime,
                "flow": m.get("flow"), "incident": m.get("incident"), "acknowledged": False}
     except (KeyError, TypeError, ValueError, OverflowError, OSError, AttributeError) as e:
         raise ProtocolError("alert", f"malformed alert: {e}") from None
-    if ts > received.replace(tzinfo=timezone.utc).timestamp() + CLOCK_SKEW:  # a device clock ahead: kept, at receipt
+    received_at = received.replace(tzinfo=timezone.utc).timestamp()
+    if ts > received_at + CLOCK_SKEW:  # a device clock ahead: kept, at receipt
         row["ts"] = received
         if dropped is not None:
             dropped["clock_skew"] += 1
@@ -98,7 +99,8 @@ def alert_row(agent: str, job: str, version: int, m: Any, received: datetime,
         raise ProtocolError("alert", problem)
     row["incident_id"] = incident_id(agent, row["incident"])
     # the records an incident update counts, each kept whole (store.records)
-    row["records"] = record_rows(row, m.get("records"), EARLIEST, time.time() + 86400, dropped) \
+    # (at the update's time when a record's is out of range: the same clock rule)
+    row["records"] = record_rows(row, m.get("records"), EARLIEST, received_at + CLOCK_SKEW, dropped) \
         if row["incident"] is not None else []
     return row
 

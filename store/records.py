@@ -24,23 +24,12 @@ from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session
 
 from store.db import FlaggedRecord
-from wire.flows import clean_flow
+from wire.flows import clean_flow, finite
 
 #: records one incident update may carry (the agent sends more updates for more)
 RECORDS_PER_ALERT = 64
 #: the largest explanation of one record (JSON characters)
 EXPLANATION_CHARS = 4096
-
-
-def finite(value: Any) -> Any:
-    """The value with every non-finite float in it (at any depth of lists and objects) replaced by None."""
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, dict):
-        return {k: finite(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [finite(v) for v in value]
-    return value
 
 
 def _text(flow: dict[str, Any] | None, key: str) -> str | None:
@@ -67,8 +56,12 @@ def record_rows(update: dict[str, Any], raw: Any, earliest: float, latest: float
         except (KeyError, TypeError, ValueError, OverflowError):
             lost += 1
             continue
-        when = (datetime.fromtimestamp(ts, timezone.utc).replace(tzinfo=None) if earliest <= ts <= latest
-                else update["ts"])
+        if earliest <= ts <= latest:
+            when = datetime.fromtimestamp(ts, timezone.utc).replace(tzinfo=None)
+        else:  # a device clock off: the update's time (store.alerts.CLOCK_SKEW), counted
+            when = update["ts"]
+            if dropped is not None:
+                dropped["clock_skew"] += 1
         flow, n = clean_flow(r.get("flow"))
         if n and dropped is not None:
             dropped["flow_field"] += n

@@ -135,7 +135,7 @@ class Rules:
         if self.rules is None or time.monotonic() - self.loaded >= self.refresh:
             now = utcnow()
             rows = session.scalars(select(Suppression).where(Suppression.removed.is_(None)))
-            self.rules = [(r.id, Match(**r.match)) for r in rows if r.expires is None or r.expires > now]
+            self.rules = [(r.id, Match(**r.match)) for r in rows if state(r, now) == "active"]
             self.loaded = time.monotonic()
         return self.rules
 
@@ -150,13 +150,16 @@ class Rules:
         rules = self.active(session)
         if not rules:
             return rows, []
-        kept, held = [], []
+        kept: list[dict[str, Any]] = []
+        held: list[dict[str, Any]] = []
         for r in rows:
-            for rec in r.get("records", ()):
-                rec["suppression_id"] = self.first(rules, r["device_id"], rec["flow"], rec["explanation"])
             records = r.get("records") or []
-            rule = (records[0]["suppression_id"] if records and all(x["suppression_id"] for x in records)
-                    else None if records else self.first(rules, r["device_id"], r["flow"], r["explanation"]))
+            for rec in records:
+                rec["suppression_id"] = self.first(rules, r["device_id"], rec["flow"], rec["explanation"])
+            if records:  # an incident update: held when every record it carries is
+                rule = records[0]["suppression_id"] if all(x["suppression_id"] for x in records) else None
+            else:
+                rule = self.first(rules, r["device_id"], r["flow"], r["explanation"])
             if rule is None:
                 kept.append(r)
             else:
@@ -168,11 +171,7 @@ def store_held(session: Session, rows: list[dict[str, Any]]) -> None:
     """Store alerts a rule holds back (a redelivered one once) and count them on their rules."""
     if not rows:
         return
-    stmt = insert_for(session)(SuppressedAlert).on_conflict_do_nothing(index_elements=["id"]).returning(
-        SuppressedAlert.id, SuppressedAlert.suppression_id)
-    new = list(session.execute(stmt, [{**{k: r[k] for k in _ALERT_COLUMNS if k in r},
-                                       "suppression_id": r["suppression_id"], "suppressed_at": utcnow()}
-                                      for r in rows]))
+    new = _insert_held(session, rows)
     stored = {i for i, _ in new}
     store_records(session, [rec for r in rows if r["id"] in stored for rec in r.get("records", ())])
     counts: dict[str, int] = {}
@@ -212,8 +211,8 @@ def _apply(session: Session, rule: str, match: Match) -> int:
         after = batch[-1].id
         hit = [a for a in batch if a.incident_id is None and match.matches(a.device_id, a.flow, a.explanation)]
         if hit:
-            session.execute(insert_rows(session), [{**{k: getattr(a, k) for k in _ALERT_COLUMNS},
-                                                    "suppression_id": rule, "suppressed_at": utcnow()} for a in hit])
+            _insert_held(session, [{**{k: getattr(a, k) for k in _ALERT_COLUMNS}, "suppression_id": rule}
+                                   for a in hit])
             session.execute(delete(Alert).where(Alert.id.in_([a.id for a in hit])))
             moved += len(hit)
     marked, after = 0, ""
@@ -231,8 +230,21 @@ def _apply(session: Session, rule: str, match: Match) -> int:
     return moved + marked
 
 
-def insert_rows(session: Session) -> Any:
-    return insert_for(session)(SuppressedAlert).on_conflict_do_nothing(index_elements=["id"])
+def _insert_held(session: Session, rows: list[dict[str, Any]]) -> list[tuple[str, str]]:
+    """Alert rows (with their `suppression_id`) into suppressed_alerts; (id, rule) of those not there yet."""
+    stmt = insert_for(session)(SuppressedAlert).on_conflict_do_nothing(index_elements=["id"]).returning(
+        SuppressedAlert.id, SuppressedAlert.suppression_id)
+    now = utcnow()
+    return [(i, rule) for i, rule in session.execute(stmt, [
+        {**{k: r[k] for k in _ALERT_COLUMNS if k in r}, "suppression_id": r["suppression_id"], "suppressed_at": now}
+        for r in rows])]
+
+
+def state(rule: Suppression, now: datetime) -> str:
+    """"active", "removed" or "expired"."""
+    if rule.removed is not None:
+        return "removed"
+    return "expired" if rule.expires is not None and rule.expires <= now else "active"
 
 
 def remove(session: Session, rule_id: str, by: str) -> Suppression | None:

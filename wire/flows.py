@@ -14,6 +14,7 @@ applies the rule before it sends; the coordinator applies it again to what arriv
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 MAX_FIELDS, MAX_NAME, MAX_TEXT = 16, 32, 256
@@ -62,3 +63,15 @@ def clean_flow(flow: Any) -> tuple[dict[str, str | int] | None, int]:
         else:
             dropped += 1
     return kept, dropped
+
+
+def finite(value: Any) -> Any:
+    """The value with every non-finite float, however deeply nested, replaced by None (JSON has no infinity):
+    what the coordinator stores of an agent's explanation and what the API serves."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [finite(v) for v in value]
+    return value

@@ -15,7 +15,7 @@ from starlette.concurrency import run_in_threadpool
 
 from api.deps import Caller, admin, authenticate, caller, get_db
 from api.filters import alert_filter
-from api.jsonsafe import dumps, finite, number
+from api.jsonsafe import dumps, number
 from api.live import LiveFeed, live_slots
 from api.pagination import CURSOR, decode_cursor, encode_cursor
 from api.schemas import ID_PATTERN, AckBody, AckResult, AnomalyOut, BulkAck, BulkIds, CountsOut, Page
@@ -23,6 +23,7 @@ from api.validation import ALERT_ID_PATTERN
 from store.alerts import flow_problem, incident_problem
 from store.db import Alert, AlertFields, utcnow
 from store.triage import AlertFilter, acknowledge, flagged_counts, unacknowledge
+from wire.flows import finite
 
 router = APIRouter(prefix="/api/v1/anomalies", tags=["anomalies"])
 ALERT_ID = Path(..., pattern=ALERT_ID_PATTERN)

@@ -16,7 +16,7 @@ from api.routes.anomalies import anomaly_out
 from api.schemas import Page
 from api.validation import Note, UtcTime, utc_naive
 from store import suppress
-from store.db import SuppressedAlert, Suppression
+from store.db import SuppressedAlert, Suppression, utcnow
 
 router = APIRouter(prefix="/api/v1/suppressions", tags=["suppressions"])
 RULE_ID = Path(..., pattern=r"^[0-9a-f]{32}$")
@@ -55,7 +55,7 @@ class SuppressionOut(BaseModel):
 
 
 def _out(r: Suppression) -> SuppressionOut:
-    active = r.removed is None and (r.expires is None or r.expires > datetime.utcnow())
+    active = suppress.state(r, utcnow()) == "active"
     return SuppressionOut(id=r.id, reason=r.reason, match=r.match, created=r.created, created_by=r.created_by,
                           expires=r.expires, removed=r.removed, removed_by=r.removed_by, retroactive=r.retroactive,
                           held=r.held, active=active)

@@ -7,10 +7,8 @@ import os
 import sys
 from typing import Any
 
-from fedsentry.cli.common import positive_int
+from fedsentry.cli.common import DB_HELP, positive_int
 from fedsentry.errors import UsageError
-
-DB_HELP = "database URL (default $FEDSENTRY_DB_URL or sqlite:///fedsentry.db)"
 
 
 def register(groups: dict[str, Any], verbs: Any) -> None:

@@ -13,6 +13,8 @@ from fedsentry.errors import UsageError
 
 log = logging.getLogger("fedsentry.cli")
 
+DB_HELP = "database URL (default $FEDSENTRY_DB_URL or sqlite:///fedsentry.db)"
+
 
 def fraction(text: str) -> float:
     v = _float(text, "fraction")

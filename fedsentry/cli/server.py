@@ -12,6 +12,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from fedsentry.cli.common import (
+    DB_HELP,
     add_credential_args,
     broker_password,
     positive_int,
@@ -28,7 +29,6 @@ if TYPE_CHECKING:
     from coordinator.broker import EmbeddedBroker
     from store.db import Job, Round
 
-DB_HELP = "database URL (default $FEDSENTRY_DB_URL or sqlite:///fedsentry.db)"
 JOB_STATUSES = ("pending", "running", "finished", "failed", "cancelled")
 
 

@@ -8,10 +8,9 @@ import sys
 from datetime import timedelta
 from typing import Any
 
-from fedsentry.cli.common import positive_float
+from fedsentry.cli.common import DB_HELP, positive_float
 from fedsentry.errors import UsageError
 
-DB_HELP = "database URL (default $FEDSENTRY_DB_URL or sqlite:///fedsentry.db)"
 #: the flag of each field store.suppress names in its errors
 FLAGS = {"port_min": "--port", "port_max": "--port", "value_min": "--min", "value_max": "--max",
          "match": "--device/--cidr/--port/--service/--feature"}
@@ -80,7 +79,7 @@ def run_suppress(args: argparse.Namespace) -> int:
             print("id\tcreated (UTC)\tby\tstate\theld\tmatch\treason")
             now = utcnow()
             for r in s.scalars(select(Suppression).order_by(Suppression.created.desc())):
-                state = "removed" if r.removed else "expired" if r.expires and r.expires <= now else "active"
+                state = suppress.state(r, now)
                 match = " ".join(f"{k}={v}" for k, v in r.match.items())
                 print(f"{r.id}\t{r.created:%Y-%m-%d %H:%M}\t{r.created_by}\t{state}\t{r.held + r.retroactive}"
                       f"\t{match}\t{r.reason}")

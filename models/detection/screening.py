@@ -79,8 +79,9 @@ class WeightCaps:
 
 
 def weight_caps(counts: np.ndarray, guard: Guard) -> WeightCaps:
-    counted = capped_counts(counts, guard)
-    return WeightCaps(cap_level(counts, guard), float(counted.mean()) if len(counted) else 1.0)
+    level = cap_level(counts, guard)
+    counted = np.minimum(np.asarray(counts, dtype=float), level)
+    return WeightCaps(level, float(counted.mean()) if len(counted) else 1.0)
 
 
 def cap_level(counts: np.ndarray, guard: Guard) -> float:

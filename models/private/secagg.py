@@ -33,7 +33,9 @@ from __future__ import annotations
 import math
 import os
 import struct
+import time
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -332,11 +334,27 @@ class Server:
 
 @dataclass
 class Transcript:
-    """What one in-process secure sum exchanged: the bytes each device sent (for the cost figures) and the
-    coordinator's stored view (the masked uploads)."""
+    """What one in-process secure sum exchanged and cost: the bytes each device sent, the CPU seconds each device
+    and the coordinator spent (`fedsentry bench secagg`), and the coordinator's stored view (the masked uploads)."""
 
     sent: dict[int, int] = field(default_factory=dict)
+    cpu: dict[int, float] = field(default_factory=dict)
+    server_cpu: float = 0.0
     uploads: dict[int, bytes] = field(default_factory=dict)
+
+    def device(self, i: int, step: Any, *args: Any) -> Any:
+        """Run a device's step, its CPU time counted."""
+        t = time.process_time()
+        out = step(*args)
+        self.cpu[i] = self.cpu.get(i, 0.0) + time.process_time() - t
+        return out
+
+    def coordinator(self, step: Any, *args: Any) -> Any:
+        """Run a coordinator's step, its CPU time counted."""
+        t = time.process_time()
+        out = step(*args)
+        self.server_cpu += time.process_time() - t
+        return out
 
 
 def secure_sum(setup: Setup, values: dict[int, np.ndarray], rng: np.random.Generator,
@@ -348,22 +366,23 @@ def secure_sum(setup: Setup, values: dict[int, np.ndarray], rng: np.random.Gener
     server = Server(setup)
     clients = {i: Client(setup, i) for i in setup.members}
     log = Transcript({i: 0 for i in setup.members})
-    advertised = {i: c.advertise() for i, c in clients.items()}
+    advertised = {i: log.device(i, c.advertise) for i, c in clients.items()}
     for i in advertised:
         log.sent[i] += 96
-    handed = server.hand_keys(advertised)
-    shares = {i: clients[i].share(handed[i]) for i in handed}
+    handed = log.coordinator(server.hand_keys, advertised)
+    shares = {i: log.device(i, clients[i].share, handed[i]) for i in handed}
     for i, out in shares.items():
         log.sent[i] += sum(len(ct) for ct in out.values())
-    for i, incoming in server.route(shares).items():
-        clients[i].receive(incoming)
-    uploads = {i: clients[i].upload(values[i], rng) for i in server.shared if i not in gone_before_upload}
+    for i, incoming in log.coordinator(server.route, shares).items():
+        log.device(i, clients[i].receive, incoming)
+    uploads = {i: log.device(i, clients[i].upload, values[i], rng) for i in server.shared
+               if i not in gone_before_upload}
     for i, data in uploads.items():
         log.sent[i] += len(data)
     log.uploads = uploads
-    survivors, dropped = server.collect(uploads)
+    survivors, dropped = log.coordinator(server.collect, uploads)
     answering = survivors - set(gone_after_upload)
-    reveals = {i: clients[i].unmask(survivors, dropped) for i in answering}
+    reveals = {i: log.device(i, clients[i].unmask, survivors, dropped) for i in answering}
     for i, out in reveals.items():
         log.sent[i] += sum(len(s) + 8 for s in out.values())
-    return server.finish(reveals), survivors, log
+    return log.coordinator(server.finish, reveals), survivors, log

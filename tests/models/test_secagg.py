@@ -209,3 +209,12 @@ def test_the_cost_bench_measures_an_exact_sum(tmp_path):
     r = measure(12, 4000, 1 / 3)
     assert r["dropped_before_upload"] == 4 and r["max_abs_error"] < 1e-8
     assert r["ratio"] < 2.0 and r["device_cpu_s_max"] < 1.0
+
+
+def test_the_cost_bench_refuses_what_it_cannot_measure(capsys):
+    from fedsentry.cli import main
+
+    assert main(["bench", "secagg", "--devices", "1"]) == 2
+    assert main(["bench", "secagg", "--values", "99999999"]) == 2
+    err = capsys.readouterr().err
+    assert "--devices: a secure sum needs at least 2 devices" in err and "--values: at most" in err
