@@ -80,6 +80,7 @@ class AlertIngest:
         batch, acks, self.rows, self.acks = self.rows, self.acks, [], []
         refused, self.refused = self.refused, {}
         rows = list({r["id"]: r for r in batch}.values())  # the same alert twice in one batch: once
+        log.debug("storing %d alerts of %d messages", len(rows), len(acks))
         try:
             with self.sessions.begin() as s:
                 fresh = self.store(s, rows)
