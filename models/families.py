@@ -1,9 +1,9 @@
 """Job families as plug-ins: everything that makes a kind of job, in one registry entry.
 
 A family names its typed settings (`JobSpec` subclass, which also holds its algorithm registry), the
-coordinator's job runner and the agent's participant. All three are given as import paths (``module:Class``):
-each side loads only its own, so the agent never imports the coordinator and the coordinator never imports the
-agent, and a family's settings and algorithms are imported when it is first used (an agent that scores with a
+coordinator's job runner, the agent's participant and, for a detector, its in-process simulation. All are given
+as import paths (``module:Class``): each side loads only its own, so the agent never imports the coordinator and
+the coordinator never imports the agent, and a family's settings and algorithms are imported when it is first used (an agent that scores with a
 mixture never imports the PCA and recommendation algorithms: resident memory on a device). Adding a family is a
 package under `models/` (algorithms and spec), a runner under `coordinator/`, a participant under `edge_agent/`,
 and one entry here.
@@ -37,6 +37,10 @@ class JobFamily:
     #: what an agent's participant is given: its training records ("records") or a ratings shard ("ratings");
     #: a family of recommendations ("ratings") is served by the API's recommendation routes
     data: str = "records"
+    #: an anomaly detector's in-process simulation from `fedsentry simulate pca`'s settings: "package.module:function"
+    #: called as (args, algorithm, data, split, parts, params, strict, **overrides) -> result (fedsentry.runs.detection
+    #: .simulate); empty for a family that has none there (recommendation has its own command)
+    simulator: str = ""
 
     @property
     def spec(self) -> type[JobSpec]:
@@ -60,6 +64,11 @@ class JobFamily:
     def load_detector(self) -> Any:
         return _load(self.detector)
 
+    def load_simulator(self) -> Any:
+        if not self.simulator:
+            raise SettingError("detector", f"{self.name} has no in-process simulation")
+        return _load(self.simulator)
+
 
 def _load(path: str) -> Any:
     module, _, name = path.partition(":")
@@ -70,11 +79,12 @@ FAMILIES: dict[str, JobFamily] = {
     "pca": JobFamily("pca", "models.pca.spec:PCAJobSpec", "coordinator.pca_job:PCAJob",
                      "edge_agent.pca_participant:PCAParticipant",
                      "federated PCA anomaly detection: agents name the features they provide", "anomaly",
-                     "models.pca.detector:PCADetector"),
+                     "models.pca.detector:PCADetector", simulator="fedsentry.runs.pca:pca_simulation"),
     "gmm": JobFamily("gmm", "models.mixture.spec:MixtureJobSpec", "coordinator.mixture_job:MixtureJob",
                      "edge_agent.mixture_participant:MixtureParticipant",
                      "federated Gaussian-mixture anomaly detection (FedMM on EM statistics): agents name the "
-                     "features they provide", "anomaly", "models.mixture.detector:MixtureDetector"),
+                     "features they provide", "anomaly", "models.mixture.detector:MixtureDetector",
+                     simulator="fedsentry.runs.mixture:mixture_simulation"),
     "recsys": JobFamily("recsys", "models.recsys.spec:RecsysJobSpec", "coordinator.recsys_job:RecsysJob",
                         "edge_agent.recsys_participant:RecsysParticipant",
                         "federated recommendation: agents hold ratings shards; the job names the item catalogue",
@@ -109,9 +119,11 @@ def families_with(data: str) -> list[str]:
 
 
 def simulated(data: str) -> list[str]:
-    """The families of this data ("records" or "ratings") that have an in-process simulator (`fedsentry simulate`;
-    their spec's `simulation`), the default detector first."""
-    return sorted((n for n in families_with(data) if FAMILIES[n].spec.simulation is not None),
+    """The families of this data ("records" or "ratings") that have an in-process simulator (`fedsentry simulate`:
+    their spec's `simulation` says what it takes; a detector's registry entry names it, `simulator`), the default
+    detector first."""
+    return sorted((n for n in families_with(data) if FAMILIES[n].spec.simulation is not None
+                   and (FAMILIES[n].simulator or not FAMILIES[n].detector)),
                   key=lambda n: (n != DEFAULT_DETECTOR, n))
 
 

@@ -32,7 +32,7 @@ NAMED = ("synthetic", "nsl-kdd", "ton-iot")
 def run(args: argparse.Namespace, simulate_args: Callable[[list[str]], tuple[argparse.Namespace, str]]) -> int:
     """`simulate_args(flags)`: the settings and algorithm the detection front end (`fedsentry simulate pca`) would
     run with these flags."""
-    from fedsentry.runs.pca import prepare, simulate
+    from fedsentry.runs.detection import prepare, simulate
 
     if args.readme:  # a README it cannot write to is refused before the runs, not after
         if args.simulate:

@@ -66,7 +66,8 @@ MIXTURE_VARIANTS: list[tuple[str, str, dict[str, Any]]] = [
 
 
 def bench(args: argparse.Namespace, data: datasets.TrafficData, split: datasets.Split, parts: list[np.ndarray]):
-    from fedsentry.runs.pca import mixture_simulation, simulate
+    from fedsentry.runs.detection import simulate
+    from fedsentry.runs.mixture import mixture_simulation
 
     command = shlex.join(["fedsentry", *sys.argv[1:]])
     rows: list[dict[str, Any]] = []
@@ -180,7 +181,7 @@ def calibration_study(args, data, split, devices: int = 20, holdout: float = 0.4
 
 def contamination_study(args, data, share: float = 0.05) -> list[dict[str, Any]]:
     """Training normals with a share of attacks mixed in: fedmm without and with --trim."""
-    from fedsentry.runs.pca import simulate
+    from fedsentry.runs.detection import simulate
 
     split = datasets.train_test_split(data, seed=args.seed, contamination=share)
     idx = partition(split.X_train, args.clients, args.partition, np.random.default_rng(args.seed))

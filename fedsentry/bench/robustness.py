@@ -18,7 +18,7 @@ from typing import Any
 
 from fedsentry.errors import UsageError
 from fedsentry.output import write_results
-from fedsentry.runs.pca import algorithm_class, prepare, simulate
+from fedsentry.runs.detection import algorithm_class, prepare, simulate
 from models.detection.attacks import ATTACKS, not_applicable
 from models.mixture.anchors import TrimmedFedEM
 

@@ -10,8 +10,8 @@ from fedsentry.cli.common import add_clients_arg, add_federation_args, non_negat
 from fedsentry.cli.simulate_flags import add_simulate_flags, check_simulated, family_of, refuse_others
 from fedsentry.data import datasets
 from fedsentry.output import write_json
+from fedsentry.runs.detection import prepare, simulate
 from fedsentry.runs.params import default_algorithm
-from fedsentry.runs.pca import prepare, simulate
 from models.detection.attacks import ATTACKS
 from models.detection.robust import TRIM_CRITERIA
 from models.families import detectors, simulated
@@ -22,7 +22,7 @@ log = logging.getLogger("fedsentry.pca")
 
 
 #: the anomaly-detection families that have a simulator: `simulate pca` runs each (--detector) through its runner
-#: (fedsentry/runs/pca.py SIMULATORS)
+#: (the registry's `simulator`)
 DETECTION = [n for n in simulated("records") if n in detectors()]
 #: `simulate pca` is the command's name from before the other detectors (README, docs): it runs every family of
 #: DETECTION, the default detector unless told

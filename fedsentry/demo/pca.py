@@ -27,8 +27,8 @@ def demo(args: argparse.Namespace) -> dict[str, Any]:
         return demo_recsys(args)
     from sqlalchemy import func
 
+    from fedsentry.runs.detection import algorithm_params, prepare
     from fedsentry.runs.params import flag_params
-    from fedsentry.runs.pca import algorithm_params, prepare
     from models.detection.metrics import auc_roc
     from models.families import family
     from models.mixture.simulator import devices_seeing
@@ -117,7 +117,7 @@ def simulation_gap(args: argparse.Namespace, data, split, parts: list[np.ndarray
         clients = prepare_clients(parts, data.feature_names)
         sd = subspace_distance(arrays["Z"], centralized_pca(clients.C, clients.weight, args.rank))
         return {"subspace_distance": sd, "gap": f"subspace distance to centralised PCA {sd:.4f}"}
-    from fedsentry.runs.pca import algorithm_params
+    from fedsentry.runs.detection import algorithm_params
     from models.mixture.simulator import simulate_mixture
     from models.mixture.spec import MixtureJobSpec
 

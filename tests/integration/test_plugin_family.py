@@ -97,3 +97,20 @@ def test_the_plugin_runs_on_real_agents_and_coordinator(plugin, broker, fleet, t
         assert np.allclose(rounds[-1].metrics["mean"], pooled)
     finally:
         c.close()
+
+
+def test_the_plugin_simulates_through_its_registry_line(plugin):
+    """`fedsentry simulate`'s runner (fedsentry.runs.detection.simulate) takes a family's simulation from its
+    registry entry: the plug-in's runs the one round loop in-process and averages the fleet."""
+    from argparse import Namespace
+
+    from fedsentry.runs.detection import simulate
+
+    rng = np.random.default_rng(1)
+    parts = [rng.normal(loc=k, size=(10, 2)) for k in range(4)]
+    args = Namespace(detector=FAMILY.name, fraction=1.0, rounds=2, seed=0)
+    out = simulate(args, "fedmean", None, None, parts)
+    assert out["algorithm"] == "fedmean"
+    assert np.allclose(out["mean"], np.vstack(parts).mean(axis=0))
+    half = simulate(args, "fedmean", None, None, parts, params={"shrink": 0.5}, rounds=1)
+    assert np.allclose(half["mean"], 0.5 * np.vstack(parts).mean(axis=0))
