@@ -219,6 +219,11 @@ def nearest_psd(covs: np.ndarray) -> np.ndarray:
     singular, and float32 uploads or the subtraction's cancellation leave it slightly indefinite, by more than a
     small ridge: clipping makes the ridge the floor of every eigenvalue, whatever the traffic."""
     sym = (covs + np.swapaxes(covs, -1, -2)) / 2
+    try:  # positive definite, as almost every round's are: a Cholesky factor says so at a tenth of eigh's cost
+        np.linalg.cholesky(sym)
+        return sym
+    except np.linalg.LinAlgError:
+        pass
     w, V = np.linalg.eigh(sym)
     if (w >= 0).all():
         return sym
