@@ -217,17 +217,29 @@ def nearest_psd(covs: np.ndarray) -> np.ndarray:
     """The nearest positive semi-definite matrices (symmetrised, negative eigenvalues set to 0). S2/R - mu mu' of
     a component that sits on repeated records, on a feature constant on its devices or on a handful of values is
     singular, and float32 uploads or the subtraction's cancellation leave it slightly indefinite, by more than a
-    small ridge: clipping makes the ridge the floor of every eigenvalue, whatever the traffic."""
+    small ridge: clipping makes the ridge the floor of every eigenvalue, whatever the traffic. A matrix a Cholesky
+    factor shows positive definite is its own nearest (most are: one batched factorisation at a tenth of eigh's
+    cost); only the others are decomposed."""
     sym = (covs + np.swapaxes(covs, -1, -2)) / 2
-    try:  # positive definite, as almost every round's are: a Cholesky factor says so at a tenth of eigh's cost
+    try:
         np.linalg.cholesky(sym)
         return sym
     except np.linalg.LinAlgError:
         pass
-    w, V = np.linalg.eigh(sym)
-    if (w >= 0).all():
-        return sym
-    return (V * np.maximum(w, 0.0)[..., None, :]) @ np.swapaxes(V, -1, -2)
+    flat = sym.reshape(-1, *sym.shape[-2:])
+    bad = np.array([not _definite(c) for c in flat], dtype=bool)
+    w, V = np.linalg.eigh(flat[bad])
+    out = flat.copy()
+    out[bad] = (V * np.maximum(w, 0.0)[..., None, :]) @ np.swapaxes(V, -1, -2)
+    return out.reshape(sym.shape)
+
+
+def _definite(c: np.ndarray) -> bool:
+    try:
+        np.linalg.cholesky(c)
+        return True
+    except np.linalg.LinAlgError:
+        return False
 
 
 def precision_cholesky(covs: np.ndarray) -> np.ndarray:
