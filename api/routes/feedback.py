@@ -14,7 +14,7 @@ from sqlalchemy.orm import Session
 from api.deps import Caller, admin, caller, get_db
 from api.filters import INCIDENT_ID_PATTERN
 from api.schemas import ID_PATTERN
-from api.validation import ALERT_ID_PATTERN, Note, UtcTime
+from api.validation import ALERT_ID_PATTERN, Note, UtcTime, field_problem, found
 from store import feedback
 from store.db import Feedback
 
@@ -85,8 +85,7 @@ def create(body: FeedbackIn, who: Caller = Depends(admin), db: Session = Depends
     except feedback.ConflictError as e:
         raise HTTPException(409, str(e)) from None
     except ValueError as e:
-        field, _, problem = str(e).partition(": ")
-        raise HTTPException(422, [{"field": f"body.{field}", "problem": problem or str(e)}]) from None
+        raise field_problem(e) from None
     db.commit()
     return _out(fb)
 
@@ -104,8 +103,6 @@ def list_feedback(device: str | None = Query(None, pattern=ID_PATTERN, descripti
 @router.delete("/{feedback_id}", response_model=FeedbackOut)
 def remove(feedback_id: str = FEEDBACK_ID, who: Caller = Depends(admin), db: Session = Depends(get_db)) -> FeedbackOut:
     """Undo the action (recorded, not deleted): the device is sent its feedback without it."""
-    fb = feedback.remove(db, feedback_id, who.who)
-    if fb is None:
-        raise HTTPException(404, f"no feedback {feedback_id!r}")
+    fb = found(feedback.remove(db, feedback_id, who.who), f"no feedback {feedback_id!r}")
     db.commit()
     return _out(fb)

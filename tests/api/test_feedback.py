@@ -9,7 +9,8 @@ import pytest
 
 from coordinator.feedback import publish_feedback
 from store.db import FlaggedRecord
-from tests.api.test_suppressions import alert, deliver, soc, update  # noqa: F401 (soc: the fixture)
+from tests.api.test_suppressions import alert, deliver, update
+from tests.api.test_suppressions import soc as soc  # the fixture
 from wire.feedback import Feedback, feedback_topic
 from wire.messages import read
 from wire.protocol import Envelope, agent_topic, decode

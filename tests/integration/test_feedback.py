@@ -172,7 +172,7 @@ def test_with_consent_marked_records_join_the_training_buffer(broker, coordinato
 
 
 def test_a_feedback_message_that_is_not_one_is_refused_with_its_reason(broker, coordinator, fleet, caplog):
-    normal, det, _, _ = setting(np.random.default_rng(5))
+    _, det, _, _ = setting(np.random.default_rng(5))
     agent = fleet.add("fb-3", None, NAMES, source=iter(Gate()))
     wait_until(lambda: "fb-3" in coordinator.online_devices(), what="agent online")
     publish_model(broker.url, det, 1)
