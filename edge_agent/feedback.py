@@ -29,7 +29,7 @@ import numpy as np
 
 from edge_agent.detector_participant import TrainingBuffer
 from edge_agent.scorer import Scorer
-from edge_agent.sources import Batch, SchemaError, take_rows
+from edge_agent.sources import FLOW_FIELDS, Batch, SchemaError, take_rows
 from edge_agent.store import AgentStore
 from models.core.messages import MessageError
 from models.detection.threshold import feedback_cap, feedback_threshold
@@ -58,9 +58,10 @@ class Kept:
 
     def add(self, model: str, scores: np.ndarray, batch: Batch) -> None:
         """The records of `batch` (flagged under `model`, with these scores)."""
+        text = {f: v for f, v in (batch.text or {}).items() if f not in FLOW_FIELDS}  # features only
         for i in range(max(0, len(scores) - self.most), len(scores)):  # a copy each: no view keeps a batch alive
             key = (model, float(scores[i]))
-            self.rows[key] = take_rows(batch, np.array([i]))
+            self.rows[key] = take_rows(Batch(batch.columns, batch.X, None, text or None), np.array([i]))
             self.rows.move_to_end(key)
         while len(self.rows) > self.most:
             self.rows.popitem(last=False)
@@ -79,7 +80,7 @@ class Kept:
 
 class DeviceFeedback:
     """The feedback in force on this device (saved, so that a restart applies it before the broker delivers it),
-    the flagged records it keeps, and what it trained on."""
+    the flagged records it keeps (their features: not the flow's identifiers), and what it trained on."""
 
     def __init__(self, store: AgentStore, consent: bool):
         self.store, self.consent = store, consent
@@ -110,14 +111,13 @@ class DeviceFeedback:
         """Set the scoring model's threshold from its threshold before feedback and every action in force (see the
         module); with consent, add the kept marked records to `buffer`. Returns the report (None: no model)."""
         det, msg = scorer.detector, self.message
-        if det is None:
+        if det is None or msg is None:
             return None
         base = scorer.base_threshold
         cap = feedback_cap(scorer.federation_threshold, getattr(det, "tail_", None), base)
         current = model_key(scorer.model_job, scorer.model_version)
         threshold, actions, learn = base, {}, []
-        for k, aid in enumerate(msg.actions if msg is not None else []):
-            assert msg is not None
+        for k, aid in enumerate(msg.actions):
             scores, stale, keys = [], 0, []
             for i in np.flatnonzero(msg.action == k):
                 model, score = msg.models[int(msg.model[i])], float(msg.scores[i])

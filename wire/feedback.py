@@ -23,8 +23,9 @@ from wire.protocol import ID_RE, agent_topic
 
 #: scores one device's feedback carries at most (the coordinator refuses an action that would pass it)
 MAX_SCORES = 4096
-#: analyst actions in force on one device at most
-MAX_ACTIONS = 1024
+#: analyst actions in force on one device at most (the device reports each one's effect in its status message, whose
+#: header must stay within wire.protocol.MAX_HEADER: about 200 bytes an action)
+MAX_ACTIONS = 128
 ACTION_RE = re.compile(r"^[0-9a-f]{32}$")
 
 
