@@ -19,6 +19,7 @@ from api.routes import (
     dashboard,
     devices,
     docs,
+    feedback,
     health,
     incidents,
     jobs,
@@ -68,7 +69,8 @@ def create_app(settings: Settings | None = None, sessions=None) -> FastAPI:
     app.add_middleware(SecurityHeaders, https=settings.cookie_secure)
     app.state.live_slots = LiveSlots()  # live feeds open, per key and in all (api/live.py)
     app.include_router(jobs.create_router())  # the job body of the families registered now
-    for r in (jobs, anomalies, incidents, records, suppressions, devices, models, health, dashboard, charts, docs):
+    for r in (jobs, anomalies, incidents, records, suppressions, feedback, devices, models, health, dashboard, charts,
+              docs):
         app.include_router(r.router)
     app.mount("/static", StaticFiles(directory=str(Path(__file__).parent / "static")), name="static")
     app.mount(docs.ASSETS, docs.assets(), name="docs-assets")

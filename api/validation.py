@@ -83,3 +83,16 @@ Scalar = Annotated[Any, AfterValidator(_scalar), WithJsonSchema(
     {"anyOf": [{"type": "number"}, {"type": "boolean"}, {"type": "string", "maxLength": 200}, {"type": "null"}]})]
 ItemId = Annotated[Any, AfterValidator(_item_id), WithJsonSchema(
     {"anyOf": [{"type": "integer", "minimum": -(2**63), "maximum": 2**63 - 1}, {"type": "string", "maxLength": 200}]})]
+
+
+def field_problem(e: ValueError, where: str = "body") -> HTTPException:
+    """A store module's ValueError ("field: problem") as the 422 naming that field."""
+    field, _, problem = str(e).partition(": ")
+    return HTTPException(422, [{"field": f"{where}.{field}", "problem": problem or str(e)}])
+
+
+def found(row: Any, missing: str) -> Any:
+    """The row, or 404 saying what is missing."""
+    if row is None:
+        raise HTTPException(404, missing)
+    return row

@@ -22,6 +22,7 @@ from typing import Any
 from sqlalchemy import select, update
 from sqlalchemy.exc import OperationalError
 
+from coordinator.feedback import Reports, publish_feedback
 from coordinator.forward import Destination, Forwarder
 from coordinator.ingest import AlertIngest
 from coordinator.ingest_limit import IngestLimit
@@ -102,6 +103,8 @@ class Coordinator:
         #: alerts each device may have stored per second (more wait on the device, unconfirmed, and come again)
         self.ingest = AlertIngest(self.sessions, self.publish, self.client.ack, self.reject,
                                   IngestLimit(alert_rate, alert_burst))
+        #: the effect of analysts' false-positive feedback, as devices report it (coordinator/feedback.py)
+        self.feedback = Reports(self.sessions)
         self.thread: threading.Thread | None = None
         #: stored alerts sent on to webhooks and syslog servers, each from its own thread
         self.forwarder = Forwarder(self.sessions, list(forward)) if forward else None
@@ -217,7 +220,7 @@ class Coordinator:
         before = set(self.jobs)
         self._claim_jobs()
         self._flush_rejections()
-        published = publish_promoted(self.sessions, self.publish)
+        published = publish_promoted(self.sessions, self.publish) + publish_feedback(self.sessions, self.publish)
         self._prune()
         started = False
         for job_id, runner in list(self.jobs.items()):
@@ -335,6 +338,8 @@ class Coordinator:
                         isinstance(f, str) and 0 < len(f) <= 128 and f.isprintable() for f in features):
                     self.announced[agent] = tuple(features)
                 self._status(agent, bool(env.meta.get("online")), model_status(env.meta.get("model")))
+                if "feedback" in env.meta:
+                    self.feedback.take(agent, env.meta["feedback"])
             elif what == "alerts" and env.kind in ("alert", "alerts"):
                 status, accepted = self.ingest.buffer(agent, env, topic, mid, qos)
                 self.accepted += accepted

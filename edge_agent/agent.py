@@ -28,6 +28,7 @@ import numpy as np
 import paho.mqtt.client as mqtt
 
 from edge_agent.detector_participant import TrainingBuffer
+from edge_agent.feedback import DeviceFeedback
 from edge_agent.memory import release
 from edge_agent.participant import Participant
 from edge_agent.scorer import Scorer
@@ -107,6 +108,7 @@ class AgentConfig:
     alert_burst: int = 20
     alert_window: float = 60.0
     memory_budget: float | None = None  # MiB the process may use through a training job: sizes the buffer
+    feedback_training: bool = False  # consent: records analysts mark as false positives join the training buffer
 
 
 class Agent:
@@ -131,6 +133,9 @@ class Agent:
         local = {name: data[f.data] for name, f in FAMILIES.items() if f.data in data}
         self.participants = Participants(cfg.agent_id, self.store, local)
         self.scorer = Scorer(cfg.agent_id, cfg.alert_burst, cfg.alert_window)
+        #: analysts' false-positive feedback, applied to every model's threshold (edge_agent.feedback)
+        self.feedback = DeviceFeedback(self.store, cfg.feedback_training)
+        self.scorer.on_flagged = self.feedback.kept.add
         # models this device's source cannot score (job, version): never loaded again; the last model that
         # scored a batch is kept to fall back on
         self.refused: list[list[Any]] = self.store.load_json("refused-models", [])
@@ -176,6 +181,7 @@ class Agent:
                         self.cfg.agent_id, env.job, env.meta.get("version"))
             return
         self.scorer.load(env, fit=self.fit_to_device if self.buffer.seen else None)
+        self.apply_feedback(publish=False)
         self.report_model("loaded")
         if self.buffer.seen:
             self.rest()  # the training records go back to disk (when not learning) and their memory to the system
@@ -246,7 +252,8 @@ class Agent:
                                                                                             else ""))
             return
         self._last_problem = ("", 0.0)
-        client.subscribe([(JOB_SUBSCRIPTION, 1), (model_topic(), 1), (self.topic("ack"), 1)])
+        client.subscribe([(JOB_SUBSCRIPTION, 1), (model_topic(), 1), (self.topic("ack"), 1),
+                          (self.topic("feedback"), 1)])
         client.publish(self.topic("status"), self._status().encode(), qos=1, retain=True)
         self.connected.set()
         self.inbox.put(("__resend__", b""))
@@ -266,6 +273,14 @@ class Agent:
             return
         if env.kind == "ack" and topic == self.topic("ack"):
             self._confirmed(env)
+        elif env.kind == "feedback" and topic == self.topic("feedback"):
+            try:
+                self.feedback.accept(env)
+            except ProtocolError as e:
+                self.counters["rejected"] += 1
+                log.warning("agent=%s refused the analysts' feedback (kept what it had): %s", self.cfg.agent_id, e)
+                return
+            self.apply_feedback()
         elif env.kind == "model":
             if self.cfg.model_job and env.job != self.cfg.model_job:
                 return
@@ -364,6 +379,17 @@ class Agent:
         if self.source is not None and self.source.position != self._saved_position:
             self.commit([])
 
+    def apply_feedback(self, publish: bool = True) -> None:
+        """The analysts' feedback applied to the model in use (edge_agent.feedback), its effect in the status."""
+        report = self.feedback.apply(self.scorer, self.buffer)
+        if report is None:
+            return
+        log.info("agent=%s threshold %.4g after %d false-positive actions (%.4g before feedback, cap %.4g)",
+                 self.cfg.agent_id, report["threshold"], len(report["actions"]), report["base"], report["cap"])
+        self.rest()
+        if publish and self.connected.is_set():
+            self.client.publish(self.topic("status"), self._status().encode(), qos=1, retain=True)
+
     def report_model(self, status: str, reason: str = "") -> None:
         """This device's model status (loaded, scoring; the last model it refused and why), in its retained
         status message: the coordinator keeps it per device, the API and dashboard show it."""
@@ -379,7 +405,8 @@ class Agent:
         return Envelope("status", "", 0, self.cfg.agent_id, {}, {
             "online": True, "records": self.buffer.seen, "jobs": self.participants.families(),
             "features": self.buffer.columns[:1000],  # a job that names none trains on those its agents share
-            **({"model": self.model_status} if self.model_status else {})})
+            **({"model": self.model_status} if self.model_status else {}),
+            **({"feedback": self.feedback.report} if self.feedback.report else {})})
 
     def refuse_model(self, reason: str) -> None:
         """The promoted model needs what this device's source cannot supply: refuse it for good (reported to
@@ -395,6 +422,7 @@ class Agent:
             env = decode(good)
             if [env.job, int(env.meta.get("version", 0))] not in self.refused:
                 self.scorer.load(env)
+                self.apply_feedback(publish=False)
                 self.store.save_bytes("model.bin", good)
                 self.report_model("loaded")
                 log.info("agent=%s back on model job=%s version=%s", self.cfg.agent_id, env.job,
@@ -504,6 +532,7 @@ class Agent:
         finally:
             if self.cfg.learn:
                 self.buffer.save()
+            self.feedback.kept.save()
             if self.connected.is_set():  # a clean stop sends no last will: say goodbye ourselves
                 off = Envelope("status", "", 0, self.cfg.agent_id, {}, {"online": False})
                 self.client.publish(self.topic("status"), off.encode(), qos=1, retain=True).wait_for_publish(2)

@@ -16,9 +16,10 @@ from typing import Any
 
 import numpy as np
 
-from edge_agent.sources import Batch, encode_batch, flows, select
+from edge_agent.sources import Batch, encode_batch, flows, select, take_rows
 from models.detection.encoding import FeatureEncoder
 from models.detection.threshold import device_threshold, shrunk_threshold
+from wire.feedback import model_key
 from wire.model import Detector, detector_from_envelope
 from wire.protocol import RECORDS_BYTES, RECORDS_PER_UPDATE, Envelope
 
@@ -124,6 +125,10 @@ class Scorer:
         self.encoder: FeatureEncoder | None = None
         self.model_job, self.model_version = "", 0
         self.limiter = RateLimiter(burst, window)
+        #: the model's threshold made this device's own, before analysts' feedback (edge_agent.feedback) raises it
+        self.base_threshold = float("nan")
+        #: told of every flagged record: (model "job:version", scores, the records) (edge_agent.feedback.Kept)
+        self.on_flagged: Callable[[str, np.ndarray, Batch], None] | None = None
 
     def load(self, env: Envelope, fit: Callable[[], None] | None = None) -> None:
         """Score with this model; `fit` makes it the device's own first (its threshold, its components), and only
@@ -135,6 +140,7 @@ class Scorer:
         if fit is not None:
             fit()
         self.model_job, self.model_version = env.job, int(env.meta["version"])
+        self.base_threshold = self.detector.threshold_
 
     def calibrate(self, held: Iterable[Batch]) -> float:
         """Per-device calibration (`models.detection.threshold.device_threshold`): the threshold becomes this
@@ -184,6 +190,8 @@ class Scorer:
         if len(flagged):
             expl = self.detector.explain(X[flagged])
             flow = flows(batch, flagged) if batch is not None else [{}] * len(flagged)
+            if self.on_flagged is not None and batch is not None:
+                self.on_flagged(model_key(self.model_job, self.model_version), s[flagged], take_rows(batch, flagged))
             for i, e, f in zip(flagged, expl, flow):
                 alert = {"id": uuid.uuid4().hex, "ts": time.time(), "score": float(s[i]),
                          "threshold": self.detector.threshold_, "explanation": e,

@@ -237,6 +237,31 @@ class FlaggedRecord(Base):
                       Index("ix_flagged_orig_h", "orig_h"), Index("ix_flagged_resp_h", "resp_h"))
 
 
+class Feedback(Base):
+    """An analyst's "false positive" on a device's alert, flagged record or incident (store.feedback): the scores of
+    the records it marks (`entries`, [job, version, score] each) go to the device, which raises its threshold so
+    that they are not flagged again, within a cap, and reports the effect (`effect`). Undoing it is recorded, never
+    deleted (the audit of who marked what, when and why)."""
+
+    __tablename__ = "feedback"
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    device_id: Mapped[str] = mapped_column(String(64))
+    target: Mapped[str] = mapped_column(String(16))  # alert | record | incident
+    target_id: Mapped[str] = mapped_column(String(80))
+    reason: Mapped[str] = mapped_column(String(500))
+    created: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
+    created_by: Mapped[str] = mapped_column(String(64))
+    removed: Mapped[datetime | None] = mapped_column(DateTime, nullable=True)
+    removed_by: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    records: Mapped[int] = mapped_column(Integer)  # flagged records the action marked
+    entries: Mapped[list[Any]] = mapped_column(JSON)  # [job, version, score] of those sent (the highest scores)
+    published: Mapped[bool] = mapped_column(Boolean, default=False)  # the device's feedback sent since a change
+    # the device's report: {model, before, after, cap, capped, records, stale, trained, training, reported}
+    effect: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+    __table_args__ = (Index("ix_feedback_device", "device_id", "created"),
+                      Index("ix_feedback_target", "target", "target_id"))
+
+
 class ForwardDestination(Base):
     """A place alerts are forwarded to (a webhook, a syslog server; coordinator/forward.py), keyed by the
     SHA-256 of its address. `cursor`: the newest `received` time delivered; `since`: when it was first

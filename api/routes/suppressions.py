@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from fastapi import APIRouter, Depends, HTTPException, Path, Query
+from fastapi import APIRouter, Depends, Path, Query
 from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -14,7 +14,7 @@ from api.deps import Caller, admin, caller, get_db
 from api.pagination import CURSOR, decode_cursor, encode_cursor
 from api.routes.anomalies import anomaly_out
 from api.schemas import Page
-from api.validation import Note, UtcTime, utc_naive
+from api.validation import Note, UtcTime, field_problem, found, utc_naive
 from store import suppress
 from store.db import SuppressedAlert, Suppression, utcnow
 
@@ -69,8 +69,7 @@ def create(body: SuppressionIn, who: Caller = Depends(admin), db: Session = Depe
         rule = suppress.create(db, match, body.reason, who.who, utc_naive(body.expires, "body.expires"),
                                body.retroactive)
     except ValueError as e:
-        field, _, problem = str(e).partition(": ")
-        raise HTTPException(422, [{"field": f"body.{field}", "problem": problem or str(e)}]) from None
+        raise field_problem(e) from None
     db.commit()
     return _out(rule)
 
@@ -84,9 +83,7 @@ def list_rules(db: Session = Depends(get_db)) -> list[SuppressionOut]:
 @router.delete("/{rule_id}", response_model=SuppressionOut)
 def remove(rule_id: str = RULE_ID, who: Caller = Depends(admin), db: Session = Depends(get_db)) -> SuppressionOut:
     """Stop the rule (recorded, not deleted); what it held back stays held back."""
-    rule = suppress.remove(db, rule_id, who.who)
-    if rule is None:
-        raise HTTPException(404, f"no suppression rule {rule_id!r}")
+    rule = found(suppress.remove(db, rule_id, who.who), f"no suppression rule {rule_id!r}")
     db.commit()
     return _out(rule)
 

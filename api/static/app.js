@@ -90,7 +90,8 @@ function anomalyRow(a, fresh) {
     `<td data-label="device">${esc(a.device_id)}</td>` +
     `<td data-label="score">${num(a.score)} <span class="muted">/ ${num(a.threshold)}</span>${inc}</td>` +
     `<td data-label="connection" class="flow">${esc(flowText(a.flow)) || "–"}</td>` +
-    `<td data-label="why"><ul class="why">${why}</ul></td><td data-label="status">${ackCell(a, "anomaly")}</td>`;
+    `<td data-label="why"><ul class="why">${why}</ul></td><td data-label="status">${ackCell(a, "anomaly")}` +
+    (ADMIN ? ` <button data-fp="${esc(a.id)}">false positive</button>` : "") + "</td>";
   return tr;
 }
 
@@ -163,12 +164,14 @@ function suppressionRow(r) {
   return tr;
 }
 
-async function loadSuppressions() {
-  const rules = await api("/api/v1/suppressions");
-  const body = $("#suppressions tbody");
+// a table of every row an analysts' list route answers (suppression rules, false-positive feedback)
+async function loadRows(path, table, row) {
+  const rows = await api(path);
+  const body = $(table + " tbody");
   body.innerHTML = "";
-  rules.forEach((r) => body.appendChild(suppressionRow(r)));
+  rows.forEach((r) => body.appendChild(row(r)));
 }
+const loadSuppressions = () => loadRows("/api/v1/suppressions", "#suppressions", suppressionRow);
 
 async function addSuppression() {
   const val = (id) => $(id).value.trim();
@@ -187,6 +190,31 @@ async function addSuppression() {
   $("#sup-result").textContent = body.retroactive ? `rule added; ${r.retroactive} stored alerts and records held back` : "rule added";
   await loadSuppressions();
   await refresh();
+}
+
+// ---- false-positive feedback ----------------------------------------------------------------------------------------
+function feedbackRow(f) {
+  const tr = document.createElement("tr");
+  const e = f.effect;
+  const effect = e ? `${num(e.before)} → ${num(e.after)}` + (e.capped ? ` <span class="badge">capped at ${num(e.cap)}</span>` : "") +
+    ` <span class="muted">${e.records} records${e.stale ? `, ${e.stale} stale` : ""}</span>` : `<span class="muted">not reported yet</span>`;
+  const state = f.active ? "active" : `undone by ${esc(f.removed_by || "?")}`;
+  const act = ADMIN && f.active ? ` <button data-unfeedback="${esc(f.id)}">undo</button>` : "";
+  tr.innerHTML = `<td data-label="created">${esc(fmtTime(f.created))}</td><td data-label="by">${esc(f.created_by)}</td>` +
+    `<td data-label="device">${esc(f.device_id)}</td><td data-label="marked" class="flow">${esc(f.target)} ${esc(f.target_id)} ` +
+    `<span class="muted">(${f.records} records)</span></td><td data-label="reason">${esc(f.reason)}</td>` +
+    `<td data-label="threshold">${effect}</td><td data-label="training">${esc(f.training)}</td><td data-label="state">${state}${act}</td>`;
+  return tr;
+}
+
+const loadFeedback = () => loadRows("/api/v1/feedback", "#feedback", feedbackRow);
+
+async function addFeedback() {
+  const body = { reason: $("#fb-reason").value.trim() };
+  body[$("#fb-kind").value] = $("#fb-target").value.trim();
+  const r = await post("/api/v1/feedback", body);
+  $("#fb-result").textContent = `${r.records} records of ${r.device_id} marked; sent to the device`;
+  await loadFeedback();
 }
 
 async function loadIncidents(more) {
@@ -320,6 +348,14 @@ async function onClick(ev) {
     state.incident = d.incident;
     await loadAnomalies(false);
     $("#anomalies").scrollIntoView();
+  } else if (d.fp) {
+    $("#fb-kind").value = "alert";
+    $("#fb-target").value = d.fp;
+    $("#fb-form").scrollIntoView();
+    $("#fb-reason").focus();
+  } else if (d.unfeedback) {
+    await api(`/api/v1/feedback/${encodeURIComponent(d.unfeedback)}`, { method: "DELETE" });
+    await loadFeedback();
   } else if (d.unsuppress) {
     await api(`/api/v1/suppressions/${encodeURIComponent(d.unsuppress)}`, { method: "DELETE" });
     await loadSuppressions();
@@ -355,6 +391,8 @@ document.addEventListener("change", (ev) => {
 
 if ($("#sup-form")) $("#sup-form").addEventListener("submit", (ev) => { ev.preventDefault(); addSuppression().catch(showError); });
 loadSuppressions().catch(showError);
+if ($("#fb-form")) $("#fb-form").addEventListener("submit", (ev) => { ev.preventDefault(); addFeedback().catch(showError); });
+loadFeedback().catch(showError);
 refresh().then(stream);
 loadSide().catch(showError);
-setInterval(() => loadSide().catch(showError), 5000);
+setInterval(() => { loadSide().catch(showError); loadFeedback().catch(showError); }, 5000);

@@ -71,6 +71,9 @@ def register(groups: dict[str, Any], verbs: Any) -> None:
     p.add_argument("--alert-burst", type=positive_int, default=20,
                    help="individual alerts per window; past them flagged records are counted in incidents")
     p.add_argument("--alert-window", type=positive_float, default=60.0, help="rate-limit window in seconds")
+    p.add_argument("--feedback-training", action="store_true",
+                   help="consent: flagged records analysts mark as false positives join the training buffer as "
+                   "normal records (default off: they only raise this device's threshold, within its cap)")
     p.set_defaults(func=run_agent)
 
 
@@ -151,7 +154,7 @@ def run_agent(args: argparse.Namespace) -> int:
     cfg = AgentConfig(args.id, args.broker, state_dir, args.username, password, args.tls, args.ca_cert,
                       args.cert, args.key, args.model_job, args.wait_for_model, args.exit_after_replay,
                       args.scores_out, args.calibrate, bool(args.zeek) if args.learn is None else args.learn,
-                      args.alert_burst, args.alert_window, args.memory_budget)
+                      args.alert_burst, args.alert_window, args.memory_budget, args.feedback_training)
     ratings = None
     if args.test_ratings and not args.ratings:
         raise UsageError("--test-ratings needs --ratings")

@@ -5,7 +5,9 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import sys
 from datetime import datetime, timezone
+from typing import Any
 
 import numpy as np
 
@@ -147,3 +149,33 @@ def utc_time(text: str) -> datetime:
         return t.astimezone(timezone.utc).replace(tzinfo=None)
     except OverflowError:
         raise argparse.ArgumentTypeError(f"out of range once converted to UTC: {text!r}") from None
+
+
+def analyst_transaction(args: argparse.Namespace) -> tuple[Any, str]:
+    """The analysts' commands (suppress, feedback): a transaction on --db, migrated first, and who acts (--by, else
+    the login name)."""
+    import getpass
+
+    from store.db import make_engine, migrate, session_factory
+
+    engine = make_engine(args.db)
+    migrate(engine)
+    return session_factory(engine).begin(), getattr(args, "by", None) or getpass.getuser()
+
+
+def add_list_remove(verbs: Any, command: str, thing: str, list_help: str, remove_help: str) -> tuple[Any, Any]:
+    """The `list` and `remove ID` parsers of an analysts' command (suppress, feedback)."""
+    ls = verbs.add_parser("list", help=list_help)
+    ls.add_argument("--db", help=DB_HELP)
+    rm = verbs.add_parser("remove", help=remove_help)
+    rm.add_argument("id", help=f"the {thing}'s id (first column of `fedsentry {command} list`)")
+    rm.add_argument("--by", help="who does it (default: the login name)")
+    rm.add_argument("--db", help=DB_HELP)
+    return ls, rm
+
+
+def removed(row: Any, thing: str, command: str, ident: str) -> None:
+    """What an analysts' `remove ID` says: done, or that there is no such thing (UsageError)."""
+    if row is None:
+        raise UsageError(f"no {thing} with id {ident!r} (see `fedsentry {command} list`)")
+    print(f"removed {ident}", file=sys.stderr)

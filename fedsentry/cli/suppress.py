@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import getpass
 import sys
 from datetime import timedelta
 from typing import Any
 
-from fedsentry.cli.common import DB_HELP, positive_float
+from fedsentry.cli.common import DB_HELP, add_list_remove, analyst_transaction, positive_float, removed
 from fedsentry.errors import UsageError
 
 #: the flag of each field store.suppress names in its errors
@@ -41,12 +40,8 @@ def register(groups: dict[str, Any], verbs: Any) -> None:
     a.add_argument("--retroactive", action="store_true", help="also hold back the matching alerts of the last 30 days")
     a.add_argument("--by", help="who adds it (default: the login name)")
     a.add_argument("--db", help=DB_HELP)
-    ls = s.add_parser("list", help="every rule, removed and expired ones too")
-    ls.add_argument("--db", help=DB_HELP)
-    rm = s.add_parser("remove", help="stop a rule (recorded; what it held stays held)")
-    rm.add_argument("id", help="the rule's id (first column of `fedsentry suppress list`)")
-    rm.add_argument("--by", help="who removes it (default: the login name)")
-    rm.add_argument("--db", help=DB_HELP)
+    ls, rm = add_list_remove(s, "suppress", "rule", "every rule, removed and expired ones too",
+                             "stop a rule (recorded; what it held stays held)")
     for p in (a, ls, rm):
         p.set_defaults(func=run_suppress)
 
@@ -55,12 +50,10 @@ def run_suppress(args: argparse.Namespace) -> int:
     from sqlalchemy import select
 
     from store import suppress
-    from store.db import Suppression, make_engine, migrate, session_factory, utcnow
+    from store.db import Suppression, utcnow
 
-    engine = make_engine(args.db)
-    migrate(engine)
-    by = getattr(args, "by", None) or getpass.getuser()
-    with session_factory(engine).begin() as s:
+    transaction, by = analyst_transaction(args)
+    with transaction as s:
         if args.action == "add":
             port = args.port or (None, None)
             fields = {"device": args.device, "cidr": args.cidr, "port_min": port[0], "port_max": port[1],
@@ -84,7 +77,5 @@ def run_suppress(args: argparse.Namespace) -> int:
                 print(f"{r.id}\t{r.created:%Y-%m-%d %H:%M}\t{r.created_by}\t{state}\t{r.held + r.retroactive}"
                       f"\t{match}\t{r.reason}")
         else:
-            if suppress.remove(s, args.id, by) is None:
-                raise UsageError(f"no suppression rule with id {args.id!r} (see `fedsentry suppress list`)")
-            print(f"removed {args.id}", file=sys.stderr)
+            removed(suppress.remove(s, args.id, by), "suppression rule", "suppress", args.id)
     return 0

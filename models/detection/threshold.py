@@ -129,3 +129,31 @@ def shrunk_threshold(scores: np.ndarray, fleet: float, tail: Tail | None, q: flo
     post = (n * own + tail.prior * fleet_share) / (n + tail.prior)
     below = np.flatnonzero(post <= 1 - q)
     return float(grid[below[0]] if len(below) else hi)
+
+
+#: without a published fleet tail (a PCA model), how far above the federation's threshold an analyst's false-positive
+#: feedback may raise a device's threshold: the same factor `device_threshold` lets a device's own quantile move
+FEEDBACK_FACTOR = 2.0
+
+
+def feedback_cap(fleet: float, tail: Tail | None, base: float) -> float:
+    """The highest threshold false-positive feedback may give a device (issue 24, point 3).
+
+    With the fleet's tail (a mixture), the top of that tail: the fleet's threshold at which its devices' held-out
+    records exceed it 1/16 as often as promised ((1 - q) / 16, TAIL_SPAN steps of TAIL_STEP above the promised
+    rate), the same end `shrunk_threshold` never passes. However many records analysts mark, a device keeps
+    flagging at that rate at least: feedback can quiet the traffic it was shown, never switch the detector off.
+    Without a tail, FEEDBACK_FACTOR times the federation's threshold. Never below the device's threshold before
+    feedback (`base`): feedback only raises a threshold."""
+    cap = float(tail.thresholds[-1]) if tail is not None else FEEDBACK_FACTOR * float(fleet)
+    return max(cap, float(base))
+
+
+def feedback_threshold(before: float, scores: np.ndarray, cap: float) -> tuple[float, bool]:
+    """The threshold after one analyst action marking records of these scores (under the model in use) as normal:
+    the highest of them, so that none of them is flagged again (a record is flagged when its score exceeds the
+    threshold), and never above `cap` (`feedback_cap`) nor below `before`. Returns (threshold, whether the cap
+    held it back: some marked record still exceeds it)."""
+    scores = np.asarray(scores, dtype=float)
+    want = max(float(before), float(scores.max())) if len(scores) else float(before)
+    return min(want, max(float(cap), float(before))), want > cap
