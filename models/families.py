@@ -3,10 +3,10 @@
 A family names its typed settings (`JobSpec` subclass, which also holds its algorithm registry), the
 coordinator's job runner, the agent's participant and, for a detector, its in-process simulation. All are given
 as import paths (``module:Class``): each side loads only its own, so the agent never imports the coordinator and
-the coordinator never imports the agent, and a family's settings and algorithms are imported when it is first used (an agent that scores with a
-mixture never imports the PCA and recommendation algorithms: resident memory on a device). Adding a family is a
-package under `models/` (algorithms and spec), a runner under `coordinator/`, a participant under `edge_agent/`,
-and one entry here.
+the coordinator never imports the agent, and a family's settings and algorithms are imported when it is first
+used (an agent that scores with a mixture never imports the PCA and recommendation algorithms: resident memory on
+a device). Adding a family is a package under `models/` (algorithms and spec), a runner under `coordinator/`, a
+participant under `edge_agent/`, and one entry here.
 """
 
 from __future__ import annotations

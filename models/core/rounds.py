@@ -47,15 +47,18 @@ def run_round(
     data: State,
     weight: np.ndarray,
     tamper: Callable[[State], State] | None = None,
+    receive: Callable[[np.ndarray, State], State] | None = None,
 ) -> RoundResult:
     """Client steps of the sampled clients (one batched call), server step, then each client's finish
-    with the new broadcast. `tamper` lets a simulation replace uploads (attacks) before aggregation.
+    with the new broadcast. `tamper` lets a simulation replace uploads (attacks) before aggregation; `receive` is
+    what the server gets of them (private mode: their secure sum, models.private.transport).
 
     The server step may update `server` in place (the caller hands it over)."""
     states, uploads = algorithm.client_update(states, data, broadcast)
     if tamper is not None:
         uploads = tamper(uploads)
-    server, broadcast = close_round(algorithm, server, client_ids, uploads, weight)
+    received = receive(client_ids, uploads) if receive is not None else uploads
+    server, broadcast = close_round(algorithm, server, client_ids, received, weight)
     return RoundResult(server, broadcast, algorithm.client_finish(states, broadcast), uploads)
 
 
@@ -138,35 +141,48 @@ class ListPool:
 @dataclass
 class Hooks:
     """What a simulation adds to the loop: who of the sampled answer (dropouts), the clients' data before their
-    step (a residual trim), their uploads after it (attacks), and what to record of each round."""
+    step (a residual trim), their uploads after it (attacks), what the server receives of them (a secure sum),
+    and what to record of each round."""
 
     answering: Callable[[np.ndarray], np.ndarray] | None = None
     before: Callable[[np.ndarray, Rounds], None] | None = None
     tamper: Callable[[np.ndarray, State], Callable[[State], State] | None] | None = None
     observe: Callable[[np.ndarray, RoundResult], None] | None = None
+    receive: Callable[[np.ndarray, State], State] | None = None
     seconds: list[float] = field(default_factory=list)  # each round's time (client and server steps)
 
 
 def simulate(loop: Rounds, pool: ClientPool, weight: np.ndarray, rounds: int, hooks: Hooks | None = None,
-             everyone_first: bool = False) -> Hooks:
-    """`rounds` rounds of the loop in-process (with `everyone_first`, one more first with every client: a seeding
-    phase). `weight`: each client's, or the records it claimed where the server state holds weight caps (the
-    pipeline's cap stage makes them weights). Returns the hooks, with each round's seconds."""
+             everyone_first: bool = False, everyone_while: Callable[[State], bool] | None = None) -> Hooks:
+    """`rounds` rounds of the loop in-process, after a seeding phase with every client: one round with
+    `everyone_first`, or as many as `everyone_while` holds of the broadcast (at most 64). `weight`: each client's,
+    or the records it claimed where the server state holds weight caps (the pipeline's cap stage makes them
+    weights). Returns the hooks, with each round's seconds."""
     hooks = hooks or Hooks()
     everyone = np.arange(loop.n_clients)
-    for r in range(rounds + int(everyone_first)):
-        ids = everyone if everyone_first and r == 0 else loop.sample()
-        if hooks.answering is not None:
-            ids = hooks.answering(ids)
-        if hooks.before is not None:
-            hooks.before(ids, loop)
-        t0 = time.perf_counter()
-        states, data = pool.take(ids)
-        tamper = hooks.tamper(ids, loop.broadcast) if hooks.tamper is not None else None
-        done = run_round(loop.algorithm, loop.server, loop.broadcast, ids, states, data, weight[ids], tamper)
-        loop.server, loop.broadcast = done.server, done.broadcast
-        pool.put(ids, done.states)
-        hooks.seconds.append(time.perf_counter() - t0)
-        if hooks.observe is not None:
-            hooks.observe(ids, done)
+    seeding = 0
+    while seeding < (64 if everyone_while is not None else int(everyone_first)) and (
+            everyone_while is None or everyone_while(loop.broadcast)):
+        _round(loop, pool, weight, everyone, hooks)
+        seeding += 1
+    for _ in range(rounds):
+        _round(loop, pool, weight, loop.sample(), hooks)
     return hooks
+
+
+def _round(loop: Rounds, pool: ClientPool, weight: np.ndarray, ids: np.ndarray, hooks: Hooks) -> None:
+    """One round of the loop with these clients (before dropouts), through the hooks."""
+    if hooks.answering is not None:
+        ids = hooks.answering(ids)
+    if hooks.before is not None:
+        hooks.before(ids, loop)
+    t0 = time.perf_counter()
+    states, data = pool.take(ids)
+    tamper = hooks.tamper(ids, loop.broadcast) if hooks.tamper is not None else None
+    done = run_round(loop.algorithm, loop.server, loop.broadcast, ids, states, data, weight[ids], tamper,
+                     hooks.receive)
+    loop.server, loop.broadcast = done.server, done.broadcast
+    pool.put(ids, done.states)
+    hooks.seconds.append(time.perf_counter() - t0)
+    if hooks.observe is not None:
+        hooks.observe(ids, done)

@@ -350,7 +350,8 @@ class FedEM(FederatedAlgorithm):
         """Each device's standardised mean and mean square, from the statistics phase."""
         return {**server, "mean": np.asarray(mean, dtype=float), "mean_sq": np.asarray(mean_sq, dtype=float)}
 
-    row_tables = ("slot", "mean", "mean_sq", "owner", "seen", "W_rows", "R_rows", "S1_rows", "S2_rows", "H_rows")
+    row_tables: tuple[str, ...] = ("slot", "mean", "mean_sq", "owner", "seen", "W_rows", "R_rows", "S1_rows",
+                                   "S2_rows", "H_rows")
 
     def touched(self, server: State, client_ids: np.ndarray) -> dict[str, np.ndarray]:
         return control.touched(server, client_ids)

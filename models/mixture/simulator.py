@@ -13,7 +13,7 @@ from __future__ import annotations
 import copy
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -31,7 +31,11 @@ from models.mixture.detector import MixtureDetector, fit_em
 from models.mixture.fedem import FedEM, colluders, device_seed, shared_of
 from models.mixture.gmm import Mixture
 from models.mixture.spec import MixtureJobSpec
+from models.mixture.summed import GROW, SummedFedEM
 from models.pca.simulator import prepare_clients
+
+if TYPE_CHECKING:
+    from models.private.transport import SecureTransport
 
 
 def split_holdout(parts: list[np.ndarray], share: float) -> tuple[list[np.ndarray], list[np.ndarray]]:
@@ -64,9 +68,14 @@ def simulate_mixture(
     guard: Guard | None = None,
     test_devices: np.ndarray | None = None,
     adversaries: Adversaries = NO_ADVERSARIES,
+    private: bool = False,
+    dropout: float = 0.0,
 ) -> dict[str, Any]:
     """Train a mixture on partitioned training records (federated, or "centralized": pooled EM) and
     evaluate it on labelled test records at the label-free threshold.
+
+    private: the coordinator sees only each round's secure sum (models.mixture.summed, models.private.transport),
+    with `dropout` of each round's devices vanishing after they uploaded.
 
     Each device scores with the fleet's components and its own (models.mixture.detector.personalise): its
     held-out records for the threshold, as the agents do, and the test records it sees, `test_devices[j]`
@@ -81,7 +90,13 @@ def simulate_mixture(
     clients = prepare_clients(fit_parts, feature_names, guard=guard, adversaries=adversaries)
     d = len(feature_names)
     params = dict(params or {})
-    alg = FedEM(d, **params) if algorithm == "centralized" else {**FEDERATED, **ANCHORS}[algorithm](d, **params)
+    if private and algorithm != "fedem":
+        raise ValueError(f"private mode trains fedem, not {algorithm}")
+    if algorithm == "centralized":
+        alg = FedEM(d, **params)
+    else:
+        alg = SummedFedEM(d, **params) if private else {**FEDERATED, **ANCHORS}[algorithm](d, **params)
+    transport = private_transport(clients, guard, seed, dropout) if private else None
     out: dict[str, Any] = {"algorithm": algorithm, "components": alg.components, "reg": alg.reg}
     t0 = time.perf_counter()
     if algorithm == "centralized":
@@ -92,9 +107,18 @@ def simulate_mixture(
         out.update(rounds=1, seconds_per_round=time.perf_counter() - t0, upload_bytes_per_client_round=None)
     else:
         mixture, shared, history = run_mixture(alg, clients.X, clients.claimed, rounds, fraction, seed, on_round,
-                                               adversaries, clients.caps)
+                                               adversaries, clients.caps, transport)
+        answers = sum(h["devices"] for h in history)
+        sent = sum(b * h["devices"] for b, h in zip(transport.sent, history)) if transport else \
+            answers * alg.upload_bytes()
         out.update(rounds=rounds, seconds_per_round=(time.perf_counter() - t0) / rounds,
-                   upload_bytes_per_client_round=alg.upload_bytes(), rejected_uploads=int(history[-1]["rejected"]))
+                   upload_bytes_per_client_round=alg.upload_bytes(), rejected_uploads=int(history[-1]["rejected"]),
+                   all_device_rounds=len(history) - rounds, private=private,
+                   upload_bytes_per_device_round=sent / (len(clients.X) * len(history)))
+        if transport is not None:
+            out["secure_sum"] = {"device_cpu_seconds_max": float(np.max(transport.device_cpu)),
+                                 "coordinator_cpu_seconds_median": float(np.median(transport.server_cpu)),
+                                 "dropout": dropout, "clipped_values": transport.clipped}
     det = MixtureDetector.from_model(mixture, clients.preprocessor, 1.0, shared, quantile=quantile)
     # the fleet's components and the device's own (from the records it trained on, not those held out)
     devices = [copy.copy(det).personalise(p) for p in fit_parts]
@@ -123,6 +147,23 @@ def simulate_mixture(
                **detection_report(y_test, test_scores, at))
     out["detector"] = det
     return out
+
+
+def private_transport(clients: Any, guard: Guard, seed: int, dropout: float) -> SecureTransport:
+    """The secure sum of a private mixture job's rounds: each device divides its statistics by the powers of the
+    job's bound on standardised values (PRIVATE_VALUE_BOUND: per record, a sum is at most the bound, a sum of
+    squares its square), so that every value lies within the largest capped weight, and clips them there."""
+    from models.private.transport import SecureTransport
+
+    b = PRIVATE_VALUE_BOUND
+    w = float(clients.caps.level / clients.caps.scale) if np.isfinite(clients.caps.level) else \
+        float(np.max(clients.claimed) / clients.caps.scale)
+    return SecureTransport({"dR": 1.0, "dS1": b, "dS2": b * b, "dH": 1.0, "dN": 1.0}, max(w, 1.0), dropout, seed)
+
+
+#: the bound private mode announces on standardised values (standard deviations of the fleet's log-scaled features):
+#: a component whose records lie further out on average has its statistics clipped (counted, `clipped_values`)
+PRIVATE_VALUE_BOUND = 64.0
 
 
 def device_rates(flagged: np.ndarray, where: np.ndarray, y_test: np.ndarray, devices: int) -> dict[str, Any] | None:
@@ -164,32 +205,40 @@ def devices_seeing(parts: list[np.ndarray], X_test: np.ndarray, y_test: np.ndarr
 
 def run_mixture(alg: FedEM, X: list[np.ndarray], claimed: np.ndarray, rounds: int, fraction: float, seed: int,
                 on_round: Callable[[dict[str, float]], None] | None = None,
-                adversaries: Adversaries = NO_ADVERSARIES,
-                caps: WeightCaps | None = None) -> tuple[Mixture, np.ndarray, list[dict[str, float]]]:
-    """The rounds of a federated mixture job: the seeding round with every device (as the job's seed phase),
-    then `rounds` rounds of the coordinator's sampling and the devices' client steps (the adversaries'
-    uploads tampered with, models.detection.attacks). The answers weigh the records each device claimed,
-    capped in the pipeline by `caps` (as they are, without)."""
+                adversaries: Adversaries = NO_ADVERSARIES, caps: WeightCaps | None = None,
+                transport: SecureTransport | None = None) -> tuple[Mixture, np.ndarray, list[dict[str, float]]]:
+    """The rounds of a federated mixture job: the seeding round with every device (as the job's seed phase; a
+    summed FedEM's seeding rounds, as many as it grows), then `rounds` rounds of the coordinator's sampling and the
+    devices' client steps (the adversaries' uploads tampered with, models.detection.attacks). The answers weigh the
+    records each device claimed, capped in the pipeline by `caps` (as they are, without); a summed FedEM's devices
+    cap their own, and the server receives their secure sum (`transport`)."""
     rng = np.random.default_rng(seed)
     chaos = np.random.default_rng(seed + 7919)  # attacks do not disturb the sampling
     loop = Rounds.start(alg, len(X), fraction, rng)
     loop.server = alg.attach_bounds(loop.server, *device_moments(X))
     if caps is not None:
         loop.server.update(caps.state())
-    pool = BatchedPool.of(alg, device_data(X, seed), loop.broadcast)
+    summed = isinstance(alg, SummedFedEM)
+    if isinstance(alg, SummedFedEM):
+        loop.broadcast = alg.with_caps(loop.server, loop.broadcast)
+    pool = BatchedPool.of(alg, {**device_data(X, seed), "claimed": np.asarray(claimed, dtype=float)}, loop.broadcast)
     history: list[dict[str, float]] = []
 
     def tamper(idx: np.ndarray, broadcast: State) -> Callable[[State], State] | None:
         return adversaries.tamper(adversaries.among(idx), broadcast, chaos)
 
     def observe(idx: np.ndarray, done: RoundResult) -> None:
-        entry = {"round": len(history), "rejected": float(done.server["rejected"]),
+        entry = {"round": len(history), "rejected": float(done.server["rejected"]), "devices": float(len(idx)),
                  "train_nll": float(np.mean(done.states["nll"])) if int(done.broadcast["stage"]) == 1 else float("nan")}
         history.append(entry)
         if on_round:
             on_round(entry)
 
-    simulate(loop, pool, claimed, rounds, Hooks(tamper=tamper, observe=observe), everyone_first=True)
+    hooks = Hooks(tamper=tamper, observe=observe, receive=transport)
+    if summed:
+        simulate(loop, pool, claimed, rounds, hooks, everyone_while=lambda b: int(b["stage"]) == GROW)
+    else:
+        simulate(loop, pool, claimed, rounds, hooks, everyone_first=True)
     return alg.consensus(loop.broadcast), shared_of(loop.broadcast), history
 
 

@@ -2,7 +2,8 @@
 
 It exists to prove that a family is one package per side plus one registry line (issue 25, point 2): `model.py`
 (the typed spec and the algorithm, the `models/` side), `runner.py` (the coordinator's), `participant.py` (the
-agent's), `simulate.py` (its in-process simulation) and `FAMILY` below, which a test registers. No file of the product names it."""
+agent's), `simulate.py` (its in-process simulation) and `FAMILY` below, which a test registers. No file of the
+product names it."""
 
 from models.families import JobFamily
 
