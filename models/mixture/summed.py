@@ -1,0 +1,235 @@
+"""FedEM for private mode: the coordinator learns only the sum of a round's uploads (issue 23).
+
+FedEM's server keeps every device's last statistics (its control variate, models.mixture.control) to replace them
+when the device answers again; under secure aggregation it sees no device's statistics, only their sum. The control
+variates move to the devices, as in seed 003's Alg. 2 (V_i on the client): each device keeps the contribution it
+last made, W_i T_i (its capped weight times its per-record statistics), and uploads the difference to its new one.
+The sum of a round's differences is what the aggregate changes by, so the server's running sums equal FedEM's
+table sums exactly, and its memory no longer grows with the fleet (K statistics, not one row per device).
+
+What each upload carries (all summable, nothing that names the device):
+- dR, dS1, dS2: the change of W_i (R, S1, S2) per record (models.mixture.gmm packing);
+- dH: the change of its 0/1 support row (it holds SUPPORT_SHARE of its records in the component), so that the
+  server counts supporters from the sum (the support rule's count; its mass share needs each device's mass and
+  is off in private mode);
+- dN: 1 the first time the device contributes, 0 after (how many devices the counts cover).
+
+The device computes its own capped weight from its record count and the caps the statistics phase fixed (which the
+broadcast carries): the pipeline's cap stage moves to the device, as the upload checks do (each device clips its
+values to the bound the job announces, models.private.transport); the coordinator can check neither.
+
+Seeding without anyone's clusters: k-FED (FedEM's seeding) merges every device's own cluster centres, which a
+coordinator that sees only sums cannot do, and a centre of a handful of records is close to a raw flow. Here the
+server grows the mixture from sums alone (LBG, Linde, Buzo and Gray 1980): every device answers each seeding round
+with the statistics of a hard assignment of its records to the broadcast centres; the server moves each centre to
+its records' mean, drops centres no record chose, and splits every centre in two along its principal axis (+-
+half its standard deviation there) until it has `split_factor` x K of them, then merges them into K by weighted
+k-means on their sums (as k-FED merges clusters) and refines twice. About log2(K split_factor) + 3 rounds of every
+device; each seeding upload summarises whatever records fell to a centre, summed over the devices.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import numpy as np
+
+from models.core.federated import State, SupportView
+from models.core.pipeline import CAP_LEVEL, CAP_SCALE, cap_weights
+from models.mixture.control import SUPPORT_SHARE
+from models.mixture.fedem import FedEM, broadcast_of, mixture_of
+from models.mixture.gmm import Mixture, hard_stats, kmeans, m_step, nearest, triu_unpack
+
+#: the broadcast stage of a seeding round (FedEM's own: 0 seeding, 1 EM, 2 k-means)
+GROW = 3
+#: statistics a device uploads, in this order (dN: its first contribution)
+DELTAS = ("dR", "dS1", "dS2", "dH", "dN")
+#: refinement rounds after the seeding's merge (the last one's centres are the first mixture's)
+REFINE = 3
+#: seeding rounds that may split (centres no record chose die, so a round may grow fewer than it split)
+MAX_SPLITS = 16
+
+
+class SummedFedEM(FedEM):
+    """FedEM whose server step needs only the sum of the round's uploads (see the module)."""
+
+    name = "fedem"
+    summed: ClassVar[bool] = True
+
+    def __init__(self, n_features: int, split_factor: int = 4, **params: object):
+        super().__init__(n_features, **params)  # type: ignore[arg-type]
+        if not 1 <= split_factor <= 16:
+            raise ValueError("split_factor must be between 1 and 16 (seeding centres per component before merging)")
+        self.split_factor = int(split_factor)
+
+    # -- start -----------------------------------------------------------------------------------------
+    def init_server(self, n_clients: int, rng: np.random.Generator) -> tuple[State, State]:
+        K, d, p = self.components, self.n_features, self.packed
+        server: State = {"stage": np.array(GROW), "em_round": np.zeros((), dtype=np.int64),
+                         "seed": np.array(rng.integers(2**31)), "refined": np.zeros((), dtype=np.int64),
+                         "R": np.zeros(K), "S1": np.zeros((K, d)), "S2": np.zeros((K, p)), "support": np.zeros(K),
+                         "devices": np.zeros(()), "rejected": np.zeros(())}
+        return server, self.grow_broadcast(np.zeros((1, d)))
+
+    def grow_broadcast(self, centres: np.ndarray, before: int = 1) -> State:
+        """A seeding round's broadcast: the centres in the first slots, `live` marking them, and the slots the
+        uploads cover (`span`: these and the `before` of the last seeding round, where the devices' contributions
+        sit)."""
+        K, d = self.components, self.n_features
+        slots = max(K * self.split_factor, 1)
+        means, live = np.zeros((slots, d)), np.zeros(slots)
+        means[: len(centres)], live[: len(centres)] = centres, 1.0
+        return {"stage": np.array(GROW), "centres": means, "live": live, "span": np.array(max(len(centres), before))}
+
+    def init_clients(self, data: State, broadcast: State) -> State:
+        n, K, d, p = len(data["X"]), self.components, self.n_features, self.packed
+        slots = K * self.split_factor
+        return {"nll": np.zeros(n), "R": np.zeros((n, slots)), "S1": np.zeros((n, slots, d)),
+                "S2": np.zeros((n, slots, p)), "H": np.zeros((n, slots)), "joined": np.zeros(n)}
+
+    # -- device ----------------------------------------------------------------------------------------
+    def client_update(self, state: State, data: State, broadcast: State) -> tuple[State, State]:
+        """Each device's new contribution W_i T_i and the difference to its last (its control variate)."""
+        stage = int(broadcast["stage"])
+        K, slots = self.components, len(state["R"][0])
+        new = {k: np.zeros_like(state[k]) for k in ("R", "S1", "S2", "H")}
+        nll = np.zeros(len(data["X"]))
+        for b, X in enumerate(data["X"]):
+            n = max(len(X), 1)
+            w = self.own_weight(float(data["claimed"][b]), broadcast)
+            if stage == GROW:
+                live = np.flatnonzero(np.asarray(broadcast["live"]) > 0)
+                R, S1, S2 = hard_stats(X, live[nearest(X, broadcast["centres"][live])], slots)
+            else:
+                m = mixture_of(broadcast)
+                if stage == 2:
+                    R, S1, S2 = hard_stats(X, nearest(X, m.means), K)
+                    ll = 0.0
+                else:
+                    from models.mixture.gmm import e_step
+
+                    R, S1, S2, ll = e_step(X, m)
+                nll[b] = -ll / n
+                R, S1, S2 = _pad(R, slots), _pad(S1, slots), _pad(S2, slots)
+            new["R"][b], new["S1"][b], new["S2"][b] = w * R / n, w * S1 / n, w * S2 / n
+            new["H"][b] = (R / n >= SUPPORT_SHARE).astype(float) if len(X) else 0.0
+        # what changed: a seeding round's live slots and the last one's (every device's span is the broadcast's),
+        # after seeding the first K
+        upto = int(broadcast["span"]) if stage == GROW else K
+        up = {f"d{k}": (new[k] - state[k])[:, :upto] for k in ("R", "S1", "S2", "H")}
+        up["dN"] = 1.0 - state["joined"]
+        after = {**new, "nll": nll, "joined": np.ones(len(data["X"]))}
+        return after, up
+
+    @staticmethod
+    def own_weight(claimed: float, broadcast: State) -> float:
+        """The device's capped weight, from its own record count and the caps the broadcast carries (the pipeline's
+        cap stage, on the device: its claim is never seen)."""
+        if "cap" not in broadcast:
+            return claimed
+        level, scale = (float(v) for v in broadcast["cap"])
+        return float(cap_weights(np.array(claimed), level, scale))
+
+    # -- server ----------------------------------------------------------------------------------------
+    def screen(self, server: State, client_ids: np.ndarray, uploads: State) -> np.ndarray | None:
+        """Nothing to check: the coordinator sees only the round's sum."""
+        return None
+
+    def server_update(self, server: State, client_ids: np.ndarray, uploads: State,
+                      weight: np.ndarray) -> tuple[State, State]:
+        """The sum of the round's uploads (one row: what the secure sum yields; several rows are summed here, as
+        the plaintext simulation sends them) moves the running sums; then a seeding step or the M-step."""
+        if len(client_ids) == 0 or not all(k in uploads for k in DELTAS):
+            return server, self.current(server)
+        total = {k: np.asarray(uploads[k], dtype=float).sum(axis=0) for k in DELTAS}
+        K = self.components
+        stats = [total["dR"], total["dS1"], total["dS2"]]
+        server["devices"] = server["devices"] + float(total["dN"])
+        if int(server["stage"]) == GROW:
+            slots = K * self.split_factor
+            for name, s in zip(("R", "S1", "S2", "H"), (*stats, total["dH"])):
+                acc = server.get(f"grow.{name}", np.zeros((slots, *s.shape[1:])))
+                acc[: len(s)] += s
+                server[f"grow.{name}"] = acc
+            return self.grow(server)
+        for name, s in zip(("R", "S1", "S2"), stats):
+            server[name] = server[name] + s[:K]
+        server["support"] = server["support"] + total["dH"][:K]
+        server["em_round"] = server["em_round"] + 1
+        m = self.aggregate(server)
+        return self.keep(server, self.with_caps(server, broadcast_of(
+            m, 2 if int(server["em_round"]) < self.hard_rounds else 1)))
+
+    def grow(self, server: State) -> tuple[State, State]:
+        """One seeding step on the summed statistics of the broadcast centres (see the module): split while fewer
+        than split_factor x K centres live (at most MAX_SPLITS rounds), merge into K, refine, then seed."""
+        R, S1, S2 = server["grow.R"], server["grow.S1"], server["grow.S2"]
+        live = R > 0
+        if not live.any():  # no device had records: ask again
+            return server, self.current(server)
+        centres = S1[live] / R[live, None]
+        K, d = self.components, self.n_features
+        answered = int(np.sum(server["last.live"])) if "last.live" in server else 1  # where contributions now sit
+        server["grow.rounds"] = server.get("grow.rounds", np.zeros(())) + 1
+        refined = int(server["refined"])
+        if refined == 0 and len(centres) < K * self.split_factor and int(server["grow.rounds"]) <= MAX_SPLITS:
+            cov = triu_unpack(S2[live], d) / R[live, None, None] - centres[:, :, None] * centres[:, None, :]
+            lam, V = np.linalg.eigh((cov + np.swapaxes(cov, -1, -2)) / 2)
+            order = np.argsort(-(R[live] * np.trace(cov, axis1=1, axis2=2)), kind="stable")
+            split = order[: K * self.split_factor - len(centres)]
+            step = 0.5 * np.sqrt(np.maximum(lam[split, -1], 0.0))[:, None] * V[split, :, -1]
+            grown = np.vstack([centres, centres[split] + step])
+            grown[split] -= step
+            return self.keep(server, self.with_caps(server, self.grow_broadcast(grown, answered)))
+        if refined == 0 and len(centres) > K:  # merge into K: weighted k-means on the centres, groups' sums
+            labels = kmeans(centres, K, np.random.default_rng(int(server["seed"])), weights=R[live])[1]
+            centres = np.stack([S1[live][labels == j].sum(axis=0) / R[live][labels == j].sum()
+                                for j in range(K) if (labels == j).any()])
+        if refined < REFINE:
+            server["refined"] = np.array(refined + 1)
+            return self.keep(server, self.with_caps(server, self.grow_broadcast(centres, answered)))
+        # seeded: the last round's centres sat in the first K slots, where the devices' contributions now are
+        for name in ("R", "S1", "S2", "H"):
+            server["support" if name == "H" else name] = np.array(server.pop(f"grow.{name}")[:K], dtype=float)
+        for key in ("last.centres", "last.live", "last.span"):
+            server.pop(key, None)
+        server["stage"] = np.array(1)
+        m = self.aggregate(server)
+        return self.keep(server, self.with_caps(server, broadcast_of(m, 2 if self.hard_rounds > 0 else 1)))
+
+    def current(self, server: State) -> State:
+        if "last.stage" not in server:
+            return self.grow_broadcast(np.zeros((1, self.n_features)))
+        return super().current(server)
+
+    def with_caps(self, server: State, broadcast: State) -> State:
+        """The weight caps of the statistics phase, for each device to cap its own weight."""
+        if CAP_LEVEL in server:
+            return {**broadcast, "cap": np.array([float(server[CAP_LEVEL]), float(server[CAP_SCALE])])}
+        return broadcast
+
+    def aggregate(self, server: State) -> Mixture:
+        return m_step(server["R"], server["S1"], server["S2"], self.reg)
+
+    def support_view(self, server: State) -> SupportView | None:
+        """The count from the summed 0/1 rows (no mass share: it needs each device's mass)."""
+        if int(server["stage"]) == GROW or not float(server["devices"]):
+            return None
+        return SupportView(np.asarray(server["support"]), int(round(float(server["devices"]))), self.min_support)
+
+    def client_finish(self, state: State, broadcast: State) -> State:
+        return state
+
+    def upload_bytes(self) -> int:
+        """A training round's upload as float64 values (what the secure sum encodes: models.private.transport);
+        a seeding round's is split_factor times larger."""
+        K, d = self.components, self.n_features
+        return K * (2 + d + self.packed) * 8 + 8
+
+    row_tables = ()
+
+
+def _pad(a: np.ndarray, slots: int) -> np.ndarray:
+    out = np.zeros((slots, *a.shape[1:]))
+    out[: len(a)] = a
+    return out

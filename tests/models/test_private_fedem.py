@@ -1,0 +1,115 @@
+"""Private mode's mixture (models.mixture.summed, models.private.transport): the coordinator's running sums are
+exactly the devices' last contributions summed (their control variates moved to the devices), the seeding grows
+the mixture from sums alone, and the secure sum (SecAgg+ in process, a third of the devices dropping after their
+upload) changes nothing but fixed-point rounding."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from models.core.rounds import BatchedPool, Hooks, Rounds, simulate
+from models.mixture.control import SUPPORT_SHARE
+from models.mixture.gmm import hard_stats, nearest
+from models.mixture.simulator import device_data, simulate_mixture
+from models.mixture.summed import GROW, SummedFedEM
+from models.private.transport import SecureTransport
+
+pytestmark = pytest.mark.filterwarnings("ignore")
+
+
+def devices(n: int = 8, d: int = 3, seed: int = 0) -> list[np.ndarray]:
+    """Non-i.i.d. devices: each mostly one of three clusters, of different sizes."""
+    rng = np.random.default_rng(seed)
+    centres = np.array([[0.0] * d, [4.0] * d, [-4.0, 4.0, 0.0][:d]])
+    return [np.vstack([rng.normal(centres[i % 3], 0.5, size=(40 + 10 * i, d)),
+                       rng.normal(centres[(i + 1) % 3], 0.5, size=(5, d))]).astype(np.float32) for i in range(n)]
+
+
+def train(alg: SummedFedEM, X: list[np.ndarray], rounds: int, fraction: float = 0.5, transport=None, seed: int = 0):
+    claimed = np.array([len(x) for x in X], dtype=float)
+    loop = Rounds.start(alg, len(X), fraction, np.random.default_rng(seed))
+    loop.server.update({"cap.level": np.array(claimed.max()), "cap.scale": np.array(claimed.mean())})
+    loop.broadcast = alg.with_caps(loop.server, loop.broadcast)
+    pool = BatchedPool.of(alg, {**device_data(X, seed), "claimed": claimed}, loop.broadcast)
+    seen: list[int] = []
+    hooks = Hooks(receive=transport, observe=lambda ids, done: seen.append(len(ids)))
+    simulate(loop, pool, claimed, rounds, hooks, everyone_while=lambda b: int(b["stage"]) == GROW)
+    return loop, pool, seen
+
+
+def test_the_running_sums_are_the_devices_last_contributions():
+    X = devices()
+    alg = SummedFedEM(3, components=4, split_factor=2, min_support=2)
+    loop, pool, seen = train(alg, X, rounds=12)
+    assert seen[:1] == [len(X)] and len(seen) > 12  # seeding rounds ask every device
+    states = pool.states
+    K = alg.components
+    for name in ("R", "S1", "S2"):  # each device keeps W_i T_i; the server holds their sum, nothing per device
+        assert np.allclose(loop.server[name], states[name][:, :K].sum(axis=0), atol=1e-9)
+    assert np.allclose(loop.server["support"], states["H"][:, :K].sum(axis=0))
+    assert float(loop.server["devices"]) == len(X)
+    # a device's contribution is its capped weight times its per-record statistics under the last mixture it saw
+    assert not any(k.endswith("_rows") for k in loop.server)
+
+
+def test_seeding_grows_k_components_from_sums_and_hands_over_exactly():
+    X = devices(9)
+    alg = SummedFedEM(3, components=3, split_factor=2, hard_rounds=100, min_support=1)
+    loop, _, _ = train(alg, X, rounds=0)
+    assert int(loop.broadcast["stage"]) == 2  # seeded: k-means rounds follow
+    means = loop.broadcast["means"]
+    for c in ([0.0] * 3, [4.0] * 3, [-4.0, 4.0, 0.0]):  # the three clusters found without anyone's centres
+        assert np.min(np.linalg.norm(means - np.array(c), axis=1)) < 0.5
+    # the aggregate is every device's hard statistics under the last seeding round's centres, weighted
+    claimed = np.array([len(x) for x in X], dtype=float)
+    w = np.minimum(claimed, claimed.max()) / claimed.mean()
+    centres = means  # the M-step of the seeding's sums: its means are the seeding centres' records' means
+    R = sum(wi * hard_stats(x.astype(float), nearest(x.astype(float), centres), 3)[0] / len(x) for wi, x in zip(w, X))
+    assert np.allclose(np.sort(loop.server["R"]), np.sort(R), atol=1e-6)
+    assert (loop.server["support"] == sum((hard_stats(x.astype(float), nearest(x.astype(float), centres), 3)[0]
+                                           / len(x) >= SUPPORT_SHARE) for x in X)).all()
+
+
+def test_the_secure_sum_changes_nothing_but_rounding_even_with_a_third_dropping():
+    X = devices(9)
+    params = {"components": 4, "split_factor": 2, "min_support": 2}
+    plain, _, _ = train(SummedFedEM(3, **params), X, rounds=8)
+    received: list[int] = []
+    transport = SecureTransport({"dR": 1.0, "dS1": 8.0, "dS2": 64.0, "dH": 1.0, "dN": 1.0}, 2.0, dropout=1 / 3)
+
+    def secure(ids, uploads):
+        out = transport(ids, uploads)
+        received.append(len(next(iter(out.values()))))
+        return out
+
+    private, _, _ = train(SummedFedEM(3, **params), X, rounds=8, transport=secure)
+    assert set(received) == {1}  # the server step saw one summed upload a round, never a device's
+    assert transport.sums == len(received) and transport.clipped == 0
+    for key in ("means", "pi", "prec_chol"):
+        assert np.allclose(plain.broadcast[key], private.broadcast[key], atol=1e-6), key
+    assert (plain.broadcast["shared"] == private.broadcast["shared"]).all()
+
+
+def test_a_device_clips_to_the_announced_bound_and_it_is_counted():
+    transport = SecureTransport({"x": 1.0}, 1.0)
+    out = transport(np.array([0, 1, 2]), {"x": np.array([[0.5, 3.0], [0.25, -0.5], [0.25, 0.0]])})
+    assert np.allclose(out["x"], [[1.0, 0.5]], atol=1e-9)  # 3.0 clipped to 1.0 on its device
+    assert transport.clipped == 1
+
+
+def test_private_simulation_reports_its_cost_beside_plaintext():
+    X = devices(10)
+    y = np.r_[np.zeros(50), np.ones(10)]
+    test = np.vstack([np.random.default_rng(5).normal(0, 0.5, size=(50, 3)),
+                      np.random.default_rng(6).normal(12, 0.5, size=(10, 3))])
+    names = ["a", "b", "c"]
+    plain = simulate_mixture(X, test, y, names, rounds=10, fraction=0.5, params={"components": 4})
+    private = simulate_mixture(X, test, y, names, rounds=10, fraction=0.5, params={"components": 4, "split_factor": 2},
+                               private=True)
+    assert plain["private"] is False and private["private"] is True
+    for r in (plain, private):
+        assert r["upload_bytes_per_device_round"] > 0 and r["auc_roc"] > 0.99
+    assert private["all_device_rounds"] > 1 and private["secure_sum"]["clipped_values"] == 0
+    with pytest.raises(ValueError, match="private mode trains fedem"):
+        simulate_mixture(X, test, y, names, algorithm="centralized", private=True)
