@@ -35,6 +35,8 @@ def register(groups: dict[str, Any], verbs: Any) -> None:
     add_data_args(sim)
     add_clients_arg(sim)
     add_pca_args(sim)
+    sim.add_argument("--private-dropout", type=share, metavar="SHARE", help="gmm with --private: the share of "
+                     "each round's devices that vanish after uploading (the secure sum still completes; at most 1/3)")
     sim.add_argument("--select", action="store_true", help="gmm: choose the ridge without labels, the one whose "
                      "held-out records are likeliest (trains one mixture per candidate ridge: README)")
     sim.add_argument("--json", metavar="PATH", help="write the result as JSON (- for stdout)")

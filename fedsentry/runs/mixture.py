@@ -43,6 +43,13 @@ def mixture_simulation(args: argparse.Namespace, algorithm: str, data, split, pa
     select = getattr(args, "select", False)
     if select and ("reg" in chosen or algorithm != "fedem"):
         raise UsageError("--select chooses the ridge of fedem itself: leave out --reg (and --algorithm centralized)")
+    private, dropout = bool(getattr(args, "private", False)), getattr(args, "private_dropout", None)
+    if dropout is not None and not private:
+        raise UsageError("--private-dropout is private mode's: add --private")
+    if dropout is not None and dropout > 1 / 3:
+        raise UsageError(f"--private-dropout {dropout:g}: the secure sum survives at most a third of a round dropping")
+    if private and (select or algorithm != "fedem"):
+        raise UsageError("--private trains fedem by secure sums: leave out --select and --algorithm other than fedem")
     try:
         if select:
             result = select_mixture(parts, split.X_test, split.y_test, data.feature_names, params=chosen,
@@ -54,7 +61,8 @@ def mixture_simulation(args: argparse.Namespace, algorithm: str, data, split, pa
                                       test_devices=devices_seeing(parts, split.X_test, split.y_test, args.seed,
                                                                   first_honest=getattr(args, "adversaries", 0)),
                                       adversaries=adversaries(args, algorithm, algorithm_class(args.detector,
-                                                                                                algorithm)))
+                                                                                                algorithm)),
+                                      private=private, dropout=dropout or 0.0)
     except ValueError as e:
         raise UsageError(str(e)) from None
     finally:

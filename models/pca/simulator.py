@@ -130,6 +130,7 @@ class FederatedRun:
     upload_bytes_per_client_round: int
     broadcast: State = field(repr=False, default_factory=dict)
     rejected: int = 0  # uploads the server refused (an algorithm that checks them)
+    answers: int = 0  # uploads the rounds received
 
 
 def run_federated(
@@ -180,7 +181,10 @@ def run_federated(
         evil = np.array([i in bad for i in idx], dtype=bool) if bad else adversaries.among(idx)
         return poisoner.tamper(evil, broadcast, chaos)
 
+    answers = [0]
+
     def observe(idx: np.ndarray, done: RoundResult) -> None:
+        answers[0] += len(idx)
         Z = algorithm.consensus(done.broadcast)
         entry = {"round": len(history) + 1, "objective": _objective(pooled, Z)}
         if reference is not None:
@@ -193,7 +197,7 @@ def run_federated(
     hooks = simulate(loop, pool, clients.claimed, rounds, Hooks(answering if dropout > 0 else None,
                                                                 before if residual_trim else None, tamper, observe))
     return FederatedRun(algorithm.consensus(loop.broadcast), history, sum(hooks.seconds) / max(rounds, 1),
-                        algorithm.upload_bytes(), loop.broadcast, int(loop.server.get("rejected", 0)))
+                        algorithm.upload_bytes(), loop.broadcast, int(loop.server.get("rejected", 0)), answers[0])
 
 
 def _objective(pooled: np.ndarray, Z: np.ndarray) -> float:
@@ -269,7 +273,9 @@ def simulate_pca(
     alg = make_algorithm(algorithm, d, rank, **(params or {}))
     run = run_federated(alg, clients, rounds, fraction, seed, trim, reference, on_round, adversaries=adversaries)
     out.update(rounds=rounds, history=run.history, seconds_per_round=run.seconds_per_round,
-               upload_bytes_per_client_round=run.upload_bytes_per_client_round, rejected_uploads=run.rejected)
+               upload_bytes_per_client_round=run.upload_bytes_per_client_round, rejected_uploads=run.rejected,
+               upload_bytes_per_device_round=run.answers * run.upload_bytes_per_client_round
+               / (len(clients.X) * rounds))
     return {**out, **_evaluate(clients, run.Z, X_test, y_test, quantile, trim, adversaries=adversaries),
             "subspace_distance": subspace_distance(run.Z, reference)}
 

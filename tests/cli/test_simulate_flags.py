@@ -13,6 +13,7 @@ import pytest
 
 from fedsentry.cli import build_parser, main
 from fedsentry.cli.simulate_flags import add_simulate_flags
+from fedsentry.cli.spec_flags import _shown
 from models.families import FAMILIES, JobFamily, family, register, simulated, unregister
 from models.jobspec import SIMULATION_DEFAULTS, Simulation
 from models.params import parameters
@@ -40,7 +41,8 @@ def test_each_setting_a_simulator_takes_is_a_flag_with_its_words_and_default(pat
             a = flags[flag(s.name)]
             assert s.help in a.help, (name, s.name, a.help)
             if s.default is not None:
-                assert f"default {s.default}" in a.help or f"{s.default} for {name}" in a.help, (s.name, a.help)
+                shown = _shown(s.default)  # as the generator writes it (a boolean in lower case)
+                assert f"default {shown}" in a.help or f"{shown} for {name}" in a.help, (s.name, a.help)
             if s.choices:
                 assert set(s.choices) <= set(a.choices), s.name
 

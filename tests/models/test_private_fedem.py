@@ -113,3 +113,13 @@ def test_private_simulation_reports_its_cost_beside_plaintext():
     assert private["all_device_rounds"] > 1 and private["secure_sum"]["clipped_values"] == 0
     with pytest.raises(ValueError, match="private mode trains fedem"):
         simulate_mixture(X, test, y, names, algorithm="centralized", private=True)
+
+
+def test_a_private_job_is_refused_until_jobs_run_the_secure_sum():
+    from models.mixture.spec import MixtureJobSpec
+    from models.params import SettingError
+
+    with pytest.raises(SettingError) as e:
+        MixtureJobSpec.from_dict({"features": ["a", "b"], "private": True})
+    assert e.value.field == "private" and "fedsentry simulate" in str(e.value)
+    MixtureJobSpec(features=["a", "b"], private=True).check_simulated()  # the simulation takes it
