@@ -92,6 +92,8 @@ def simulate_mixture(
     params = dict(params or {})
     if private and algorithm != "fedem":
         raise ValueError(f"private mode trains fedem, not {algorithm}")
+    if private and max(1, int(round(fraction * len(train_parts)))) < 2:
+        raise ValueError("private mode sums at least 2 devices a round: raise the fraction sampled")
     if algorithm == "centralized":
         alg = FedEM(d, **params)
     else:

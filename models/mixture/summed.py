@@ -23,9 +23,10 @@ coordinator that sees only sums cannot do, and a centre of a handful of records 
 server grows the mixture from sums alone (LBG, Linde, Buzo and Gray 1980): every device answers each seeding round
 with the statistics of a hard assignment of its records to the broadcast centres; the server moves each centre to
 its records' mean, drops centres no record chose, and splits every centre in two along its principal axis (+-
-half its standard deviation there) until it has `split_factor` x K of them, then merges them into K by weighted
-k-means on their sums (as k-FED merges clusters) and refines twice. About log2(K split_factor) + 3 rounds of every
-device; each seeding upload summarises whatever records fell to a centre, summed over the devices.
+half its standard deviation there) until it has `split_factor` x K of them (by default K; more are merged into K by
+weighted k-means on their sums, as k-FED merges clusters, which measured no better: docs/privacy.md), and refines
+once. About log2(K split_factor) + 2 rounds of every device, whose uploads grow with the live centres; each
+seeding upload summarises whatever records fell to a centre, summed over the devices.
 """
 
 from __future__ import annotations
@@ -38,14 +39,15 @@ from models.core.federated import State, SupportView
 from models.core.pipeline import CAP_LEVEL, CAP_SCALE, cap_weights
 from models.mixture.control import SUPPORT_SHARE
 from models.mixture.fedem import FedEM, broadcast_of, mixture_of
-from models.mixture.gmm import Mixture, hard_stats, kmeans, m_step, nearest, triu_unpack
+from models.mixture.gmm import Mixture, e_step, hard_stats, kmeans, m_step, nearest, triu_unpack
 
 #: the broadcast stage of a seeding round (FedEM's own: 0 seeding, 1 EM, 2 k-means)
 GROW = 3
 #: statistics a device uploads, in this order (dN: its first contribution)
 DELTAS = ("dR", "dS1", "dS2", "dH", "dN")
-#: refinement rounds after the seeding's merge (the last one's centres are the first mixture's)
-REFINE = 3
+#: refinement rounds after the seeding's growth (the last one's centres are the first mixture's; the k-means rounds
+#: that follow refine further)
+REFINE = 1
 #: seeding rounds that may split (centres no record chose die, so a round may grow fewer than it split)
 MAX_SPLITS = 16
 
@@ -56,7 +58,7 @@ class SummedFedEM(FedEM):
     name = "fedem"
     summed: ClassVar[bool] = True
 
-    def __init__(self, n_features: int, split_factor: int = 4, **params: object):
+    def __init__(self, n_features: int, split_factor: int = 1, **params: object):
         super().__init__(n_features, **params)  # type: ignore[arg-type]
         if not 1 <= split_factor <= 16:
             raise ValueError("split_factor must be between 1 and 16 (seeding centres per component before merging)")
@@ -106,8 +108,6 @@ class SummedFedEM(FedEM):
                     R, S1, S2 = hard_stats(X, nearest(X, m.means), K)
                     ll = 0.0
                 else:
-                    from models.mixture.gmm import e_step
-
                     R, S1, S2, ll = e_step(X, m)
                 nll[b] = -ll / n
                 R, S1, S2 = _pad(R, slots), _pad(S1, slots), _pad(S2, slots)

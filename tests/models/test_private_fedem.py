@@ -113,6 +113,8 @@ def test_private_simulation_reports_its_cost_beside_plaintext():
     assert private["all_device_rounds"] > 1 and private["secure_sum"]["clipped_values"] == 0
     with pytest.raises(ValueError, match="private mode trains fedem"):
         simulate_mixture(X, test, y, names, algorithm="centralized", private=True)
+    with pytest.raises(ValueError, match="at least 2 devices a round"):
+        simulate_mixture(X, test, y, names, fraction=0.1, private=True)
 
 
 def test_a_private_job_is_refused_until_jobs_run_the_secure_sum():
