@@ -31,13 +31,17 @@ TIMEOUT = 120.0
 DEVICES = ("dev-1", "dev-2", "dev-3")
 
 
-def fleet_block(text: str) -> str:
-    """The one ```bash block of the section under HEADING."""
-    start = text.index(HEADING + "\n")
-    nxt = re.search(r"^## ", text[start + len(HEADING):], re.M)
-    section = text[start:start + len(HEADING) + nxt.start()] if nxt else text[start:]
+#: the Zeek-sensor section (issue 24, point 8): one agent following a conn.log a recorded log is appended to
+ZEEK_HEADING = "## Running FedSentry on a Zeek sensor"
+
+
+def fleet_block(text: str, heading: str = HEADING) -> str:
+    """The one ```bash block of the section under `heading`."""
+    start = text.index(heading + "\n")
+    nxt = re.search(r"^## ", text[start + len(heading):], re.M)
+    section = text[start:start + len(heading) + nxt.start()] if nxt else text[start:]
     blocks = re.findall(r"^```bash\n(.*?)^```$", section, re.M | re.S)
-    assert len(blocks) == 1, f"{DOC.name}: the section {HEADING!r} should have exactly one ```bash block"
+    assert len(blocks) == 1, f"{DOC.name}: the section {heading!r} should have exactly one ```bash block"
     return blocks[0]
 
 
@@ -106,7 +110,9 @@ def _labels(path: Path) -> dict[int, str]:
     return {n: line.split(",")[col] for n, line in enumerate(lines, start=1) if n > 1}
 
 
-def test_the_commands_run_verbatim_give_alerts_through_the_api(tmp_path):
+def run_block(tmp_path: Path, heading: str) -> tuple[list[str], Path, float]:
+    """Run the section's block verbatim in a fresh folder (a private network where the system gives one): its
+    output lines, the folder, and the seconds it took; fails the test if it did not finish or failed."""
     if not shutil.which("curl"):
         pytest.skip("the commands use curl, which is not installed")
     bin_dir = Path(sys.executable).parent
@@ -118,7 +124,7 @@ def test_the_commands_run_verbatim_give_alerts_through_the_api(tmp_path):
     work = tmp_path / "fleet"
     work.mkdir()
     script = tmp_path / "fleet.sh"
-    script.write_text("trap 'kill $(jobs -p) 2>/dev/null; wait' EXIT\n" + fleet_block(DOC.read_text()))
+    script.write_text("trap 'kill $(jobs -p) 2>/dev/null; wait' EXIT\n" + fleet_block(DOC.read_text(), heading))
     env = {k: v for k, v in os.environ.items() if not k.startswith("FEDSENTRY_")}
     env["PATH"] = f"{bin_dir}{os.pathsep}{env.get('PATH', '')}"
     command = ["bash", "-e", str(script)]
@@ -143,14 +149,40 @@ def test_the_commands_run_verbatim_give_alerts_through_the_api(tmp_path):
     assert rc is not None, f"no alerts through the API after {TIMEOUT:.0f} s\n{log}"
     assert rc == 0, f"the block failed ({rc})\n{log}"
     assert not stopped, f"processes outlived the block's trap ({stopped})\n{log}"
-    lines = out.read_text().splitlines()
+    print(f"the block under {heading!r} gave alerts in {seconds:.1f} s "
+          f"({'private network' if private else 'host network'})")
+    return out.read_text().splitlines(), work, seconds
+
+
+def alerts_page(lines: list[str]) -> list[dict]:
     page = json.loads(next(line for line in lines if line.startswith('{"items"')))
-    assert page["items"], log
+    assert page["items"], lines
+    return page["items"]
+
+
+def test_the_commands_run_verbatim_give_alerts_through_the_api(tmp_path):
+    lines, work, _ = run_block(tmp_path, HEADING)
     labels = {d: _labels(work / "sample" / f"{d}-replay.csv") for d in DEVICES}
     attacks = 0
-    for a in page["items"]:
+    for a in alerts_page(lines):
         assert a["device_id"] in DEVICES and a["score"] > a["threshold"], a
         attacks += labels[a["device_id"]][a["flow"]["row"]] == "1"
-    assert attacks >= 1, page  # the alerts find the attacks the sample put in the replay
-    assert any(line.startswith("dashboard: http://127.0.0.1:8000/") for line in lines), log
-    print(f"the own-fleet block gave alerts in {seconds:.1f} s ({'private network' if private else 'host network'})")
+    assert attacks >= 1, lines  # the alerts find the attacks the sample put in the replay
+    assert any(line.startswith("dashboard: http://127.0.0.1:8000/") for line in lines), lines
+
+
+def test_the_zeek_sensor_commands_run_verbatim_and_alerts_name_the_connection(tmp_path):
+    block = fleet_block(DOC.read_text(), ZEEK_HEADING)
+    assert "--zeek zeek/conn.log" in block and "mqtt://" not in block
+    lines, work, _ = run_block(tmp_path, ZEEK_HEADING)
+    # the recorded log's N-th record is the replay CSV's N-th row: its label judges the alert, found by Zeek's uid
+    log = [line.split("\t") for line in (work / "sample" / "dev-1-conn.log").read_text().splitlines()
+           if line and not line.startswith("#")]
+    uid = {row[1]: n for n, row in enumerate(log, start=2)}  # CSV line numbers (the header is line 1)
+    labels = _labels(work / "sample" / "dev-1-replay.csv")
+    attacks = 0
+    for a in alerts_page(lines):
+        assert a["device_id"] == "sensor-1" and a["score"] > a["threshold"], a
+        assert a["flow"]["uid"] in uid and a["flow"]["id.orig_h"], a  # the connection, named as Zeek does
+        attacks += labels[uid[a["flow"]["uid"]]] == "1"
+    assert attacks >= 1, lines
