@@ -98,7 +98,12 @@ def simulate_mixture(
         alg = FedEM(d, **params)
     else:
         alg = SummedFedEM(d, **params) if private else {**FEDERATED, **ANCHORS}[algorithm](d, **params)
-    transport = private_transport(clients, guard, seed, dropout) if private else None
+    transport = None
+    if private:
+        from models.mixture.private import private_clients, private_transport
+
+        transport = private_transport(clients, seed, dropout)
+        clients = private_clients(fit_parts, feature_names, guard, transport)
     out: dict[str, Any] = {"algorithm": algorithm, "components": alg.components, "reg": alg.reg}
     t0 = time.perf_counter()
     if algorithm == "centralized":
@@ -110,13 +115,15 @@ def simulate_mixture(
     else:
         mixture, shared, history = run_mixture(alg, clients.X, clients.claimed, rounds, fraction, seed, on_round,
                                                adversaries, clients.caps, transport)
+        # what every device sent, per round: the statistics phase (a secure sum in private mode; count, sums and
+        # sums of squares as float64 otherwise), the seeding and the rounds (not the threshold phase)
         answers = sum(h["devices"] for h in history)
-        sent = sum(b * h["devices"] for b, h in zip(transport.sent, history)) if transport else \
-            answers * alg.upload_bytes()
+        sent = sum(b * h["devices"] for b, h in zip(transport.sent, history)) + transport.phase_bytes \
+            if transport else answers * alg.upload_bytes() + len(clients.X) * 8 * (1 + 2 * d)
         out.update(rounds=rounds, seconds_per_round=(time.perf_counter() - t0) / rounds,
                    upload_bytes_per_client_round=alg.upload_bytes(), rejected_uploads=int(history[-1]["rejected"]),
                    all_device_rounds=len(history) - rounds, private=private,
-                   upload_bytes_per_device_round=sent / (len(clients.X) * len(history)))
+                   upload_bytes_per_device_round=sent / (len(clients.X) * (len(history) + 1)))
         if transport is not None:
             out["secure_sum"] = {"device_cpu_seconds_max": float(np.max(transport.device_cpu)),
                                  "coordinator_cpu_seconds_median": float(np.median(transport.server_cpu)),
@@ -149,23 +156,6 @@ def simulate_mixture(
                **detection_report(y_test, test_scores, at))
     out["detector"] = det
     return out
-
-
-def private_transport(clients: Any, guard: Guard, seed: int, dropout: float) -> SecureTransport:
-    """The secure sum of a private mixture job's rounds: each device divides its statistics by the powers of the
-    job's bound on standardised values (PRIVATE_VALUE_BOUND: per record, a sum is at most the bound, a sum of
-    squares its square), so that every value lies within the largest capped weight, and clips them there."""
-    from models.private.transport import SecureTransport
-
-    b = PRIVATE_VALUE_BOUND
-    w = float(clients.caps.level / clients.caps.scale) if np.isfinite(clients.caps.level) else \
-        float(np.max(clients.claimed) / clients.caps.scale)
-    return SecureTransport({"dR": 1.0, "dS1": b, "dS2": b * b, "dH": 1.0, "dN": 1.0}, max(w, 1.0), dropout, seed)
-
-
-#: the bound private mode announces on standardised values (standard deviations of the fleet's log-scaled features):
-#: a component whose records lie further out on average has its statistics clipped (counted, `clipped_values`)
-PRIVATE_VALUE_BOUND = 64.0
 
 
 def device_rates(flagged: np.ndarray, where: np.ndarray, y_test: np.ndarray, devices: int) -> dict[str, Any] | None:
@@ -217,7 +207,8 @@ def run_mixture(alg: FedEM, X: list[np.ndarray], claimed: np.ndarray, rounds: in
     rng = np.random.default_rng(seed)
     chaos = np.random.default_rng(seed + 7919)  # attacks do not disturb the sampling
     loop = Rounds.start(alg, len(X), fraction, rng)
-    loop.server = alg.attach_bounds(loop.server, *device_moments(X))
+    if not isinstance(alg, SummedFedEM):  # a private job's coordinator has no device's moments to check against
+        loop.server = alg.attach_bounds(loop.server, *device_moments(X))
     if caps is not None:
         loop.server.update(caps.state())
     summed = isinstance(alg, SummedFedEM)

@@ -37,6 +37,8 @@ class SecureTransport:
     server_cpu: list[float] = field(default_factory=list)  # CPU seconds of the coordinator per round
     sums: int = 0
     clipped: int = 0  # values a device clipped to the bound (an honest device's statistics beyond it)
+    phase_bytes: float = 0.0  # bytes every device sent together in phases outside the rounds (statistics)
+    bits: int = BITS  # the ring's width
 
     def __post_init__(self) -> None:
         self.rng = np.random.default_rng(self.seed)
@@ -48,7 +50,7 @@ class SecureTransport:
         shapes = {k: np.asarray(uploads[k]).shape[1:] for k in names}
         flat = {int(i): np.concatenate([np.asarray(uploads[k][j], dtype=float).reshape(-1) / self.scales[k]
                                         for k in names]) for j, i in enumerate(ids)}
-        ring = Ring.for_sum(self.clip, len(ids), BITS)
+        ring = Ring.for_sum(self.clip, len(ids), self.bits)
         self.clipped += int(sum(np.count_nonzero(np.abs(v) > self.clip) for v in flat.values()))
         self.sums += 1
         setup = Setup(f"round-{self.sums}".encode(), tuple(int(i) for i in ids), len(next(iter(flat.values()))),

@@ -1,0 +1,79 @@
+"""Private mode's phases around the rounds, for the mixture simulator (models.mixture.simulator): the statistics
+phase as secure sums, and the transport every round's sum goes through (models.private.transport).
+
+Statistics phase. In plaintext mode each device sends its record count, per-feature sum and sum of squares, and
+the coordinator checks each device's claims and bounds its influence on the standardisation
+(models.detection.screening). In private mode the coordinator learns each device's record count (the weight caps
+need every count: the median; a count says how much a device saw, not what), the sum of the devices' weighted
+means, then the sum of their weighted mean squares around the fleet's mean: the fleet's mean and scale, the plain
+pooled statistics an honest fleet gets in plaintext mode too. What it can no longer do, it cannot check: a
+device's claimed sums, or its influence on the scale beyond its capped weight (docs/privacy.md).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from models.detection.attacks import NO_ADVERSARIES, Adversaries
+from models.detection.preprocessing import Moments, Preprocessor, signed_log1p
+from models.detection.screening import Guard, value_bound, weight_caps
+from models.pca.simulator import ClientData
+from models.private.transport import SecureTransport
+
+#: the bound private mode announces on standardised values (standard deviations of the fleet's log-scaled features):
+#: a component whose records lie further out on average has its statistics clipped (counted, `clipped_values`)
+PRIVATE_VALUE_BOUND = 64.0
+
+
+def private_transport(clients: Any, seed: int, dropout: float) -> SecureTransport:
+    """The secure sum of a private mixture job's rounds: each device divides its statistics by the powers of the
+    job's bound on standardised values (PRIVATE_VALUE_BOUND: per record, a sum is at most the bound, a sum of
+    squares its square), so that every value lies within the largest capped weight, and clips them there."""
+    b = PRIVATE_VALUE_BOUND
+    return SecureTransport({"dR": 1.0, "dS1": b, "dS2": b * b, "dH": 1.0, "dN": 1.0}, largest_weight(clients.caps,
+                                                                                                  clients.claimed),
+                           dropout, seed)
+
+
+def largest_weight(caps: Any, claimed: np.ndarray) -> float:
+    """The largest capped weight a device can have (at least 1): the clip of its weighted statistics."""
+    level = caps.level if np.isfinite(caps.level) else float(np.max(claimed))
+    return max(float(level / caps.scale), 1.0)
+
+
+def private_clients(parts: list[np.ndarray], feature_names: list[str], guard: Guard, transport: SecureTransport,
+                    adversaries: Adversaries = NO_ADVERSARIES) -> ClientData:
+    """The statistics phase with the sums secured: counts in the clear (weight caps), the fleet's weighted mean
+    per feature (of signed-log1p records) from a secure sum of every device, each device weighing its own, then
+    their weighted mean squares around it from a second; the devices' records standardised with them. The fields
+    a PCA job's upload checks use (second moments, diagonals) are empty: the coordinator of a private job has
+    none."""
+    d = len(feature_names)
+    T = [signed_log1p(np.asarray(p, dtype=float), np.ones(d, bool)) for p in parts]
+    claims = adversaries.summaries([Moments.of(t).summary() for t in T], guard.max_records)
+    count = np.array([c for c, _, _ in claims], dtype=float)
+    caps = weight_caps(count, guard)
+    weight = caps.apply(count)
+    n = np.maximum(count, 1.0)[:, None]
+    m1 = np.stack([total for _, total, _ in claims]) / n
+    m2 = np.stack([sumsq for _, _, sumsq in claims]) / n
+    bound = value_bound(True)
+    clip = largest_weight(caps, count)
+    everyone = np.arange(len(parts))
+    # two secure sums: the fleet's mean, then each device's mean square around it (no cancellation of large sums)
+    # (a 64-bit ring: the bound on log-scaled values is wide, and these are few values)
+    first = SecureTransport({"m1": bound, "w": 1.0}, clip, transport.dropout, transport.seed + 1, bits=64)
+    total = first(everyone, {"m1": weight[:, None] * m1, "w": weight})
+    W = float(total["w"][0])
+    mean = total["m1"][0] / W
+    second = SecureTransport({"c2": bound * bound}, clip, transport.dropout, transport.seed + 2, bits=64)
+    centred = second(everyone, {"c2": weight[:, None] * (m2 - 2 * mean * m1 + mean**2)})["c2"][0]
+    transport.phase_bytes += (first.sent[0] + second.sent[0]) * len(parts)  # the phase's bytes count as the job's
+    scale = np.sqrt(np.maximum(centred / W, 0.0))
+    scale = np.where(scale <= 1e-12 * np.maximum(1.0, np.abs(mean)), 1.0, scale)
+    pre = Preprocessor(list(feature_names), np.ones(d, bool), mean, scale)
+    X = [(t - mean) / scale for t in T]
+    empty = np.zeros((len(parts), 0))
+    return ClientData(pre, X, np.zeros((len(parts), 0, 0)), weight, caps, count, empty, np.zeros(len(parts)))
