@@ -243,15 +243,23 @@ def fleet_tail(histograms: list[tuple[np.ndarray, np.ndarray]], weight: np.ndarr
     small fleet). The spread is a winsorised weighted one, so one device cannot make every other device trust
     its own records more."""
     used, curve, dense = exceedance_curve(histograms, weight, trim, colluders)
-    levels = (1 - q) * 2.0 ** (np.arange(TAIL_SPAN, -TAIL_SPAN - 1, -1) / TAIL_STEP)
-    levels = levels[levels < 1]
-    thresholds = np.array([crossing(used, curve, level) for level in levels])
     fleet = crossing(used, curve, 1 - q)
     n = dense.sum(axis=1)
     rates = dense[:, EDGES[used] >= fleet].sum(axis=1) / n  # each device's share of records above the threshold
     w = np.asarray(weight, dtype=float)[np.array([int(np.sum(c)) > 0 for _, c in histograms], dtype=bool)]
     m1, m2, chance = winsorized_weighted_mean(np.c_[rates, rates**2, 1 / n], w, trim, colluders)
-    p = float(np.sum(rates * n) / np.sum(n))
+    return tail_of(used, curve, fleet, (m1, m2, chance, float(np.sum(rates * n) / np.sum(n))), q, holdout)
+
+
+def tail_of(used: np.ndarray, curve: np.ndarray, fleet: float, rates: tuple[float, float, float, float], q: float,
+            holdout: float) -> tuple[float, Tail]:
+    """`fleet_tail`'s answer from the exceedance curve, the fleet's threshold read from it, and what the devices'
+    shares above that threshold are: (their weighted mean, the mean of their squares, the mean of 1 / records,
+    the pooled share), however they were combined (winsorised, or summed in private mode)."""
+    levels = (1 - q) * 2.0 ** (np.arange(TAIL_SPAN, -TAIL_SPAN - 1, -1) / TAIL_STEP)
+    levels = levels[levels < 1]
+    thresholds = np.array([crossing(used, curve, level) for level in levels])
+    m1, m2, chance, p = rates
     spread = m2 - m1**2 - p * (1 - p) * chance  # between-device variance beyond sampling noise
     estimate = p * (1 - p) / spread - 1 if spread > 0 and p > 0 else np.inf
     return fleet, Tail(thresholds, levels, float(np.clip(estimate, 1 / (1 - q), TAIL_SPAN / (1 - q))), holdout)

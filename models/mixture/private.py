@@ -18,7 +18,8 @@ import numpy as np
 
 from models.detection.attacks import NO_ADVERSARIES, Adversaries
 from models.detection.preprocessing import Moments, Preprocessor, signed_log1p
-from models.detection.screening import Guard, value_bound, weight_caps
+from models.detection.screening import Guard, crossing, tail_of, value_bound, weight_caps
+from models.detection.threshold import EDGES, Tail
 from models.pca.simulator import ClientData
 from models.private.transport import SecureTransport
 
@@ -77,3 +78,37 @@ def private_clients(parts: list[np.ndarray], feature_names: list[str], guard: Gu
     X = [(t - mean) / scale for t in T]
     empty = np.zeros((len(parts), 0))
     return ClientData(pre, X, np.zeros((len(parts), 0, 0)), weight, caps, count, empty, np.zeros(len(parts)))
+
+
+def private_tail(histograms: list[tuple[np.ndarray, np.ndarray]], weight: np.ndarray, q: float, holdout: float,
+                 transport: SecureTransport) -> tuple[float, Tail]:
+    """The threshold phase as one secure sum: each device sends, over the whole grid, its held-out scores'
+    histogram, its weighted share above each bin, the square of that share and its records above each bin, with
+    its weight, weight over records and records; the fleet's threshold and tail are read from the sums as
+    `models.detection.screening.fleet_tail` reads them with nothing winsorised (a sum cannot clip one device:
+    the threshold attack's colluders are not bounded in private mode)."""
+    G = len(EDGES) - 1
+    n_dev = len(histograms)
+    dense = np.zeros((n_dev, G))
+    for i, (b, c) in enumerate(histograms):
+        np.add.at(dense[i], np.asarray(b, dtype=np.int64), np.asarray(c, dtype=float))
+    n = dense.sum(axis=1)
+    some = n > 0
+    w = np.where(some, np.asarray(weight, dtype=float), 0.0)
+    above = 1.0 - np.cumsum(dense, axis=1) / np.maximum(n, 1.0)[:, None]
+    above[~some] = 0.0
+    most = max(float(n.max()), 1.0)
+    secure = SecureTransport({"c": most, "wa": 1.0, "wa2": 1.0, "na": most, "w": 1.0, "wn": 1.0, "n": most},
+                             transport.clip, transport.dropout, transport.seed + 3)
+    uploads = {"c": dense, "wa": w[:, None] * above, "wa2": w[:, None] * above**2,
+               "na": n[:, None] * above, "w": w, "wn": w / np.maximum(n, 1.0), "n": n}
+    S = {k: v[0] for k, v in secure(np.arange(n_dev), uploads).items()}
+    transport.phase_bytes += secure.sent[0] * n_dev
+    used = np.flatnonzero(S["c"] > 0.5)
+    curve = S["wa"][used] / S["w"]
+    fleet = crossing(used, curve, 1 - q)
+    first = int(used[np.searchsorted(EDGES[used], fleet, side="left")]) if EDGES[used][-1] >= fleet else G
+    at = first - 1  # the shares above every bin below the first at or above the threshold
+    m1, m2 = (S["wa"][at] / S["w"], S["wa2"][at] / S["w"]) if at >= 0 else (1.0, 1.0)
+    p = S["na"][at] / S["n"] if at >= 0 else 1.0
+    return tail_of(used, curve, fleet, (float(m1), float(m2), float(S["wn"] / S["w"]), float(p)), q, holdout)

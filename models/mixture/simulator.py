@@ -115,15 +115,13 @@ def simulate_mixture(
     else:
         mixture, shared, history = run_mixture(alg, clients.X, clients.claimed, rounds, fraction, seed, on_round,
                                                adversaries, clients.caps, transport)
-        # what every device sent, per round: the statistics phase (a secure sum in private mode; count, sums and
-        # sums of squares as float64 otherwise), the seeding and the rounds (not the threshold phase)
+        # what every device sent in the seeding and the rounds (the phases are added below)
         answers = sum(h["devices"] for h in history)
-        sent = sum(b * h["devices"] for b, h in zip(transport.sent, history)) + transport.phase_bytes \
-            if transport else answers * alg.upload_bytes() + len(clients.X) * 8 * (1 + 2 * d)
+        sent = sum(b * h["devices"] for b, h in zip(transport.sent, history)) if transport else \
+            answers * alg.upload_bytes() + len(clients.X) * 8 * (1 + 2 * d)  # (plaintext statistics phase)
         out.update(rounds=rounds, seconds_per_round=(time.perf_counter() - t0) / rounds,
                    upload_bytes_per_client_round=alg.upload_bytes(), rejected_uploads=int(history[-1]["rejected"]),
-                   all_device_rounds=len(history) - rounds, private=private,
-                   upload_bytes_per_device_round=sent / (len(clients.X) * (len(history) + 1)))
+                   all_device_rounds=len(history) - rounds, private=private)
         if transport is not None:
             out["secure_sum"] = {"device_cpu_seconds_max": float(np.max(transport.device_cpu)),
                                  "coordinator_cpu_seconds_median": float(np.median(transport.server_cpu)),
@@ -133,9 +131,18 @@ def simulate_mixture(
     devices = [copy.copy(det).personalise(p) for p in fit_parts]
     scores = [np.asarray(dev.score_samples(h)) for dev, h in zip(devices, held_parts)]
     histograms = adversaries.histograms([sparse_histogram(s) for s in scores], len(EDGES) - 1)
-    kept, weight = admitted_histograms(histograms, [len(s) for s in scores], clients.weight)
-    threshold, det.tail_ = fleet_tail(kept, weight, quantile, guard.device_trim, holdout, colluders(alg.min_support))
+    if transport is not None:  # private: one secure sum of every device's histogram, nothing to check or clip
+        from models.mixture.private import private_tail
+
+        threshold, det.tail_ = private_tail(histograms, clients.weight, quantile, holdout, transport)
+    else:
+        kept, weight = admitted_histograms(histograms, [len(s) for s in scores], clients.weight)
+        threshold, det.tail_ = fleet_tail(kept, weight, quantile, guard.device_trim, holdout,
+                                          colluders(alg.min_support))
     det.threshold_ = threshold
+    if algorithm != "centralized":  # per device and round: the statistics and threshold phases count as rounds
+        sent += transport.phase_bytes if transport else sum(8 * len(b) for b, _ in histograms)
+        out["upload_bytes_per_device_round"] = sent / (len(clients.X) * (len(history) + 2))
     own = np.array([shrunk_threshold(s, threshold, det.tail_, quantile) for s in scores])  # as each device sets it
     where = np.full(len(X_test), -1) if test_devices is None else np.asarray(test_devices)
     test_scores = np.empty(len(X_test))

@@ -125,3 +125,20 @@ def test_a_private_job_is_refused_until_jobs_run_the_secure_sum():
         MixtureJobSpec.from_dict({"features": ["a", "b"], "private": True})
     assert e.value.field == "private" and "fedsentry simulate" in str(e.value)
     MixtureJobSpec(features=["a", "b"], private=True).check_simulated()  # the simulation takes it
+
+
+def test_the_threshold_phase_from_one_secure_sum_is_the_unwinsorised_fleet_tail():
+    from models.detection.screening import fleet_tail
+    from models.detection.threshold import sparse_histogram
+    from models.mixture.private import private_tail
+
+    rng = np.random.default_rng(4)
+    scores = [rng.gamma(2.0, 1.0 + 0.3 * i, size=40 + 15 * i) for i in range(7)]
+    hists = [sparse_histogram(s) for s in scores]
+    w = rng.uniform(0.5, 2.0, size=7)
+    transport = SecureTransport({}, 2.0, dropout=1 / 3)
+    threshold, tail = private_tail(hists, w, 0.95, 0.2, transport)
+    reference, ref_tail = fleet_tail(hists, w, 0.95, 0.0, 0.2, colluders=0)
+    assert threshold == pytest.approx(reference, rel=1e-9)
+    assert np.allclose(tail.thresholds, ref_tail.thresholds, rtol=1e-9) and tail.prior == pytest.approx(ref_tail.prior)
+    assert transport.phase_bytes > 0
