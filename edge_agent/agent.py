@@ -212,6 +212,8 @@ class Agent:
             personalise = getattr(detector, "personalise", None)
             if personalise is not None:
                 personalise(self.scorer.matrix(b) for b in records(~held))
+            if detector is not None:  # the range explanations show expected values within
+                detector.see(self.scorer.matrix(b) for b in records(np.ones(len(held), bool)))
             if self.cfg.calibrate:
                 threshold = self.scorer.calibrate(records(held))
                 log.info("agent=%s calibrated threshold %.4g (federation's %.4g) on %d held-out records",

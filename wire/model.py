@@ -6,6 +6,7 @@ are the detector's own (``to_wire``)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any, Protocol
 
 import numpy as np
@@ -26,6 +27,8 @@ class Detector(Protocol):
     def score_samples(self, X: np.ndarray) -> np.ndarray | float: ...
 
     def explain(self, X: np.ndarray, top: int | None = None) -> list[list[dict[str, Any]]]: ...
+
+    def see(self, records: Iterable[np.ndarray]) -> None: ...
 
     def to_wire(self) -> tuple[dict[str, np.ndarray], dict[str, Any]]: ...
 

@@ -149,7 +149,7 @@ class MixtureDetector(ThresholdedDetector):
         contrib = r**2 / diag
         total = contrib.sum(axis=1, keepdims=True)
         share = np.divide(contrib, total, out=np.zeros_like(contrib), where=total > 0)
-        expected = self.preprocessor_.inverse_transform(T - r / diag)
+        expected = self.within_seen(self.preprocessor_.inverse_transform(T - r / diag))
         order = np.argsort(-share, axis=1)[:, :top]
         return [
             [

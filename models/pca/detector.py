@@ -117,6 +117,7 @@ class PCADetector(ThresholdedDetector):
             expected = self.preprocessor_.inverse_transform(recon)
         else:
             R2, expected = self._lifted_attribution(X)
+        expected = self.within_seen(expected)
         total = R2.sum(axis=1, keepdims=True)
         share = np.divide(R2, total, out=np.zeros_like(R2), where=total > 0)
         order = np.argsort(-share, axis=1)[:, :top]

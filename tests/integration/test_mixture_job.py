@@ -52,6 +52,10 @@ def test_deployed_mixture_equals_the_simulators_and_alerts_explain(broker, coord
         wait_until(lambda a=agent: a.scorer.model_job == "g1", 10, f"dev-{i} loads the model")
         assert agent.scorer.federation_threshold == pytest.approx(threshold, rel=1e-12)
         assert agent.scorer.detector.threshold_ == pytest.approx(own[i], rel=1e-9)
+        # and knows the range of each feature it trained on, within which its explanations' expected values lie
+        lo, hi = agent.scorer.detector.seen_
+        np.testing.assert_allclose(lo, parts[i].min(axis=0), rtol=1e-6)
+        np.testing.assert_allclose(hi, parts[i].max(axis=0), rtol=1e-6)
 
     # agents score with the promoted mixture; a late agent's alerts carry the responsible component's
     # explanation: observed and expected values in original units
