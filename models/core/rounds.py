@@ -24,6 +24,12 @@ from models.core.federated import FederatedAlgorithm, State, put, take
 from models.core.pipeline import close_round
 
 
+class RoundFailedError(Exception):
+    """A round whose answers cannot reach the server step (private mode: too few devices left to unmask the secure
+    sum). Nothing of it counts: the server state, the broadcast and every client's state stay as they were, and the
+    loop goes on with the next round."""
+
+
 def sample_clients(rng: np.random.Generator, n_clients: int, fraction: float) -> np.ndarray:
     """The sorted indices of the clients sampled for one round: max(1, round(fraction * N)) of them."""
     per_round = max(1, int(round(fraction * n_clients)))
@@ -150,6 +156,7 @@ class Hooks:
     observe: Callable[[np.ndarray, RoundResult], None] | None = None
     receive: Callable[[np.ndarray, State], State] | None = None
     seconds: list[float] = field(default_factory=list)  # each round's time (client and server steps)
+    failed: list[str] = field(default_factory=list)  # why each failed round failed (RoundFailedError)
 
 
 def simulate(loop: Rounds, pool: ClientPool, weight: np.ndarray, rounds: int, hooks: Hooks | None = None,
@@ -179,8 +186,13 @@ def _round(loop: Rounds, pool: ClientPool, weight: np.ndarray, ids: np.ndarray, 
     t0 = time.perf_counter()
     states, data = pool.take(ids)
     tamper = hooks.tamper(ids, loop.broadcast) if hooks.tamper is not None else None
-    done = run_round(loop.algorithm, loop.server, loop.broadcast, ids, states, data, weight[ids], tamper,
-                     hooks.receive)
+    try:
+        done = run_round(loop.algorithm, loop.server, loop.broadcast, ids, states, data, weight[ids], tamper,
+                         hooks.receive)
+    except RoundFailedError as e:  # the clients' states were taken as copies: they keep what they had
+        hooks.failed.append(str(e))
+        hooks.seconds.append(time.perf_counter() - t0)
+        return
     loop.server, loop.broadcast = done.server, done.broadcast
     pool.put(ids, done.states)
     hooks.seconds.append(time.perf_counter() - t0)

@@ -17,8 +17,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from models.core.federated import State
+from models.core.rounds import RoundFailedError
 from models.private.fixedpoint import Ring
-from models.private.secagg import Setup, secure_sum
+from models.private.secagg import SecAggError, Setup, secure_sum
 
 #: ring width: 48 bits leave 34 fractional bits at a clip of 5 over 1,000 devices (6 bytes a value on the wire)
 BITS = 48
@@ -39,6 +40,7 @@ class SecureTransport:
     clipped: int = 0  # values a device clipped to the bound (an honest device's statistics beyond it)
     phase_bytes: float = 0.0  # bytes every device sent together in phases outside the rounds (statistics)
     bits: int = BITS  # the ring's width
+    failures: int = 0  # secure sums that could not be unmasked (their rounds failed)
 
     def __post_init__(self) -> None:
         self.rng = np.random.default_rng(self.seed)
@@ -57,7 +59,11 @@ class SecureTransport:
                       ring, int(self.rng.integers(2**31)))
         gone = int(np.floor(self.dropout * len(ids)))
         after = frozenset(int(i) for i in self.rng.choice(ids, gone, replace=False)) if gone else frozenset()
-        total, _, log = secure_sum(setup, flat, self.rng, gone_after_upload=after)
+        try:
+            total, _, log = secure_sum(setup, flat, self.rng, gone_after_upload=after)
+        except SecAggError as e:  # too few devices left to unmask: the round fails, nothing of it counts
+            self.failures += 1
+            raise RoundFailedError(f"secure sum of {len(ids)} devices, {gone} gone after upload: {e}") from None
         self.sent.append(float(np.mean(list(log.sent.values()))))
         self.device_cpu.append(max(log.cpu.values()))
         self.server_cpu.append(log.server_cpu)

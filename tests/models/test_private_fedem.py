@@ -142,3 +142,24 @@ def test_the_threshold_phase_from_one_secure_sum_is_the_unwinsorised_fleet_tail(
     assert threshold == pytest.approx(reference, rel=1e-9)
     assert np.allclose(tail.thresholds, ref_tail.thresholds, rtol=1e-9) and tail.prior == pytest.approx(ref_tail.prior)
     assert transport.phase_bytes > 0
+
+
+def test_a_round_too_few_devices_unmask_fails_cleanly_and_the_job_goes_on():
+    """Two thirds of one round's devices vanish after uploading: the sum cannot be unmasked, the round fails,
+    nothing of it counts (server and devices keep their sums), and the next rounds go on."""
+
+    class OneBadRound(SecureTransport):
+        def __call__(self, ids, uploads):
+            self.dropout = 0.7 if self.sums == 12 else 0.0
+            return super().__call__(ids, uploads)
+
+    X = devices(9)
+    transport = OneBadRound({"dR": 1.0, "dS1": 8.0, "dS2": 64.0, "dH": 1.0, "dN": 1.0}, 2.0)
+    alg = SummedFedEM(3, components=4, split_factor=2, min_support=2)
+    loop, pool, seen = train(alg, X, rounds=8, fraction=1.0, transport=transport)
+    assert transport.failures == 1 and transport.clipped == 0
+    assert transport.sums == len(seen) + 1  # every round was summed; one of them is not among those that counted
+    K = alg.components
+    for name in ("R", "S1", "S2"):  # the failed round left no half-applied change anywhere
+        assert np.allclose(loop.server[name], pool.states[name][:, :K].sum(axis=0), atol=1e-6)
+    assert int(loop.broadcast["stage"]) in (1, 2)
