@@ -8,7 +8,7 @@ from typing import Any
 
 from fedsentry.errors import UsageError
 from fedsentry.output import progress
-from fedsentry.runs.detection import adversaries, algorithm_class, algorithm_params
+from fedsentry.runs.detection import adversaries, algorithm_class, algorithm_params, private_settings
 from fedsentry.runs.params import flag_params
 from models.mixture.spec import MixtureJobSpec
 
@@ -43,11 +43,7 @@ def mixture_simulation(args: argparse.Namespace, algorithm: str, data, split, pa
     select = getattr(args, "select", False)
     if select and ("reg" in chosen or algorithm != "fedem"):
         raise UsageError("--select chooses the ridge of fedem itself: leave out --reg (and --algorithm centralized)")
-    private, dropout = bool(getattr(args, "private", False)), getattr(args, "private_dropout", None)
-    if dropout is not None and not private:
-        raise UsageError("--private-dropout is private mode's: add --private")
-    if dropout is not None and dropout > 1 / 3:
-        raise UsageError(f"--private-dropout {dropout:g}: the secure sum survives at most a third of a round dropping")
+    private, dropout = private_settings(args)
     if private and (select or algorithm != "fedem"):
         raise UsageError("--private trains fedem by secure sums: leave out --select and --algorithm other than fedem")
     try:
@@ -62,7 +58,7 @@ def mixture_simulation(args: argparse.Namespace, algorithm: str, data, split, pa
                                                                   first_honest=getattr(args, "adversaries", 0)),
                                       adversaries=adversaries(args, algorithm, algorithm_class(args.detector,
                                                                                                 algorithm)),
-                                      private=private, dropout=dropout or 0.0)
+                                      private=private, dropout=dropout)
     except ValueError as e:
         raise UsageError(str(e)) from None
     finally:

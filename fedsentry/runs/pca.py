@@ -8,7 +8,7 @@ from typing import Any
 
 from fedsentry.errors import UsageError
 from fedsentry.output import progress
-from fedsentry.runs.detection import adversaries, algorithm_params
+from fedsentry.runs.detection import adversaries, algorithm_params, private_settings
 from fedsentry.runs.params import flag_params
 from models.pca import FEDERATED
 from models.pca.spec import PCAJobSpec
@@ -38,12 +38,14 @@ def pca_simulation(args: argparse.Namespace, algorithm: str, data, split, parts,
             bar.update(1)
             bar.set_postfix(sd=f"{entry.get('subspace_distance', float('nan')):.3f}")
 
+    private, dropout = private_settings(args)
     try:
         result = simulate_pca(parts, split.X_test, split.y_test, data.feature_names, algorithm, args.rank,
                               settings["rounds"], settings["fraction"], args.quantile or PCAJobSpec.quantile,
                               args.seed, settings["trim"], chosen, on_round, settings["trim_by"],
                               **kernel_settings(args),
-                              adversaries=adversaries(args, algorithm, FEDERATED.get(algorithm)))
+                              adversaries=adversaries(args, algorithm, FEDERATED.get(algorithm)),
+                              private=private, dropout=dropout)
     except ValueError as e:
         raise UsageError(str(e)) from None
     finally:

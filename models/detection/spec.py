@@ -32,6 +32,8 @@ class DetectorJobSpec(JobSpec):
                                "1 + this factor")
     device_trim: float = setting(Guard.device_trim, help="share of the devices' error quantiles left out on either "
                                  "side of the threshold")
+    private: bool = setting(False, help="private mode: the coordinator learns only sums of the devices' statistics "
+                            "(secure aggregation; in `fedsentry simulate` so far)")
 
     def check_family(self) -> None:
         check(not self.features or 2 <= len(self.features) <= 1000, "features", f"a {self.family} job needs 2 to "
@@ -56,6 +58,8 @@ class DetectorJobSpec(JobSpec):
         else:  # the algorithm's settings are checked once the agents' features are known (with_features)
             self.check_common()
             self.check_family()
+        check(not self.private, "private", "private mode runs in `fedsentry simulate` so far: the agents and the "
+              "coordinator do not run its secure-sum steps over MQTT yet")
 
     def with_features(self, features: list[str]) -> None:
         """Name the features a job that named none trains on (those its agents share), and check again: the

@@ -32,9 +32,10 @@ from models.mixture.fedem import FedEM, colluders, device_seed, shared_of
 from models.mixture.gmm import Mixture
 from models.mixture.spec import MixtureJobSpec
 from models.mixture.summed import GROW, SummedFedEM
-from models.pca.simulator import prepare_clients
+from models.pca.simulator import ClientData, prepare_clients
 
 if TYPE_CHECKING:
+    from models.detection.private import Clients
     from models.private.transport import SecureTransport
 
 
@@ -87,7 +88,7 @@ def simulate_mixture(
     guard = guard or MixtureJobSpec(features=list(feature_names)).guard()
     train_parts = [as_device_records(p) for p in train_parts]  # as the devices' buffers hold them
     fit_parts, held_parts = split_holdout(train_parts, holdout)
-    clients = prepare_clients(fit_parts, feature_names, guard=guard, adversaries=adversaries)
+    clients: ClientData | Clients = prepare_clients(fit_parts, feature_names, guard=guard, adversaries=adversaries)
     d = len(feature_names)
     params = dict(params or {})
     if private and algorithm != "fedem":
@@ -100,9 +101,10 @@ def simulate_mixture(
         alg = SummedFedEM(d, **params) if private else {**FEDERATED, **ANCHORS}[algorithm](d, **params)
     transport = None
     if private:
-        from models.mixture.private import private_clients, private_transport
+        from models.detection.private import largest_weight, private_clients
+        from models.mixture.summed import summed_transport
 
-        transport = private_transport(clients, seed, dropout)
+        transport = summed_transport(largest_weight(clients.caps, clients.claimed), seed, dropout)
         clients = private_clients(fit_parts, feature_names, guard, transport)
     out: dict[str, Any] = {"algorithm": algorithm, "components": alg.components, "reg": alg.reg}
     t0 = time.perf_counter()
@@ -132,7 +134,7 @@ def simulate_mixture(
     scores = [np.asarray(dev.score_samples(h)) for dev, h in zip(devices, held_parts)]
     histograms = adversaries.histograms([sparse_histogram(s) for s in scores], len(EDGES) - 1)
     if transport is not None:  # private: one secure sum of every device's histogram, nothing to check or clip
-        from models.mixture.private import private_tail
+        from models.detection.private import private_tail
 
         threshold, det.tail_ = private_tail(histograms, clients.weight, quantile, holdout, transport)
     else:

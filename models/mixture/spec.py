@@ -23,8 +23,6 @@ class MixtureJobSpec(DetectorJobSpec):
     # errors; one device's exceedance curve is clipped at each side (models.detection.screening.exceedance_threshold)
     quantile: float = setting(0.985, help="threshold quantile of held-out normal scores")
     device_trim: float = setting(0.01, help="share of the devices' exceedance curves clipped at each side")
-    private: bool = setting(False, help="private mode: the coordinator learns only each round's sum of the devices' "
-                            "statistics (secure aggregation; in `fedsentry simulate` so far)")
 
     #: the mixture's size follows its components (an algorithm parameter)
     sizing = "algorithm_params"
@@ -42,11 +40,6 @@ class MixtureJobSpec(DetectorJobSpec):
 
     def problem(self) -> dict[str, int]:
         return {"n_features": len(self.features)}
-
-    def validate(self) -> None:
-        super().validate()
-        check(not self.private, "private", "private mode runs in `fedsentry simulate` so far: the agents and the "
-              "coordinator do not run its secure-sum steps over MQTT yet")
 
     def check_family(self) -> None:
         super().check_family()

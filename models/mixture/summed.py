@@ -31,7 +31,7 @@ seeding upload summarises whatever records fell to a centre, summed over the dev
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -233,3 +233,19 @@ def _pad(a: np.ndarray, slots: int) -> np.ndarray:
     out = np.zeros((slots, *a.shape[1:]))
     out[: len(a)] = a
     return out
+
+
+#: the bound private mode announces on standardised values (standard deviations of the fleet's log-scaled features):
+#: a component whose records lie further out on average has its statistics clipped (counted, `clipped_values`)
+PRIVATE_VALUE_BOUND = 64.0
+
+
+def summed_transport(clip: float, seed: int, dropout: float) -> Any:
+    """The secure sum of a private mixture job's rounds (models.private.transport.SecureTransport): each device divides
+    its statistics by the powers of the job's bound on standardised values (PRIVATE_VALUE_BOUND: per record, a sum is
+    at most the bound, a sum of squares its square), so that every value lies within `clip` (its largest capped
+    weight), and clips them there. (Imported here: private mode's `cryptography` is an optional extra.)"""
+    from models.private.transport import SecureTransport
+
+    b = PRIVATE_VALUE_BOUND
+    return SecureTransport({"dR": 1.0, "dS1": b, "dS2": b * b, "dH": 1.0, "dN": 1.0}, clip, dropout, seed)

@@ -128,9 +128,9 @@ def test_a_private_job_is_refused_until_jobs_run_the_secure_sum():
 
 
 def test_the_threshold_phase_from_one_secure_sum_is_the_unwinsorised_fleet_tail():
+    from models.detection.private import private_tail
     from models.detection.screening import fleet_tail
     from models.detection.threshold import sparse_histogram
-    from models.mixture.private import private_tail
 
     rng = np.random.default_rng(4)
     scores = [rng.gamma(2.0, 1.0 + 0.3 * i, size=40 + 15 * i) for i in range(7)]
@@ -163,3 +163,23 @@ def test_a_round_too_few_devices_unmask_fails_cleanly_and_the_job_goes_on():
     for name in ("R", "S1", "S2"):  # the failed round left no half-applied change anywhere
         assert np.allclose(loop.server[name], pool.states[name][:, :K].sum(axis=0), atol=1e-6)
     assert int(loop.broadcast["stage"]) in (1, 2)
+
+
+def test_private_pca_is_the_pooled_subspace_from_one_secure_sum():
+    from models.pca.simulator import simulate_pca
+
+    rng = np.random.default_rng(2)
+    mix = np.array([[1.0, 0.9, 0.0, 0.1], [0.0, 0.2, 1.0, 0.5], [0.3, 0.0, 0.1, 1.0], [0.1, 0.1, 0.1, 0.1]])
+    # non-i.i.d.: each device stretches another direction, and sizes differ (the pooled moment weighs them)
+    # (12 devices: in a smaller fleet the weight caps make every device weigh the same)
+    parts = [np.abs(rng.normal(size=(40 + 30 * i, 4)) * (1 + 4 * np.eye(4)[i % 4]) @ mix) * 100 for i in range(12)]
+    test = np.vstack([np.abs(rng.normal(size=(50, 4)) @ mix) * 100, rng.uniform(0, 1e5, size=(10, 4))])
+    y = np.r_[np.zeros(50), np.ones(10)]
+    names = ["a", "b", "c", "d"]
+    private = simulate_pca(parts, test, y, names, rank=2, private=True, dropout=1 / 3)
+    pooled = simulate_pca(parts, test, y, names, "centralized", rank=2)
+    assert private["private"] and private["subspace_distance"] < 1e-6  # the exact pooled subspace, to rounding
+    assert private["auc_roc"] == pytest.approx(pooled["auc_roc"], abs=1e-9)
+    assert private["secure_sum"]["clipped_values"] == 0 and private["upload_bytes_per_device_round"] > 0
+    with pytest.raises(ValueError, match="linear PCA"):
+        simulate_pca(parts, test, y, names, rank=2, private=True, kernel="rff")

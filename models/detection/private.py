@@ -1,5 +1,5 @@
-"""Private mode's phases around the rounds, for the mixture simulator (models.mixture.simulator): the statistics
-phase as secure sums, and the transport every round's sum goes through (models.private.transport).
+"""Private mode's phases around the rounds, for the detectors' simulators (models.mixture.simulator,
+models.pca.simulator): the statistics phase and the threshold phase as secure sums (models.private.transport).
 
 Statistics phase. In plaintext mode each device sends its record count, per-feature sum and sum of squares, and
 the coordinator checks each device's claims and bounds its influence on the standardisation
@@ -12,6 +12,7 @@ device's claimed sums, or its influence on the scale beyond its capped weight (d
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -20,22 +21,19 @@ from models.detection.attacks import NO_ADVERSARIES, Adversaries
 from models.detection.preprocessing import Moments, Preprocessor, signed_log1p
 from models.detection.screening import Guard, crossing, tail_of, value_bound, weight_caps
 from models.detection.threshold import EDGES, Tail
-from models.pca.simulator import ClientData
 from models.private.transport import SecureTransport
 
-#: the bound private mode announces on standardised values (standard deviations of the fleet's log-scaled features):
-#: a component whose records lie further out on average has its statistics clipped (counted, `clipped_values`)
-PRIVATE_VALUE_BOUND = 64.0
 
+@dataclass
+class Clients:
+    """What the devices hold after a private statistics phase: the fleet's standardisation, their standardised
+    records, their capped weights, the weight caps and the records each claimed."""
 
-def private_transport(clients: Any, seed: int, dropout: float) -> SecureTransport:
-    """The secure sum of a private mixture job's rounds: each device divides its statistics by the powers of the
-    job's bound on standardised values (PRIVATE_VALUE_BOUND: per record, a sum is at most the bound, a sum of
-    squares its square), so that every value lies within the largest capped weight, and clips them there."""
-    b = PRIVATE_VALUE_BOUND
-    return SecureTransport({"dR": 1.0, "dS1": b, "dS2": b * b, "dH": 1.0, "dN": 1.0}, largest_weight(clients.caps,
-                                                                                                  clients.claimed),
-                           dropout, seed)
+    preprocessor: Preprocessor
+    X: list[np.ndarray]
+    weight: np.ndarray
+    caps: Any  # models.detection.screening.WeightCaps
+    claimed: np.ndarray
 
 
 def largest_weight(caps: Any, claimed: np.ndarray) -> float:
@@ -45,12 +43,10 @@ def largest_weight(caps: Any, claimed: np.ndarray) -> float:
 
 
 def private_clients(parts: list[np.ndarray], feature_names: list[str], guard: Guard, transport: SecureTransport,
-                    adversaries: Adversaries = NO_ADVERSARIES) -> ClientData:
+                    adversaries: Adversaries = NO_ADVERSARIES) -> Clients:
     """The statistics phase with the sums secured: counts in the clear (weight caps), the fleet's weighted mean
     per feature (of signed-log1p records) from a secure sum of every device, each device weighing its own, then
-    their weighted mean squares around it from a second; the devices' records standardised with them. The fields
-    a PCA job's upload checks use (second moments, diagonals) are empty: the coordinator of a private job has
-    none."""
+    their weighted mean squares around it from a second; the devices' records standardised with them."""
     d = len(feature_names)
     T = [signed_log1p(np.asarray(p, dtype=float), np.ones(d, bool)) for p in parts]
     claims = adversaries.summaries([Moments.of(t).summary() for t in T], guard.max_records)
@@ -76,8 +72,7 @@ def private_clients(parts: list[np.ndarray], feature_names: list[str], guard: Gu
     scale = np.where(scale <= 1e-12 * np.maximum(1.0, np.abs(mean)), 1.0, scale)
     pre = Preprocessor(list(feature_names), np.ones(d, bool), mean, scale)
     X = [(t - mean) / scale for t in T]
-    empty = np.zeros((len(parts), 0))
-    return ClientData(pre, X, np.zeros((len(parts), 0, 0)), weight, caps, count, empty, np.zeros(len(parts)))
+    return Clients(pre, X, weight, caps, count)
 
 
 def private_tail(histograms: list[tuple[np.ndarray, np.ndarray]], weight: np.ndarray, q: float, holdout: float,

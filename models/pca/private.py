@@ -1,0 +1,72 @@
+"""Private mode for PCA in the simulator: the coordinator learns only sums (issue 23).
+
+FedPE and FedPG upload each device's basis, which does not sum to anything; FedMM uploads S_i = C_i Q, and the
+server rebuilds the pooled second moment's span from their completions. When the coordinator can see a sum of the
+devices' statistics, their weighted second moments themselves sum to the pooled second moment, FedMM's
+statistic whole: one secure sum of every device's w_i C_i (the upper triangle, d(d+1)/2 values) and the server's
+step is its eigendecomposition, the pooled subspace exactly, in one round. The statistics phase and the threshold
+phase are secure sums too (models.detection.private): the threshold is the pooled exceedance curve's, nothing
+winsorised (a trimmed mean of the devices' quantiles needs each device's).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+
+from models.core.linalg import subspace_distance, top_eigvecs
+from models.detection.metrics import detection_report
+from models.detection.preprocessing import as_device_records
+from models.detection.private import largest_weight, private_clients, private_tail
+from models.detection.robust import residuals, second_moment
+from models.detection.screening import Guard
+from models.detection.threshold import sparse_histogram
+from models.pca.detector import PCADetector
+from models.private.transport import SecureTransport
+
+#: private mode's announced bound on standardised values: a device's second moment is divided by its square
+VALUE_BOUND = 64.0
+
+
+def simulate_private_pca(train_parts: list[np.ndarray], X_test: np.ndarray, y_test: np.ndarray,
+                         feature_names: list[str], rank: int, quantile: float, guard: Guard, seed: int = 0,
+                         dropout: float = 0.0) -> dict[str, Any]:
+    """Train and evaluate PCA in private mode (see the module): every device takes part in each of its phases."""
+    t0 = time.perf_counter()
+    parts = [as_device_records(p) for p in train_parts]
+    n = len(parts)
+    if n < 2:
+        raise ValueError("private mode sums at least 2 devices")
+    ledger = SecureTransport({}, 1.0, dropout, seed)
+    clients = private_clients(parts, feature_names, guard, ledger)
+    d = len(feature_names)
+    if not 1 <= rank < d:
+        raise ValueError(f"rank must be between 1 and {d - 1} (the number of features - 1), got {rank}")
+    upper = np.triu_indices(d)
+    moments = np.stack([second_moment(x)[upper] for x in clients.X])  # each device's, on the device
+    secure = SecureTransport({"C": VALUE_BOUND**2, "w": 1.0}, largest_weight(clients.caps, clients.claimed),
+                             dropout, seed + 5)
+    total = secure(np.arange(n), {"C": clients.weight[:, None] * moments, "w": clients.weight})
+    pooled = np.zeros((d, d))
+    pooled[upper] = total["C"][0] / float(total["w"][0])
+    pooled = pooled + np.triu(pooled, 1).T
+    Z = top_eigvecs(pooled, rank)[1]
+    exact = np.zeros((d, d))  # what the sum would be without fixed point: the simulator's yardstick
+    exact[upper] = np.einsum("b,bi->i", clients.weight, moments) / clients.weight.sum()
+    reference = top_eigvecs(exact + np.triu(exact, 1).T, rank)[1]
+    histograms = [sparse_histogram(residuals(x, Z)) for x in clients.X]
+    threshold, _ = private_tail(histograms, clients.weight, quantile, 0.0, ledger)
+    det = PCADetector.from_model(Z, clients.preprocessor, threshold, None, quantile=quantile)
+    sent = ledger.phase_bytes + secure.sent[0] * n
+    out = {"algorithm": "fedmm", "private": True, "rank": rank, "kernel": "none", "rounds": 1, "history": [],
+           "seconds_per_round": time.perf_counter() - t0, "upload_bytes_per_client_round": secure.sent[0],
+           "all_device_rounds": 1, "threshold": threshold,
+           "upload_bytes_per_device_round": sent / (n * 4),  # statistics (2 sums), the moments, the threshold
+           "secure_sum": {"device_cpu_seconds_max": float(max(secure.device_cpu)),
+                          "coordinator_cpu_seconds_median": float(np.median(secure.server_cpu)),
+                          "dropout": dropout, "clipped_values": ledger.clipped + secure.clipped},
+           **detection_report(y_test, det.score_samples(X_test), threshold)}
+    out["subspace_distance"] = subspace_distance(Z, reference)  # the secure sum's fixed-point error, nothing else
+    return out
