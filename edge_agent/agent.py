@@ -25,7 +25,6 @@ from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
-import paho.mqtt.client as mqtt
 
 from edge_agent.detector_participant import TrainingBuffer
 from edge_agent.memory import release
@@ -38,7 +37,7 @@ from models.core.messages import Decline, RoundMessage
 from models.detection.threshold import holdout_mask
 from models.families import FAMILIES, LEGACY_JOBS, family
 from wire.messages import envelope, read
-from wire.mqtt import NOT_AUTHORISED_HINT, make_client, redact_url, unreachable_because
+from wire.mqtt import NOT_AUTHORISED_HINT, PUBLISHED, make_client, redact_url, unreachable_because
 from wire.protocol import (
     JOB_SUBSCRIPTION,
     Envelope,
@@ -342,7 +341,7 @@ class Agent:
         for (job, version), alerts in groups.items():
             for batch in alert_batches(job, version, self.cfg.agent_id, alerts):
                 info = self.client.publish(self.topic("alerts"), batch.encode(), qos=1)
-                if info.rc == mqtt.MQTT_ERR_SUCCESS:
+                if info.rc == PUBLISHED:
                     self.outbox.sent(*(a["id"] for a in batch.meta["alerts"]))
 
     def commit(self, alerts: list[dict[str, Any]]) -> None:

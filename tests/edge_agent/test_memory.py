@@ -3,16 +3,19 @@ stays within that budget (VmHWM from /proc) through a whole training job with th
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 
 import numpy as np
+import pytest
 
 from edge_agent.detector_participant import TrainingBuffer
 from edge_agent.memory import BYTES_PER_VALUE, FIXED_MIB, MIN_RECORDS, buffer_capacity
 from edge_agent.sources import Batch
 from edge_agent.store import AgentStore
 from fedsentry.cli import main
+from tests.integration.conftest import HAVE_MOSQUITTO
 
 
 def test_a_budget_sizes_the_buffer_by_its_columns():
@@ -76,6 +79,39 @@ def test_an_agent_imports_a_family_only_when_a_job_of_it_comes(tmp_path):
         "print('models.pca' in sys.modules, 'edge_agent.pca_participant' in sys.modules)\n")
     out = subprocess.run([sys.executable, "-c", code, str(tmp_path / "a")], capture_output=True, text=True, check=True)
     assert out.stdout.splitlines() == ["[] ['gmm', 'pca']", "True True"], out.stdout + out.stderr
+
+
+def test_an_agent_loads_no_tls_proxy_or_websocket_module_until_it_uses_one(tmp_path):
+    """paho-mqtt imports ssl, urllib.request (with http.client and email) and hashlib at its top; an agent on
+    plain TCP uses none of them (about 3 MiB of the scoring agent's memory, 6.6 MiB of the idle one's, measured
+    with `fedsentry bench agent-memory`), so wire.mqtt gives paho stand-ins that import each at its first use."""
+    code = ("import sys\n"
+            "from edge_agent.agent import Agent, AgentConfig\n"
+            "Agent(AgentConfig('a', 'mqtt://127.0.0.1:1', sys.argv[1]))\n"
+            "import paho.mqtt.client as paho\n"
+            "watched = ('ssl', '_ssl', '_hashlib', 'hashlib', 'urllib.request', 'http.client', 'email')\n"
+            "print(sorted(m for m in watched if m in sys.modules))\n"
+            "print(paho.hashlib.sha1(b'x').hexdigest(), paho.urllib.request.getproxies() is not None)\n"
+            "print(paho.ssl.CERT_REQUIRED, paho.ssl.SSLWantReadError is sys.modules['ssl'].SSLWantReadError)\n")
+    out = subprocess.run([sys.executable, "-c", code, str(tmp_path / "a")], capture_output=True, text=True, check=True)
+    assert out.stdout.splitlines() == [  # none at first; each the real module at its first use
+        "[]", "11f6ad8ec52a2984abaafd7c3b516503785c2072 True", "2 True"], out.stdout + out.stderr
+
+
+@pytest.mark.skipif(not HAVE_MOSQUITTO, reason="mosquitto is not installed")
+def test_a_plain_connection_sends_and_receives_large_messages_without_loading_tls():
+    """Messages large enough that reads and writes block part-way (paho's `except ssl.SSLWantReadError`
+    clauses are evaluated then): all confirmed and received, and `ssl` is never imported (the TLS case:
+    tests/deploy/test_broker_security.py)."""
+    from coordinator.broker import Mosquitto
+
+    broker = Mosquitto().start()
+    try:
+        out = subprocess.run([sys.executable, "-m", "tests.edge_agent.light_client", broker.url,
+                              "fedsentry/test/light", "--subscribe"], capture_output=True, text=True, timeout=120)
+    finally:
+        broker.close()
+    assert json.loads(out.stdout) == {"connected": True, "confirmed": 20, "received": 20, "imported": []}, out.stderr
 
 
 def test_a_budget_too_small_for_an_agent_is_refused_with_the_figure(capsys):
