@@ -27,7 +27,7 @@ from typing import Any, Literal
 import numpy as np
 
 from edge_agent.detector_participant import TrainingBuffer
-from edge_agent.memory import release
+from edge_agent.memory import import_numpy_random, release
 from edge_agent.participant import Participant
 from edge_agent.scorer import Scorer
 from edge_agent.sources import Batch, SchemaError, Source, ZeekFollower, as_source, csv_source, take_rows
@@ -78,6 +78,7 @@ class Participants(dict[str, Participant]):
     def __missing__(self, name: str) -> Participant:
         if name not in self.data:
             raise KeyError(name)
+        import_numpy_random()  # every family's training draws from it: imported without what it does not use
         participant: Participant = family(name).load_participant()(self.agent_id, self.store, *self.data[name])
         self[name] = participant
         return participant

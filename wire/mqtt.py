@@ -5,68 +5,29 @@ coordinator)."""
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import sys
-import types
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote, urlparse
 
+from wire.imports import NeverRaisedError, stand_ins
+
 #: what paho-mqtt imports at its top for features a plain TCP connection never uses: TLS (`ssl`), proxies read
 #: from the environment (`urllib.request`, consulted only where PySocks is installed; it imports `http.client`,
 #: `email` and `ssl`) and the WebSocket handshake (`hashlib`, whose `_hashlib` maps OpenSSL's libcrypto). paho
-#: gets each as a stand-in that imports the module at the first use of one of its attributes (measured on the
-#: scoring agent with `fedsentry bench agent-memory`, README).
-ON_FIRST_USE = ("ssl", "urllib.request", "hashlib")
-#: the exceptions paho names in `except` clauses around every socket read and write (`except
-#: ssl.SSLWantReadError`): only a TLS socket raises them, so until `ssl` is imported (make_client does for TLS)
-#: none can occur, and naming them must not import `ssl` at the first read that would block
-_TLS_ONLY_EXCEPTIONS = frozenset({"SSLWantReadError", "SSLWantWriteError"})
+#: gets a stand-in for each (wire.imports), which imports the module at its first use (measured on the scoring
+#: agent with `fedsentry bench agent-memory`, README). paho names ssl's two TLS-only exceptions in `except`
+#: clauses around every socket read and write: only a TLS socket raises them, so until `ssl` is imported
+#: (make_client does for TLS) they stand for an exception nothing raises instead of importing `ssl` at the first
+#: read that would block.
+ON_FIRST_USE: dict[str, dict[str, Any] | None] = {
+    "ssl": {"SSLWantReadError": NeverRaisedError, "SSLWantWriteError": NeverRaisedError},
+    "urllib.request": None,
+    "hashlib": None,
+}
 
-
-class _NeverRaisedError(Exception):
-    """Stands for an `ssl` exception in an `except` clause while no TLS socket exists (none can raise it)."""
-
-
-class _OnFirstUse(types.ModuleType):
-    """A module paho-mqtt imported, imported for real at the first use of one of its attributes (every
-    attribute is the real module's then), except `ssl`'s two TLS-only exceptions, named while `ssl` is not
-    imported. importlib's LazyLoader cannot stand in here: the next `import` statement of its module loads it
-    (Python < 3.12 reads `__spec__` through it)."""
-
-    def __getattr__(self, attr: str) -> Any:
-        if self.__name__ == "ssl" and attr in _TLS_ONLY_EXCEPTIONS and "ssl" not in sys.modules:
-            return _NeverRaisedError
-        if sys.modules.get(self.__name__) is self:  # still being imported by paho: nothing to load yet
-            raise AttributeError(attr)
-        return getattr(importlib.import_module(self.__name__), attr)
-
-
-@contextmanager
-def _paho_without_unused_imports() -> Iterator[None]:
-    """Import paho-mqtt without TLS, proxy and WebSocket support, which are imported when a connection uses
-    them (an agent on plain TCP never does; with TLS, make_client imports `ssl` and paho then uses the real
-    module). Only the modules not imported yet are stood in for; nothing is done if paho is imported already."""
-    if "paho.mqtt.client" in sys.modules:
-        yield
-        return
-    stand_ins = {name: _OnFirstUse(name) for name in ON_FIRST_USE if name not in sys.modules}
-    sys.modules.update(stand_ins)
-    parents = [(name.rpartition(".")[0], name.rpartition(".")[2], m) for name, m in stand_ins.items() if "." in name]
-    for parent, child, module in parents:  # `import urllib.request` binds `urllib`; paho reads `.request` of it
-        setattr(importlib.import_module(parent), child, module)
-    try:
-        yield
-    finally:
-        for name, module in stand_ins.items():
-            if sys.modules.get(name) is module:
-                del sys.modules[name]  # paho keeps its stand-ins; any other import gets the real module
-
-
-with _paho_without_unused_imports():
+with stand_ins(ON_FIRST_USE if "paho.mqtt.client" not in sys.modules else {}):
     import paho.mqtt.client as mqtt
 
 #: what paho's publish returns when a message was queued
@@ -160,7 +121,7 @@ def make_client(client_id: str, url: str, username: str | None = None, password:
     if user:
         client.username_pw_set(user, pw)
     if tls or b.tls or ca_cert:
-        import ssl  # only here: an agent on plain TCP never loads TLS (_paho_without_unused_imports)
+        import ssl  # only here: an agent on plain TCP never loads TLS (ON_FIRST_USE)
 
         client.tls_set(ca_certs=ca_cert, certfile=certfile, keyfile=keyfile, cert_reqs=ssl.CERT_REQUIRED)
         if insecure:

@@ -84,18 +84,21 @@ def test_an_agent_imports_a_family_only_when_a_job_of_it_comes(tmp_path):
 def test_an_agent_loads_no_tls_proxy_or_websocket_module_until_it_uses_one(tmp_path):
     """paho-mqtt imports ssl, urllib.request (with http.client and email) and hashlib at its top; an agent on
     plain TCP uses none of them (about 3 MiB of the scoring agent's memory, 6.6 MiB of the idle one's, measured
-    with `fedsentry bench agent-memory`), so wire.mqtt gives paho stand-ins that import each at its first use."""
+    with `fedsentry bench agent-memory`), so wire.mqtt gives paho stand-ins that import each at its first use.
+    numpy.random imports `secrets` (hmac, OpenSSL's libcrypto: 3.4 MiB) for one function: an agent gives it
+    that function instead (edge_agent.memory.import_numpy_random)."""
     code = ("import sys\n"
             "from edge_agent.agent import Agent, AgentConfig\n"
-            "Agent(AgentConfig('a', 'mqtt://127.0.0.1:1', sys.argv[1]))\n"
+            "agent = Agent(AgentConfig('a', 'mqtt://127.0.0.1:1', sys.argv[1]))\n"
+            "agent.participants['gmm']\n"  # a job's participant: numpy.random imported (without secrets)
             "import paho.mqtt.client as paho\n"
-            "watched = ('ssl', '_ssl', '_hashlib', 'hashlib', 'urllib.request', 'http.client', 'email')\n"
-            "print(sorted(m for m in watched if m in sys.modules))\n"
+            "watched = ('ssl', '_ssl', '_hashlib', 'hashlib', 'urllib.request', 'http.client', 'email', 'secrets')\n"
+            "print(sorted(m for m in watched if m in sys.modules), 'numpy.random' in sys.modules)\n"
             "print(paho.hashlib.sha1(b'x').hexdigest(), paho.urllib.request.getproxies() is not None)\n"
             "print(paho.ssl.CERT_REQUIRED, paho.ssl.SSLWantReadError is sys.modules['ssl'].SSLWantReadError)\n")
     out = subprocess.run([sys.executable, "-c", code, str(tmp_path / "a")], capture_output=True, text=True, check=True)
     assert out.stdout.splitlines() == [  # none at first; each the real module at its first use
-        "[]", "11f6ad8ec52a2984abaafd7c3b516503785c2072 True", "2 True"], out.stdout + out.stderr
+        "[] True", "11f6ad8ec52a2984abaafd7c3b516503785c2072 True", "2 True"], out.stdout + out.stderr
 
 
 @pytest.mark.skipif(not HAVE_MOSQUITTO, reason="mosquitto is not installed")
