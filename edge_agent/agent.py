@@ -25,11 +25,10 @@ from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
-import paho.mqtt.client as mqtt
 
 from edge_agent.detector_participant import TrainingBuffer
 from edge_agent.feedback import DeviceFeedback
-from edge_agent.memory import release
+from edge_agent.memory import import_numpy_random, release
 from edge_agent.participant import Participant
 from edge_agent.scorer import Scorer
 from edge_agent.sources import Batch, SchemaError, Source, ZeekFollower, as_source, csv_source, take_rows
@@ -39,7 +38,7 @@ from models.core.messages import Decline, RoundMessage
 from models.detection.threshold import holdout_mask
 from models.families import FAMILIES, LEGACY_JOBS, family
 from wire.messages import envelope, read
-from wire.mqtt import NOT_AUTHORISED_HINT, make_client, redact_url, unreachable_because
+from wire.mqtt import NOT_AUTHORISED_HINT, PUBLISHED, make_client, redact_url, unreachable_because
 from wire.protocol import (
     JOB_SUBSCRIPTION,
     Envelope,
@@ -80,6 +79,7 @@ class Participants(dict[str, Participant]):
     def __missing__(self, name: str) -> Participant:
         if name not in self.data:
             raise KeyError(name)
+        import_numpy_random()  # every family's training draws from it: imported without what it does not use
         participant: Participant = family(name).load_participant()(self.agent_id, self.store, *self.data[name])
         self[name] = participant
         return participant
@@ -359,7 +359,7 @@ class Agent:
         for (job, version), alerts in groups.items():
             for batch in alert_batches(job, version, self.cfg.agent_id, alerts):
                 info = self.client.publish(self.topic("alerts"), batch.encode(), qos=1)
-                if info.rc == mqtt.MQTT_ERR_SUCCESS:
+                if info.rc == PUBLISHED:
                     self.outbox.sent(*(a["id"] for a in batch.meta["alerts"]))
 
     def commit(self, alerts: list[dict[str, Any]]) -> None:

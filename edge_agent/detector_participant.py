@@ -15,7 +15,7 @@ from typing import ClassVar, Generic, TypeVar
 
 import numpy as np
 
-from edge_agent.memory import buffer_capacity
+from edge_agent.memory import buffer_capacity, import_numpy_random
 from edge_agent.participant import Participant, Request
 from edge_agent.sources import FLOW_FIELDS, Batch, SchemaError, batch_counts, encode_batch, select, take_rows
 from edge_agent.store import AgentStore
@@ -65,6 +65,7 @@ class TrainingBuffer:
         """The reservoir's generator, made when the reservoir is first full (numpy.random costs an agent that
         never needs it about 3 MiB resident)."""
         if self._rng is None:
+            import_numpy_random()
             self._rng = np.random.default_rng(self._rng_seed)
         return self._rng
 
@@ -85,6 +86,7 @@ class TrainingBuffer:
         X = saved["X"] if saved else np.zeros((0, len(self.columns)), dtype=RECORD_DTYPE)
         text: dict[str, list[str | None]] = self.store.load_json("training-text", {})
         if len(X) > self.capacity:  # a smaller capacity than the saved buffer's (a lower memory budget)
+            import_numpy_random()
             keep = np.sort(np.random.default_rng(self.seed).choice(len(X), self.capacity, replace=False))
             X = X[keep]
             text = {f: [v[i] for i in keep] for f, v in text.items()}

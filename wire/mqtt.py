@@ -6,11 +6,32 @@ coordinator)."""
 from __future__ import annotations
 
 import os
-import ssl
+import sys
 from dataclasses import dataclass
+from typing import Any
 from urllib.parse import unquote, urlparse
 
-import paho.mqtt.client as mqtt
+from wire.imports import NeverRaisedError, stand_ins
+
+#: what paho-mqtt imports at its top for features a plain TCP connection never uses: TLS (`ssl`), proxies read
+#: from the environment (`urllib.request`, consulted only where PySocks is installed; it imports `http.client`,
+#: `email` and `ssl`) and the WebSocket handshake (`hashlib`, whose `_hashlib` maps OpenSSL's libcrypto). paho
+#: gets a stand-in for each (wire.imports), which imports the module at its first use (measured on the scoring
+#: agent with `fedsentry bench agent-memory`, README). paho names ssl's two TLS-only exceptions in `except`
+#: clauses around every socket read and write: only a TLS socket raises them, so until `ssl` is imported
+#: (make_client does for TLS) they stand for an exception nothing raises instead of importing `ssl` at the first
+#: read that would block.
+ON_FIRST_USE: dict[str, dict[str, Any] | None] = {
+    "ssl": {"SSLWantReadError": NeverRaisedError, "SSLWantWriteError": NeverRaisedError},
+    "urllib.request": None,
+    "hashlib": None,
+}
+
+with stand_ins(ON_FIRST_USE if "paho.mqtt.client" not in sys.modules else {}):
+    import paho.mqtt.client as mqtt
+
+#: what paho's publish returns when a message was queued
+PUBLISHED = mqtt.MQTT_ERR_SUCCESS
 
 
 @dataclass
@@ -100,6 +121,8 @@ def make_client(client_id: str, url: str, username: str | None = None, password:
     if user:
         client.username_pw_set(user, pw)
     if tls or b.tls or ca_cert:
+        import ssl  # only here: an agent on plain TCP never loads TLS (ON_FIRST_USE)
+
         client.tls_set(ca_certs=ca_cert, certfile=certfile, keyfile=keyfile, cert_reqs=ssl.CERT_REQUIRED)
         if insecure:
             client.tls_insecure_set(True)

@@ -3,10 +3,12 @@ revocation and TLS, and a whole job through it."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -168,6 +170,20 @@ def test_a_whole_job_through_the_secured_broker(secure, traffic, tmp_path):
         for t in threads:
             t.join(timeout=10)
         coordinator.close()
+
+
+def test_a_device_process_loads_tls_when_it_connects_over_tls_and_sends_large_messages(secure):
+    """The agent's MQTT client in a fresh interpreter (wire.mqtt imports paho without `ssl`, which make_client
+    imports for TLS): it connects over TLS and every large message (writes that block part-way raise
+    ssl.SSLWantWriteError, which paho must catch as the real class) is confirmed."""
+    dev = "dev-a"
+    out = subprocess.run([sys.executable, "-m", "tests.edge_agent.light_client", f"mqtts://localhost:{secure['tls']}",
+                          agent_topic(dev, "upload"), "--user", dev, "--password", secure["secret"][dev],
+                          "--ca", str(secure["certs"] / "ca.crt"), "--size", str(MAX_PAYLOAD // 4)],
+                         capture_output=True, text=True, timeout=120)
+    r = json.loads(out.stdout)
+    assert r["connected"] and r["confirmed"] == 20, out.stdout + out.stderr
+    assert "ssl" in r["imported"] and "http.client" not in r["imported"], r
 
 
 def test_a_device_reads_its_own_acknowledgements_only(secure):

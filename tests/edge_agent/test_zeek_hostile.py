@@ -290,6 +290,8 @@ def test_an_agent_on_a_live_log_scores_every_good_record_around_each_hostile_lin
         with log.open("a") as h:
             h.write(good[1] + "\n")
         wait_for(lambda: scored() == expected + 1, errors, agent, "the record after the restart scored")
+        # a record's score is written before its position is committed (with its alerts): wait for the commit
+        wait_for(lambda: saved().get("offset") == log.stat().st_size, errors, agent, "the position saved again")
         at = saved()
         log.unlink()
         log.symlink_to("/dev/zero")  # the log becomes /dev/zero under the running agent
