@@ -7,6 +7,7 @@ smart plug, ... in turn) it writes
 - ``dev-i-replay.csv``: other normal records with attacks mixed in (port scans, floods, exfiltration,
   brute-force logins), with a ``label`` column (0 normal, 1 attack) that ``--label-column label`` keeps out of
   the model;
+- ``dev-i-train-conn.log``: the training records as a Zeek conn.log (Zeek's text fields included);
 - ``dev-i-conn.log``: the replay's records again, in the same order, as a Zeek conn.log (TSV with Zeek's
   headers) that ``--zeek`` follows and ``--train`` reads: the agent's Zeek reader turns its fields back into
   exactly the CSVs' numbers;
@@ -82,6 +83,9 @@ def write_sample(out: str | Path, devices: int = 3, seed: int = 0) -> list[Path]
         written.append(_write_csv(out / f"{name}-train.csv", train, None))
         written.append(_write_csv(out / f"{name}-replay.csv", X, label))
         written.append(_write_conn_log(out / f"{name}-conn.log", X, kind, dev, rng))
+        # the training records as Zeek writes them too (their own generator: the other files stay as they were)
+        written.append(_write_conn_log(out / f"{name}-train-conn.log", train, np.full(len(train), ""), dev,
+                                       np.random.default_rng([seed, 29, dev])))
     readme = out / "README.txt"
     readme.write_text(readme_text(devices, seed))
     written.append(readme)
@@ -221,6 +225,12 @@ For each device ID:
                   the log is the N-th row of the CSV. Follow it instead of the CSV with
                   fedsentry agent --zeek DIR/ID-conn.log --train DIR/ID-train.csv --no-learn ...
                   (--no-learn: the log has attacks; learn from the normal training records only).
+  ID-train-conn.log
+                  the records of ID-train.csv as a Zeek conn.log: learn from Zeek's own fields,
+                  text ones included (proto, service, conn_state, history), with
+                  fedsentry agent --zeek DIR/ID-conn.log --train DIR/ID-train-conn.log --no-learn ...
+                  and a job that encodes them:
+                  fedsentry job create --categorical proto,service,conn_state --flags history
 
 The CSVs share these numeric feature names (the conn.log's fields become the same ones:
 orig_* as src_*, resp_* as dst_*, proto as proto_tcp and proto_udp, conn_state as conn_rejected):

@@ -29,7 +29,8 @@ def _features(batches) -> np.ndarray:
 
 def test_every_device_has_its_files_and_the_readme_names_them_and_the_features(sample):
     names = {p.name for p in sample.iterdir()}
-    assert names == {"README.txt", *(f"{d}-{f}" for d in DEVICES for f in ("train.csv", "replay.csv", "conn.log"))}
+    assert names == {"README.txt", *(f"{d}-{f}" for d in DEVICES
+                                     for f in ("train.csv", "replay.csv", "conn.log", "train-conn.log"))}
     readme = (sample / "README.txt").read_text()
     assert ",".join(FEATURES) in readme
     for f in ("ID-train.csv", "ID-replay.csv", "ID-conn.log", "--label-column label", "--zeek"):
@@ -85,8 +86,8 @@ def test_the_same_seed_writes_the_same_bytes_and_another_seed_other_ones(sample,
     for p in sample.iterdir():
         assert (tmp_path / "again" / p.name).read_bytes() == p.read_bytes(), p.name
     assert sorted(q.name for q in (tmp_path / "other").iterdir()) == [
-        "README.txt", "dev-1-conn.log", "dev-1-replay.csv", "dev-1-train.csv", "dev-2-conn.log", "dev-2-replay.csv",
-        "dev-2-train.csv"]
+        "README.txt", "dev-1-conn.log", "dev-1-replay.csv", "dev-1-train-conn.log", "dev-1-train.csv", "dev-2-conn.log",
+        "dev-2-replay.csv", "dev-2-train-conn.log", "dev-2-train.csv"]
     assert (tmp_path / "other" / "dev-1-train.csv").read_bytes() != (sample / "dev-1-train.csv").read_bytes()
 
 
