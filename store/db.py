@@ -182,6 +182,24 @@ class Alert(AlertFields, Base):
                       Index("ix_alerts_job_ts", "job_id", "ts"), Index("ix_alerts_received", "received"))
 
 
+class AlertTally(Base):
+    """The alerts table added up per hour (span 3600) and per day (span 86400), by device, job, incident ('' for an
+    alert that is no incident update) and acknowledgement: `alerts` stored, `records` flagged records they hold.
+    Kept by the database itself (triggers of migration 0013, in the transaction that changes alerts: insert,
+    acknowledgement, suppression, retention, deletion), so that a month's counts and charts read whole days and
+    hours here and only the partial hours at the window's ends from alerts (store.rollup). `start`: Unix seconds."""
+
+    __tablename__ = "alert_tallies"
+    span: Mapped[int] = mapped_column(Integer, primary_key=True)
+    start: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    device_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    job_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    incident_id: Mapped[str] = mapped_column(String(24), primary_key=True)
+    acknowledged: Mapped[bool] = mapped_column(Boolean, primary_key=True)
+    alerts: Mapped[int] = mapped_column(BigInteger, default=0)
+    records: Mapped[int] = mapped_column(BigInteger, default=0)
+
+
 class SuppressedAlert(AlertFields, Base):
     """An alert a suppression rule holds (store.suppress): stored whole, out of every listing, count and
     forwarding of the alerts table, found through its rule."""
