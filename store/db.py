@@ -22,6 +22,7 @@ from sqlalchemy import (
     Index,
     Integer,
     LargeBinary,
+    PrimaryKeyConstraint,
     String,
     create_engine,
     event,
@@ -190,14 +191,16 @@ class AlertTally(Base):
     hours here and only the partial hours at the window's ends from alerts (store.rollup). `start`: Unix seconds."""
 
     __tablename__ = "alert_tallies"
-    span: Mapped[int] = mapped_column(Integer, primary_key=True)
-    start: Mapped[int] = mapped_column(BigInteger, primary_key=True)
-    device_id: Mapped[str] = mapped_column(String(64), primary_key=True)
-    job_id: Mapped[str] = mapped_column(String(64), primary_key=True)
-    incident_id: Mapped[str] = mapped_column(String(24), primary_key=True)
-    acknowledged: Mapped[bool] = mapped_column(Boolean, primary_key=True)
+    span: Mapped[int] = mapped_column(Integer)
+    start: Mapped[int] = mapped_column(BigInteger)
+    device_id: Mapped[str] = mapped_column(String(64))
+    job_id: Mapped[str] = mapped_column(String(64))
+    incident_id: Mapped[str] = mapped_column(String(24))
+    acknowledged: Mapped[bool] = mapped_column(Boolean)
     alerts: Mapped[int] = mapped_column(BigInteger, default=0)
     records: Mapped[int] = mapped_column(BigInteger, default=0)
+    __table_args__ = (PrimaryKeyConstraint("span", "start", "device_id", "job_id", "incident_id", "acknowledged",
+                                           postgresql_include=["alerts", "records"]), {"sqlite_with_rowid": False})
 
 
 class SuppressedAlert(AlertFields, Base):

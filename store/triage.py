@@ -109,7 +109,8 @@ def flagged_counts(session: Session, f: AlertFilter, buckets: int = 48, rollups:
     [since, until) (defaults: the 24 hours up to now), each of a round length (SPANS) starting on a multiple of
     it."""
     window = _window(f)
-    totals = session.execute(_totals(tallied(session, window, grain_for(window) if rollups else None))).one()
+    grain = grain_for(window) if rollups else None
+    totals = session.execute(_totals(tallied(session, window, grain), grouped=grain is None)).one()
     span, series = flagged_series(session, window, buckets, rollups)
     return {"since": window.since, "until": window.until, "alerts": int(totals[0]), "records": int(totals[1]),
             "unacknowledged_records": int(totals[2]), "incidents": int(totals[3]), "devices": int(totals[4]),
@@ -123,16 +124,23 @@ def _window(f: AlertFilter) -> AlertFilter:
     return replace(f, since=since, until=until)
 
 
-def _totals(rows: Subquery) -> Select:
-    # hashed into (device, incident) groups first, a few thousand rows are left to count (PostgreSQL sorts every
-    # row for each COUNT(DISTINCT); an incident id belongs to one device: it hashes the device's id)
-    open_records = func.sum(case((rows.c.acknowledged.is_(False), rows.c.records), else_=0))
+def _totals(rows: Subquery, grouped: bool) -> Select:
+    """Alerts, records, unacknowledged records, incidents and devices of the rows (store.rollup.tallied)."""
+    unacknowledged = case((rows.c.acknowledged.is_(False), rows.c.records), else_=0)
+    if not grouped:  # tallies: a few ten thousand rows, counted at once
+        return _sums(rows.c.alerts, rows.c.records, unacknowledged, rows.c.incident_id, rows.c.device_id)
+    # every alert of the window: hashed into (device, incident) groups first, a few thousand rows are left to count
+    # (PostgreSQL sorts every row for each COUNT(DISTINCT); an incident id belongs to one device: it hashes its id)
     g = (select(rows.c.device_id, rows.c.incident_id, func.sum(rows.c.alerts).label("alerts"),
-                func.sum(rows.c.records).label("records"), open_records.label("open"))
+                func.sum(rows.c.records).label("records"), func.sum(unacknowledged).label("open"))
          .group_by(rows.c.device_id, rows.c.incident_id)).subquery()
-    return select(func.coalesce(func.sum(g.c.alerts), 0), func.coalesce(func.sum(g.c.records), 0),
-                  func.coalesce(func.sum(g.c.open), 0), func.count(distinct(func.nullif(g.c.incident_id, ""))),
-                  func.count(distinct(g.c.device_id)))
+    return _sums(g.c.alerts, g.c.records, g.c.open, g.c.incident_id, g.c.device_id)
+
+
+def _sums(alerts: Any, records: Any, unacknowledged: Any, incident: Any, device: Any) -> Select:
+    return select(func.coalesce(func.sum(alerts), 0), func.coalesce(func.sum(records), 0),
+                  func.coalesce(func.sum(unacknowledged), 0), func.count(distinct(func.nullif(incident, ""))),
+                  func.count(distinct(device)))
 
 
 def flagged_series(session: Session, f: AlertFilter, buckets: int = 48, rollups: bool = True

@@ -7,6 +7,8 @@ Revision ID: 0013
 Revises: 0011
 Create Date: 2026-11-26 00:00:00
 """
+from typing import Any
+
 import sqlalchemy as sa
 from alembic import op
 
@@ -72,10 +74,15 @@ SQLITE_TRIGGERS = {
 
 
 def upgrade() -> None:
-    key = (sa.Integer(), sa.BigInteger(), sa.String(64), sa.String(64), sa.String(24), sa.Boolean())
-    op.create_table('alert_tallies', *(sa.Column(name, kind, primary_key=True)
+    key: tuple[sa.types.TypeEngine[Any], ...] = (sa.Integer(), sa.BigInteger(), sa.String(64), sa.String(64),
+                                                  sa.String(24), sa.Boolean())
+    # the key holds the sums (PostgreSQL: INCLUDE; SQLite: a table without rowid is its key), so that reading a
+    # month of tallies reads the key's index alone
+    op.create_table('alert_tallies', *(sa.Column(name, kind, nullable=False, autoincrement=False)
                                        for name, kind in zip(KEY.split(", "), key, strict=True)),
-                    *(sa.Column(name, sa.BigInteger(), nullable=False) for name in ("alerts", "records")))
+                    *(sa.Column(name, sa.BigInteger(), nullable=False) for name in ("alerts", "records")),
+                    sa.PrimaryKeyConstraint(*KEY.split(", "), postgresql_include=["alerts", "records"]),
+                    sqlite_with_rowid=False)
     postgresql = op.get_bind().dialect.name == "postgresql"
     # what is stored already, added up once (before the triggers: nothing counted twice)
     op.execute(_pg_changes(_rows("alerts", 1)) if postgresql else _sqlite_backfill())
