@@ -75,8 +75,8 @@ def pieces(since: datetime | None, until: datetime | None, grain: int | None) ->
     """[since, until) (None: unbounded) as (None, from, to) datetimes read from alerts and (span, from, to) Unix
     seconds read from tallies of that span."""
     hours = (None if since is None else _ceil(since, HOUR), None if until is None else _floor(until, HOUR))
-    if grain is None or _empty(*hours):
-        return [(None, since, until)]
+    if grain is None or _empty(*hours) or (hours[0] or 0) > _floor(datetime.max, HOUR):
+        return [(None, since, until)]  # (an hour past the year 9999 is no datetime)
     h0, h1 = hours
     out: list[Piece] = []
     if since is not None and h0 is not None and _naive(h0) > since:

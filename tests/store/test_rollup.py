@@ -167,6 +167,7 @@ def test_migration_adds_up_what_is_stored(sessions):
     # unbounded
     (None, None, DAY, [(DAY, None, None)]),
     (None, datetime(2026, 1, 2, 3), HOUR, [(HOUR, None, 1767322800)]),
+    (datetime(9999, 12, 31, 23, 59, 59), None, DAY, [(None, datetime(9999, 12, 31, 23, 59, 59), None)]),
     (datetime(1, 1, 1), datetime(9999, 12, 31, 23, 59, 59, 999999), None,
      [(None, datetime(1, 1, 1), datetime(9999, 12, 31, 23, 59, 59, 999999))]),
 ])
