@@ -18,6 +18,7 @@ from sqlalchemy.sql.expression import Subquery
 
 from store.alerts import EARLIEST, incident_problem
 from store.db import Alert, utcnow
+from store.keyset import latest_first
 from store.rollup import grain_for, tallied
 
 log = logging.getLogger("fedsentry.triage")
@@ -183,13 +184,13 @@ def _naive(seconds: float) -> datetime:
 
 
 # -- incidents ----------------------------------------------------------------------------------------------------
-def incidents(session: Session, f: AlertFilter, limit: int, after: tuple[datetime, str] | None = None
-              ) -> tuple[list[dict[str, Any]], tuple[datetime, str] | None]:
+def incidents(session: Session, f: AlertFilter, limit: int, after: tuple[datetime, str] | None = None,
+              paged: bool = True) -> tuple[list[dict[str, Any]], tuple[datetime, str] | None]:
     """A page of incidents, the latest update first, and where the next page starts (None at the end).
 
     An incident adds up its updates: `count` flagged records, `updates`, first and last record seen, the worst
     score, example flows; it is acknowledged when every update is (an update arriving after an acknowledgement
-    opens it again)."""
+    opens it again). `paged` False: every incident grouped, then sorted (the same page: the tests compare them)."""
     last = func.max(Alert.ts)
     all_acked = func.min(case((Alert.acknowledged.is_(True), 1), else_=0))
     q = (replace(f, acknowledged=None).apply(
@@ -200,12 +201,29 @@ def incidents(session: Session, f: AlertFilter, limit: int, after: tuple[datetim
         q = q.having(all_acked == (1 if f.acknowledged else 0))
     if after is not None:
         q = q.having(tuple_(last, Alert.incident_id) < tuple_(*after))
-    rows = session.execute(q.order_by(last.desc(), Alert.incident_id.desc()).limit(limit + 1)).all()
+    q = q.order_by(last.desc(), Alert.incident_id.desc())
+    rows = _page(session, f, q, limit, after) if paged and not f.incident else \
+        session.execute(q.limit(limit + 1)).all()
     page = [{"id": r[0], "device_id": r[1], "job_id": r[2], "count": int(r[3]), "updates": r[4], "last_update": r[5],
              "max_score": r[6], "acknowledged": bool(r[7])} for r in rows[:limit]]
     _details(session, page)
     nxt = (rows[limit - 1][5], rows[limit - 1][0]) if len(rows) > limit else None
     return page, nxt
+
+
+def _page(session: Session, f: AlertFilter, grouped: Select, limit: int, after: tuple[datetime, str] | None
+          ) -> list[Any]:
+    """The page's rows of `grouped` (store.keyset): the incidents met reading updates newest first, grouped, until
+    limit + 1 of them are met."""
+    found: set[str] = set()
+    upper, k = (after[0] if after else None), 4 * (limit + 1)
+    while True:
+        more, end = latest_first(session, replace(f, acknowledged=None), upper, k)
+        found |= more
+        rows = session.execute(grouped.where(Alert.incident_id.in_(found))).all() if found else []
+        if end is None or len(rows) > limit:  # any incident not met has its latest update before those met
+            return list(rows[:limit + 1])
+        upper, k = end, 2 * k
 
 
 def incident(session: Session, incident_id: str) -> dict[str, Any] | None:

@@ -1,7 +1,8 @@
 """The roll-ups (alert_tallies, issue 24 point 6) answer exactly what the alerts table does: on random alerts and
 random windows and filters, the counts, the series and the per-device chart read through the tallies equal those
 read from alerts alone, on SQLite and PostgreSQL, after ingestion (a redelivery too), acknowledgements taken and
-taken back, a retroactive suppression, retention and deletion; and the tallies equal the alerts added up afresh."""
+taken back, a retroactive suppression, retention and deletion; and the tallies equal the alerts added up afresh.
+Pages of incidents found newest update first (store.keyset) are those grouping every incident gives."""
 
 from __future__ import annotations
 
@@ -16,7 +17,15 @@ from store.alerts import alert_row, store_alerts
 from store.db import Alert, AlertTally, make_engine, migrate, session_factory
 from store.rollup import DAY, HOUR, pieces
 from store.suppress import Match, create
-from store.triage import AlertFilter, acknowledge, flagged_counts, flagged_series, records_per_device, unacknowledge
+from store.triage import (
+    AlertFilter,
+    acknowledge,
+    flagged_counts,
+    flagged_series,
+    incidents,
+    records_per_device,
+    unacknowledge,
+)
 
 NOW = datetime(2026, 11, 20, 12, 0, 0)
 DEVICES = ("cam-1", "cam-2", "cam_3", "gw-1", "sensor-1")
@@ -173,3 +182,33 @@ def test_migration_adds_up_what_is_stored(sessions):
 ])
 def test_pieces_cover_the_window_once(since, until, grain, expected):
     assert pieces(since, until, grain) == expected
+
+
+def _walk(s, f: AlertFilter, limit: int, paged: bool) -> list[list[dict]]:
+    pages, after = [], None
+    while True:
+        page, after = incidents(s, f, limit, after, paged=paged)
+        pages.append(page)
+        if after is None:
+            return pages
+
+
+@pytest.mark.parametrize("seed", [4, 5])
+def test_incident_pages_read_newest_updates_first_as_grouping_all_would(sessions, seed):
+    """Keyset pagination before grouping (store.keyset): every page, under random filters and page sizes, is the
+    page grouping every incident and sorting them gives; some incidents share their latest update's time."""
+    rng = random.Random(seed)
+    rows = _alerts(rng, 500)
+    tied = [r for r in rows if r["incident_id"]][:30]
+    for r in tied[::2]:  # latest updates at one time: the order falls to the incident id
+        r["ts"] = NOW
+    with sessions.begin() as s:
+        store_alerts(s, rows)
+        acknowledge(s, "analyst", ids=[r["id"] for r in rng.sample(rows, 250)])
+    with sessions() as s:
+        ids = [i for i in s.scalars(select(Alert.incident_id).where(Alert.incident_id.is_not(None)).distinct())]
+        assert len(ids) > 20
+        cases = [(AlertFilter(), n) for n in (1, 2, 3)]
+        cases += [(_filter(rng, ids), rng.choice((1, 2, 3, 7, 50))) for _ in range(12)]
+        for f, limit in cases:
+            assert _walk(s, f, limit, True) == _walk(s, f, limit, False), (f, limit)
