@@ -56,7 +56,7 @@ def tallied(session: Session, f: Filter, grain: int | None) -> Subquery:
         if span is None:
             q = select(epoch(session).label("t"), Alert.device_id,
                        func.coalesce(Alert.incident_id, "").label("incident_id"), Alert.acknowledged,
-                       literal(1, BigInteger).label("alerts"), cast(Alert.count, BigInteger).label("records"))
+                       literal(1).label("alerts"), Alert.count.label("records"))  # (integers add up faster)
             q = f.apply(q, times=False)
             parts.append(q.where(*([Alert.ts >= lo] if lo else []), *([Alert.ts < hi] if hi else [])))
         else:
