@@ -22,6 +22,7 @@ from sqlalchemy import (
     Index,
     Integer,
     LargeBinary,
+    PrimaryKeyConstraint,
     String,
     create_engine,
     event,
@@ -180,6 +181,26 @@ class Alert(AlertFields, Base):
                       Index("ix_alerts_incident_tally", "incident_id", "device_id", "ts", "count", "score",
                             "acknowledged", "job_id"),
                       Index("ix_alerts_job_ts", "job_id", "ts"), Index("ix_alerts_received", "received"))
+
+
+class AlertTally(Base):
+    """The alerts table added up per hour (span 3600) and per day (span 86400), by device, job, incident ('' for an
+    alert that is no incident update) and acknowledgement: `alerts` stored, `records` flagged records they hold.
+    Kept by the database itself (triggers of migration 0013, in the transaction that changes alerts: insert,
+    acknowledgement, suppression, retention, deletion), so that a month's counts and charts read whole days and
+    hours here and only the partial hours at the window's ends from alerts (store.rollup). `start`: Unix seconds."""
+
+    __tablename__ = "alert_tallies"
+    span: Mapped[int] = mapped_column(Integer)
+    start: Mapped[int] = mapped_column(BigInteger)
+    device_id: Mapped[str] = mapped_column(String(64))
+    job_id: Mapped[str] = mapped_column(String(64))
+    incident_id: Mapped[str] = mapped_column(String(24))
+    acknowledged: Mapped[bool] = mapped_column(Boolean)
+    alerts: Mapped[int] = mapped_column(BigInteger, default=0)
+    records: Mapped[int] = mapped_column(BigInteger, default=0)
+    __table_args__ = (PrimaryKeyConstraint("span", "start", "device_id", "job_id", "incident_id", "acknowledged",
+                                           postgresql_include=["alerts", "records"]), {"sqlite_with_rowid": False})
 
 
 class SuppressedAlert(AlertFields, Base):

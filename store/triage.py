@@ -12,11 +12,14 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import BigInteger, Select, case, cast, distinct, func, select, tuple_, update
+from sqlalchemy import Select, case, distinct, func, select, tuple_, update
 from sqlalchemy.orm import Session
+from sqlalchemy.sql.expression import Subquery
 
 from store.alerts import EARLIEST, incident_problem
 from store.db import Alert, utcnow
+from store.keyset import latest_first
+from store.rollup import grain_for, tallied
 
 log = logging.getLogger("fedsentry.triage")
 #: acknowledgements changed by one call at most (a bulk acknowledgement names its alerts)
@@ -42,23 +45,25 @@ class AlertFilter:
     acknowledged: bool | None = None
     incident: str | None = None
 
-    def apply(self, q: Select) -> Select:
+    def apply(self, q: Select, of: Any = Alert, times: bool = True) -> Select:
+        """q with these conditions on the columns of `of` (Alert, or store.db.AlertTally: no time nor score);
+        `times` False: without since and until (store.rollup cuts the window itself)."""
         if self.device:
-            q = q.where(Alert.device_id == self.device)
+            q = q.where(of.device_id == self.device)
         if self.device_prefix:
-            q = q.where(Alert.device_id.startswith(self.device_prefix, autoescape=True))
+            q = q.where(of.device_id.startswith(self.device_prefix, autoescape=True))
         if self.job:
-            q = q.where(Alert.job_id == self.job)
-        if self.since:
-            q = q.where(Alert.ts >= self.since)
-        if self.until:
-            q = q.where(Alert.ts < self.until)
+            q = q.where(of.job_id == self.job)
+        if self.since and times:
+            q = q.where(of.ts >= self.since)
+        if self.until and times:
+            q = q.where(of.ts < self.until)
         if self.min_score is not None:
-            q = q.where(Alert.score >= self.min_score)
+            q = q.where(of.score >= self.min_score)
         if self.acknowledged is not None:
-            q = q.where(Alert.acknowledged.is_(self.acknowledged))
+            q = q.where(of.acknowledged.is_(self.acknowledged))
         if self.incident:
-            q = q.where(Alert.incident_id == self.incident)
+            q = q.where(of.incident_id == self.incident)
         return q
 
 
@@ -97,21 +102,17 @@ def _changed(result: Any) -> int:
 
 
 # -- counts -----------------------------------------------------------------------------------------------------
-def _epoch(session: Session) -> Any:
-    """Alert.ts as whole Unix seconds, in the database's own dialect."""
-    if session.get_bind().dialect.name == "postgresql":  # date_part is a float; extract a (slower) numeric
-        return cast(func.floor(func.date_part("epoch", Alert.ts)), BigInteger)
-    return cast(func.strftime("%s", Alert.ts), BigInteger)
-
-
-def flagged_counts(session: Session, f: AlertFilter, buckets: int = 48) -> dict[str, Any]:
+# the sums read whole days and hours from the tallies the database keeps (store.rollup), so a month costs about
+# what a day does; `rollups=False` reads alerts alone (the same answer: the equivalence tests compare them)
+def flagged_counts(session: Session, f: AlertFilter, buckets: int = 48, rollups: bool = True) -> dict[str, Any]:
     """Flagged records (an incident update counts all of its own), alerts, incidents, devices and the
     unacknowledged records among them, and flagged records over time in about `buckets` buckets covering
     [since, until) (defaults: the 24 hours up to now), each of a round length (SPANS) starting on a multiple of
     it."""
     window = _window(f)
-    totals = session.execute(_totals(session, window)).one()
-    span, series = flagged_series(session, window, buckets)
+    grain = grain_for(window) if rollups else None
+    totals = session.execute(_totals(tallied(session, window, grain), grouped=grain is None)).one()
+    span, series = flagged_series(session, window, buckets, rollups)
     return {"since": window.since, "until": window.until, "alerts": int(totals[0]), "records": int(totals[1]),
             "unacknowledged_records": int(totals[2]), "incidents": int(totals[3]), "devices": int(totals[4]),
             "bucket_seconds": span, "series": series}
@@ -124,23 +125,27 @@ def _window(f: AlertFilter) -> AlertFilter:
     return replace(f, since=since, until=until)
 
 
-def _totals(session: Session, window: AlertFilter) -> Select:
-    open_records = func.sum(case((Alert.acknowledged.is_(False), Alert.count), else_=0))
-    if session.get_bind().dialect.name != "postgresql":
-        return window.apply(select(
-            func.count(), func.coalesce(func.sum(Alert.count), 0), func.coalesce(open_records, 0),
-            func.count(distinct(Alert.incident_id)), func.count(distinct(Alert.device_id))))
-    # PostgreSQL sorts every row for each COUNT(DISTINCT): hashed into (device, incident) groups first, a few
-    # thousand rows are left to count (an incident id belongs to one device: it hashes the device's id)
-    g = window.apply(select(Alert.device_id, Alert.incident_id, func.count().label("alerts"),
-                            func.sum(Alert.count).label("records"), open_records.label("open"))
-                     .group_by(Alert.device_id, Alert.incident_id)).subquery()
-    return select(func.coalesce(func.sum(g.c.alerts), 0), func.coalesce(func.sum(g.c.records), 0),
-                  func.coalesce(func.sum(g.c.open), 0), func.count(g.c.incident_id),
-                  func.count(distinct(g.c.device_id)))
+def _totals(rows: Subquery, grouped: bool) -> Select:
+    """Alerts, records, unacknowledged records, incidents and devices of the rows (store.rollup.tallied)."""
+    unacknowledged = case((rows.c.acknowledged.is_(False), rows.c.records), else_=0)
+    if not grouped:  # tallies: a few ten thousand rows, counted at once
+        return _sums(rows.c.alerts, rows.c.records, unacknowledged, rows.c.incident_id, rows.c.device_id)
+    # every alert of the window: hashed into (device, incident) groups first, a few thousand rows are left to count
+    # (PostgreSQL sorts every row for each COUNT(DISTINCT); an incident id belongs to one device: it hashes its id)
+    g = (select(rows.c.device_id, rows.c.incident_id, func.sum(rows.c.alerts).label("alerts"),
+                func.sum(rows.c.records).label("records"), func.sum(unacknowledged).label("open"))
+         .group_by(rows.c.device_id, rows.c.incident_id)).subquery()
+    return _sums(g.c.alerts, g.c.records, g.c.open, g.c.incident_id, g.c.device_id)
 
 
-def flagged_series(session: Session, f: AlertFilter, buckets: int = 48) -> tuple[int, list[dict[str, Any]]]:
+def _sums(alerts: Any, records: Any, unacknowledged: Any, incident: Any, device: Any) -> Select:
+    return select(func.coalesce(func.sum(alerts), 0), func.coalesce(func.sum(records), 0),
+                  func.coalesce(func.sum(unacknowledged), 0), func.count(distinct(func.nullif(incident, ""))),
+                  func.count(distinct(device)))
+
+
+def flagged_series(session: Session, f: AlertFilter, buckets: int = 48, rollups: bool = True
+                   ) -> tuple[int, list[dict[str, Any]]]:
     """Flagged records over time (flagged_counts' series alone, as the chart draws it): the bucket length and the
     buckets."""
     window = _window(f)
@@ -150,8 +155,9 @@ def flagged_series(session: Session, f: AlertFilter, buckets: int = 48) -> tuple
         return _span((window.until - window.since).total_seconds() / buckets), []
     span = _span((window.until - first).total_seconds() / buckets)
     start = math.floor(_unix(first) / span) * span
-    slot = (_epoch(session) - start) // span
-    per = dict(session.execute(window.apply(select(slot, func.sum(Alert.count))).group_by(slot)).all())
+    rows = tallied(session, window, grain_for(window, span) if rollups else None)
+    slot = (rows.c.t - start) // span
+    per = dict(session.execute(select(slot, func.sum(rows.c.records)).group_by(slot)).all())
     n = math.ceil((_unix(window.until) - start) / span)
     return span, [{"start": _naive(start + i * span), "records": int(per.get(i, 0))} for i in range(n)]
 
@@ -160,11 +166,13 @@ def _span(seconds: float) -> int:
     return next((s for s in SPANS if s >= seconds), math.ceil(seconds / SPANS[-1]) * SPANS[-1])
 
 
-def records_per_device(session: Session, f: AlertFilter, limit: int = 60) -> list[tuple[str, int]]:
+def records_per_device(session: Session, f: AlertFilter, limit: int = 60, rollups: bool = True
+                       ) -> list[tuple[str, int]]:
     """Flagged records per device, the devices with most first."""
-    total = func.sum(Alert.count)
-    q = f.apply(select(Alert.device_id, total).group_by(Alert.device_id))
-    return [(d, int(n)) for d, n in session.execute(q.order_by(total.desc(), Alert.device_id).limit(limit))]
+    rows = tallied(session, f, grain_for(f) if rollups else None)
+    total = func.sum(rows.c.records)
+    q = select(rows.c.device_id, total).group_by(rows.c.device_id).order_by(total.desc(), rows.c.device_id)
+    return [(d, int(n)) for d, n in session.execute(q.limit(limit))]
 
 
 def _unix(t: datetime) -> float:
@@ -176,13 +184,13 @@ def _naive(seconds: float) -> datetime:
 
 
 # -- incidents ----------------------------------------------------------------------------------------------------
-def incidents(session: Session, f: AlertFilter, limit: int, after: tuple[datetime, str] | None = None
-              ) -> tuple[list[dict[str, Any]], tuple[datetime, str] | None]:
+def incidents(session: Session, f: AlertFilter, limit: int, after: tuple[datetime, str] | None = None,
+              paged: bool = True) -> tuple[list[dict[str, Any]], tuple[datetime, str] | None]:
     """A page of incidents, the latest update first, and where the next page starts (None at the end).
 
     An incident adds up its updates: `count` flagged records, `updates`, first and last record seen, the worst
     score, example flows; it is acknowledged when every update is (an update arriving after an acknowledgement
-    opens it again)."""
+    opens it again). `paged` False: every incident grouped, then sorted (the same page: the tests compare them)."""
     last = func.max(Alert.ts)
     all_acked = func.min(case((Alert.acknowledged.is_(True), 1), else_=0))
     q = (replace(f, acknowledged=None).apply(
@@ -193,12 +201,29 @@ def incidents(session: Session, f: AlertFilter, limit: int, after: tuple[datetim
         q = q.having(all_acked == (1 if f.acknowledged else 0))
     if after is not None:
         q = q.having(tuple_(last, Alert.incident_id) < tuple_(*after))
-    rows = session.execute(q.order_by(last.desc(), Alert.incident_id.desc()).limit(limit + 1)).all()
+    q = q.order_by(last.desc(), Alert.incident_id.desc())
+    rows = _page(session, f, q, limit, after) if paged and not f.incident else \
+        session.execute(q.limit(limit + 1)).all()
     page = [{"id": r[0], "device_id": r[1], "job_id": r[2], "count": int(r[3]), "updates": r[4], "last_update": r[5],
              "max_score": r[6], "acknowledged": bool(r[7])} for r in rows[:limit]]
     _details(session, page)
     nxt = (rows[limit - 1][5], rows[limit - 1][0]) if len(rows) > limit else None
     return page, nxt
+
+
+def _page(session: Session, f: AlertFilter, grouped: Select, limit: int, after: tuple[datetime, str] | None
+          ) -> list[Any]:
+    """The page's rows of `grouped` (store.keyset): the incidents met reading updates newest first, grouped, until
+    limit + 1 of them are met."""
+    found: set[str] = set()
+    upper, k = (after[0] if after else None), 4 * (limit + 1)
+    while True:
+        more, end = latest_first(session, replace(f, acknowledged=None), upper, k)
+        found |= more
+        rows = session.execute(grouped.where(Alert.incident_id.in_(found))).all() if found else []
+        if end is None or len(rows) > limit:  # any incident not met has its latest update before those met
+            return list(rows[:limit + 1])
+        upper, k = end, 2 * k
 
 
 def incident(session: Session, incident_id: str) -> dict[str, Any] | None:

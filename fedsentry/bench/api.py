@@ -177,6 +177,7 @@ def load(app: Any, fleet: Fleet) -> str:
     if engine.dialect.name == "postgresql":  # what autovacuum does within a minute of the load (if it is on)
         with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as c:
             c.execute(text("VACUUM ANALYZE alerts"))
+            c.execute(text("VACUUM ANALYZE alert_tallies"))
     print(f"stored {len(fleet.messages):,} alerts in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
     return key
 
