@@ -4,7 +4,7 @@ filled from the alerts already stored, so that a month's counts and charts read 
 point 6; store.rollup reads them)
 
 Revision ID: 0013
-Revises: 0011
+Revises: 0012
 Create Date: 2026-11-26 00:00:00
 """
 from typing import Any
@@ -13,7 +13,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = '0013'
-down_revision = '0011'
+down_revision = '0012'
 branch_labels = None
 depends_on = None
 
