@@ -7,6 +7,8 @@ its MQTT run with it)."""
 from __future__ import annotations
 
 import argparse
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -128,3 +130,16 @@ def private_settings(args: argparse.Namespace) -> tuple[bool, float]:
         except ImportError:
             raise UsageError("--private needs the private extra: pip install 'fedsentry[private]'") from None
     return private, dropout or 0.0
+
+
+@contextmanager
+def simulating(bar: Any) -> Iterator[None]:
+    """A simulation's run: a ValueError of its settings is the command's usage error, and its progress bar (None:
+    none) is closed however it ends."""
+    try:
+        yield
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    finally:
+        if bar is not None:
+            bar.close()

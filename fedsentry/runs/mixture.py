@@ -8,7 +8,7 @@ from typing import Any
 
 from fedsentry.errors import UsageError
 from fedsentry.output import progress
-from fedsentry.runs.detection import adversaries, algorithm_class, algorithm_params, private_settings
+from fedsentry.runs.detection import adversaries, algorithm_class, algorithm_params, private_settings, simulating
 from fedsentry.runs.params import flag_params
 from models.mixture.spec import MixtureJobSpec
 
@@ -46,7 +46,7 @@ def mixture_simulation(args: argparse.Namespace, algorithm: str, data, split, pa
     private, dropout = private_settings(args)
     if private and (select or algorithm != "fedem"):
         raise UsageError("--private trains fedem by secure sums: leave out --select and --algorithm other than fedem")
-    try:
+    with simulating(bar):
         if select:
             result = select_mixture(parts, split.X_test, split.y_test, data.feature_names, params=chosen,
                                     algorithm=algorithm, rounds=rounds, fraction=fraction, quantile=quantile,
@@ -59,11 +59,6 @@ def mixture_simulation(args: argparse.Namespace, algorithm: str, data, split, pa
                                       adversaries=adversaries(args, algorithm, algorithm_class(args.detector,
                                                                                                 algorithm)),
                                       private=private, dropout=dropout)
-    except ValueError as e:
-        raise UsageError(str(e)) from None
-    finally:
-        if bar is not None:
-            bar.close()
     model = result.pop("detector")
     if keep:  # the trained detector itself (bench measures its scoring)
         result["model"] = model

@@ -6,9 +6,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from fedsentry.errors import UsageError
 from fedsentry.output import progress
-from fedsentry.runs.detection import adversaries, algorithm_params, private_settings
+from fedsentry.runs.detection import adversaries, algorithm_params, private_settings, simulating
 from fedsentry.runs.params import flag_params
 from models.pca import FEDERATED
 from models.pca.spec import PCAJobSpec
@@ -39,18 +38,13 @@ def pca_simulation(args: argparse.Namespace, algorithm: str, data, split, parts,
             bar.set_postfix(sd=f"{entry.get('subspace_distance', float('nan')):.3f}")
 
     private, dropout = private_settings(args)
-    try:
+    with simulating(bar):
         result = simulate_pca(parts, split.X_test, split.y_test, data.feature_names, algorithm, args.rank,
                               settings["rounds"], settings["fraction"], args.quantile or PCAJobSpec.quantile,
                               args.seed, settings["trim"], chosen, on_round, settings["trim_by"],
                               **kernel_settings(args),
                               adversaries=adversaries(args, algorithm, FEDERATED.get(algorithm)),
                               private=private, dropout=dropout)
-    except ValueError as e:
-        raise UsageError(str(e)) from None
-    finally:
-        if bar is not None:
-            bar.close()
     result.update(dataset=data.name, clients=len(parts), fraction=settings["fraction"], partition=args.partition,
                   seed=args.seed, quantile=args.quantile or PCAJobSpec.quantile, trim=settings["trim"],
                   trim_by=settings["trim_by"],
