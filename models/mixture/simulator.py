@@ -94,7 +94,8 @@ def simulate_mixture(
     if private and algorithm != "fedem":
         raise ValueError(f"private mode trains fedem, not {algorithm}")
     if private and max(1, int(round(fraction * len(train_parts)))) < 2:
-        raise ValueError("private mode sums at least 2 devices a round: raise the fraction sampled")
+        raise ValueError("private mode sums at least 2 devices a round: raise the share sampled (--fraction) or the "
+                         "devices")
     if algorithm == "centralized":
         alg = FedEM(d, **params)
     else:
