@@ -105,7 +105,8 @@ def simulate_mixture(
         from models.detection.private import largest_weight, private_clients
         from models.mixture.summed import summed_transport
 
-        transport = summed_transport(largest_weight(clients.caps, clients.claimed), seed, dropout)
+        transport = summed_transport(largest_weight(clients.caps, clients.claimed), seed, dropout,
+                                     float(np.max(clients.claimed)))
         clients = private_clients(fit_parts, feature_names, guard, transport)
     out: dict[str, Any] = {"algorithm": algorithm, "components": alg.components, "reg": alg.reg}
     t0 = time.perf_counter()

@@ -44,7 +44,7 @@ from models.mixture.gmm import Mixture, e_step, hard_stats, kmeans, m_step, near
 #: the broadcast stage of a seeding round (FedEM's own: 0 seeding, 1 EM, 2 k-means)
 GROW = 3
 #: statistics a device uploads, in this order (dN: its first contribution)
-DELTAS = ("dR", "dS1", "dS2", "dH", "dN")
+DELTAS = ("dR", "dS1", "dS2", "dH", "dN")  # (a seeding round's also carries "dC", its records per centre)
 #: refinement rounds after the seeding's growth (the last one's centres are the first mixture's; the k-means rounds
 #: that follow refine further)
 REFINE = 1
@@ -96,12 +96,14 @@ class SummedFedEM(FedEM):
         K, slots = self.components, len(state["R"][0])
         new = {k: np.zeros_like(state[k]) for k in ("R", "S1", "S2", "H")}
         nll = np.zeros(len(data["X"]))
+        counts = np.zeros((len(data["X"]), slots))  # a seeding round's records per centre (not weighed)
         for b, X in enumerate(data["X"]):
             n = max(len(X), 1)
             w = self.own_weight(float(data["claimed"][b]), broadcast)
             if stage == GROW:
                 live = np.flatnonzero(np.asarray(broadcast["live"]) > 0)
                 R, S1, S2 = hard_stats(X, live[nearest(X, broadcast["centres"][live])], slots)
+                counts[b] = R
             else:
                 m = mixture_of(broadcast)
                 if stage == 2:
@@ -118,6 +120,8 @@ class SummedFedEM(FedEM):
         upto = int(broadcast["span"]) if stage == GROW else K
         up = {f"d{k}": (new[k] - state[k])[:, :upto] for k in ("R", "S1", "S2", "H")}
         up["dN"] = 1.0 - state["joined"]
+        if stage == GROW:  # the seeding's records per centre, this round's (not a change: every device answers)
+            up["dC"] = counts[:, :upto]
         after = {**new, "nll": nll, "joined": np.ones(len(data["X"]))}
         return after, up
 
@@ -151,6 +155,11 @@ class SummedFedEM(FedEM):
                 acc = server.get(f"grow.{name}", np.zeros((slots, *s.shape[1:])))
                 acc[: len(s)] += s
                 server[f"grow.{name}"] = acc
+            counts = np.zeros(slots)
+            if "dC" in uploads:
+                c = np.asarray(uploads["dC"], dtype=float).sum(axis=0)
+                counts[: len(c)] = c
+            server["grow.C"] = counts
             return self.grow(server)
         for name, s in zip(("R", "S1", "S2"), stats):
             server[name] = server[name] + s[:K]
@@ -164,7 +173,14 @@ class SummedFedEM(FedEM):
         """One seeding step on the summed statistics of the broadcast centres (see the module): split while fewer
         than split_factor x K centres live (at most MAX_SPLITS rounds), merge into K, refine, then seed."""
         R, S1, S2 = server["grow.R"], server["grow.S1"], server["grow.S2"]
-        live = R > 0
+        counts = server["grow.C"]
+        # a centre lives on if `least_records` records chose it (fewer: its records go to others next round), as
+        # k-FED uploads only clusters of min_cluster records: no component of a handful of records, whose tiny
+        # covariance would make ordinary traffic beside it look anomalous
+        least = self.least_records
+        live = (R > 0) & (counts >= least - 0.5)
+        if not live.any():
+            live = R > 0
         if not live.any():  # no device had records: ask again
             return server, self.current(server)
         centres = S1[live] / R[live, None]
@@ -172,10 +188,13 @@ class SummedFedEM(FedEM):
         answered = int(np.sum(server["last.live"])) if "last.live" in server else 1  # where contributions now sit
         server["grow.rounds"] = server.get("grow.rounds", np.zeros(())) + 1
         refined = int(server["refined"])
-        if refined == 0 and len(centres) < K * self.split_factor and int(server["grow.rounds"]) <= MAX_SPLITS:
+        splittable = bool((counts[live] >= 2 * least - 0.5).any())
+        if refined == 0 and len(centres) < K * self.split_factor and int(server["grow.rounds"]) <= MAX_SPLITS \
+                and splittable:
             cov = triu_unpack(S2[live], d) / R[live, None, None] - centres[:, :, None] * centres[:, None, :]
             lam, V = np.linalg.eigh((cov + np.swapaxes(cov, -1, -2)) / 2)
             order = np.argsort(-(R[live] * np.trace(cov, axis1=1, axis2=2)), kind="stable")
+            order = order[counts[live][order] >= 2 * least - 0.5]  # each half keeps `least` records
             split = order[: K * self.split_factor - len(centres)]
             step = 0.5 * np.sqrt(np.maximum(lam[split, -1], 0.0))[:, None] * V[split, :, -1]
             grown = np.vstack([centres, centres[split] + step])
@@ -201,6 +220,12 @@ class SummedFedEM(FedEM):
         if "last.stage" not in server:
             return self.grow_broadcast(np.zeros((1, self.n_features)))
         return super().current(server)
+
+    @property
+    def least_records(self) -> int:
+        """The fewest records a seeding centre keeps (over the fleet): min_cluster, and enough for a covariance of
+        full rank (d + 1)."""
+        return max(self.min_cluster, self.n_features + 1)
 
     def with_caps(self, server: State, broadcast: State) -> State:
         """The weight caps of the statistics phase, for each device to cap its own weight."""
@@ -240,12 +265,14 @@ def _pad(a: np.ndarray, slots: int) -> np.ndarray:
 PRIVATE_VALUE_BOUND = 64.0
 
 
-def summed_transport(clip: float, seed: int, dropout: float) -> Any:
+def summed_transport(clip: float, seed: int, dropout: float, most: float = 1.0) -> Any:
     """The secure sum of a private mixture job's rounds (models.private.transport.SecureTransport): each device divides
     its statistics by the powers of the job's bound on standardised values (PRIVATE_VALUE_BOUND: per record, a sum is
     at most the bound, a sum of squares its square), so that every value lies within `clip` (its largest capped
-    weight), and clips them there. (Imported here: private mode's `cryptography` is an optional extra.)"""
+    weight), and clips them there; a seeding round's record counts are divided by `most`, the most records a device
+    claimed. (Imported here: private mode's `cryptography` is an optional extra.)"""
     from models.private.transport import SecureTransport
 
     b = PRIVATE_VALUE_BOUND
-    return SecureTransport({"dR": 1.0, "dS1": b, "dS2": b * b, "dH": 1.0, "dN": 1.0}, clip, dropout, seed)
+    return SecureTransport({"dR": 1.0, "dS1": b, "dS2": b * b, "dH": 1.0, "dN": 1.0, "dC": most}, clip, dropout,
+                           seed)

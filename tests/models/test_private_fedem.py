@@ -76,7 +76,8 @@ def test_the_secure_sum_changes_nothing_but_rounding_even_with_a_third_dropping(
     params = {"components": 4, "split_factor": 2, "min_support": 2}
     plain, _, _ = train(SummedFedEM(3, **params), X, rounds=8)
     received: list[int] = []
-    transport = SecureTransport({"dR": 1.0, "dS1": 8.0, "dS2": 64.0, "dH": 1.0, "dN": 1.0}, 2.0, dropout=1 / 3)
+    transport = SecureTransport({"dR": 1.0, "dS1": 8.0, "dS2": 64.0, "dH": 1.0, "dN": 1.0, "dC": 100.0}, 2.0,
+                                dropout=1 / 3)
 
     def secure(ids, uploads):
         out = transport(ids, uploads)
@@ -154,7 +155,7 @@ def test_a_round_too_few_devices_unmask_fails_cleanly_and_the_job_goes_on():
             return super().__call__(ids, uploads)
 
     X = devices(9)
-    transport = OneBadRound({"dR": 1.0, "dS1": 8.0, "dS2": 64.0, "dH": 1.0, "dN": 1.0}, 2.0)
+    transport = OneBadRound({"dR": 1.0, "dS1": 8.0, "dS2": 64.0, "dH": 1.0, "dN": 1.0, "dC": 100.0}, 2.0)
     alg = SummedFedEM(3, components=4, split_factor=2, min_support=2)
     loop, pool, seen = train(alg, X, rounds=8, fraction=1.0, transport=transport)
     assert transport.failures == 1 and transport.clipped == 0
