@@ -210,6 +210,7 @@ class SummedFedEM(FedEM):
         # seeded: the last round's centres sat in the first K slots, where the devices' contributions now are
         for name in ("R", "S1", "S2", "H"):
             server["support" if name == "H" else name] = np.array(server.pop(f"grow.{name}")[:K], dtype=float)
+        server.pop("grow.C", None)
         for key in ("last.centres", "last.live", "last.span"):
             server.pop(key, None)
         server["stage"] = np.array(1)

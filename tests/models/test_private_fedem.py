@@ -184,3 +184,16 @@ def test_private_pca_is_the_pooled_subspace_from_one_secure_sum():
     assert private["secure_sum"]["clipped_values"] == 0 and private["upload_bytes_per_device_round"] > 0
     with pytest.raises(ValueError, match="linear PCA"):
         simulate_pca(parts, test, y, names, rank=2, private=True, kernel="rff")
+
+
+def test_seeding_makes_no_component_of_a_handful_of_records():
+    """Three far-out records on one device: splitting would give them a centre of their own, whose covariance of
+    3 records makes ordinary traffic beside it look anomalous (and is close to raw records); a centre needs
+    max(min_cluster, d + 1) records of the fleet to live, so their records join another component."""
+    X = devices(9)
+    X[0] = np.vstack([X[0], np.full((3, 3), 20.0, dtype=np.float32)])
+    alg = SummedFedEM(3, components=8, min_support=1)
+    loop, _, _ = train(alg, X, rounds=0)
+    assert alg.least_records == 5
+    means = loop.broadcast["means"][loop.broadcast["pi"] > 1e-4]
+    assert np.min(np.linalg.norm(means - 20.0, axis=1)) > 1.0, means
