@@ -21,12 +21,14 @@ values to the bound the job announces, models.private.transport); the coordinato
 Seeding without anyone's clusters: k-FED (FedEM's seeding) merges every device's own cluster centres, which a
 coordinator that sees only sums cannot do, and a centre of a handful of records is close to a raw flow. Here the
 server grows the mixture from sums alone (LBG, Linde, Buzo and Gray 1980): every device answers each seeding round
-with the statistics of a hard assignment of its records to the broadcast centres; the server moves each centre to
-its records' mean, drops centres no record chose, and splits every centre in two along its principal axis (+-
-half its standard deviation there) until it has `split_factor` x K of them (by default K; more are merged into K by
-weighted k-means on their sums, as k-FED merges clusters, which measured no better: docs/privacy.md), and refines
-once. About log2(K split_factor) + 2 rounds of every device, whose uploads grow with the live centres; each
-seeding upload summarises whatever records fell to a centre, summed over the devices.
+with the statistics of a hard assignment of its records to the broadcast centres and its records per centre; the
+server moves each centre to its records' mean, drops centres fewer than `least_records` of the fleet's records
+chose (min_cluster, and d + 1 for a covariance of full rank: their records go to other centres), and splits every
+centre whose halves can keep that many in two along its principal axis (+- half its standard deviation there)
+until it has `split_factor` x K of them (by default K; more are merged into K by weighted k-means on their sums,
+as k-FED merges clusters, which measured no better: docs/privacy.md), and refines once. About log2(K
+split_factor) + 2 rounds of every device, whose uploads grow with the live centres; each seeding upload summarises
+whatever records fell to a centre, summed over the devices.
 """
 
 from __future__ import annotations
