@@ -191,8 +191,10 @@ class SummedFedEM(FedEM):
         server["grow.rounds"] = server.get("grow.rounds", np.zeros(())) + 1
         refined = int(server["refined"])
         splittable = bool((counts[live] >= 2 * least - 0.5).any())
+        growing = len(centres) > int(server.get("grow.live", 0))  # splits that left too few records die: no churn
+        server["grow.live"] = np.array(len(centres))
         if refined == 0 and len(centres) < K * self.split_factor and int(server["grow.rounds"]) <= MAX_SPLITS \
-                and splittable:
+                and splittable and growing:
             cov = triu_unpack(S2[live], d) / R[live, None, None] - centres[:, :, None] * centres[:, None, :]
             lam, V = np.linalg.eigh((cov + np.swapaxes(cov, -1, -2)) / 2)
             order = np.argsort(-(R[live] * np.trace(cov, axis1=1, axis2=2)), kind="stable")
@@ -212,7 +214,8 @@ class SummedFedEM(FedEM):
         # seeded: the last round's centres sat in the first K slots, where the devices' contributions now are
         for name in ("R", "S1", "S2", "H"):
             server["support" if name == "H" else name] = np.array(server.pop(f"grow.{name}")[:K], dtype=float)
-        server.pop("grow.C", None)
+        for key in ("grow.C", "grow.live"):
+            server.pop(key, None)
         for key in ("last.centres", "last.live", "last.span"):
             server.pop(key, None)
         server["stage"] = np.array(1)
