@@ -167,11 +167,10 @@ def simulate(loop: Rounds, pool: ClientPool, weight: np.ndarray, rounds: int, ho
     weights). Returns the hooks, with each round's seconds."""
     hooks = hooks or Hooks()
     everyone = np.arange(loop.n_clients)
-    seeding = 0
-    while seeding < (64 if everyone_while is not None else int(everyone_first)) and (
-            everyone_while is None or everyone_while(loop.broadcast)):
+    for _ in range(64 if everyone_while is not None else int(everyone_first)):
+        if everyone_while is not None and not everyone_while(loop.broadcast):
+            break
         _round(loop, pool, weight, everyone, hooks)
-        seeding += 1
     for _ in range(rounds):
         _round(loop, pool, weight, loop.sample(), hooks)
     return hooks

@@ -90,10 +90,14 @@ def global_standardisation(
     sumsq = np.sum([s[2] for s in summaries], axis=0)
     mean = total / n
     var = np.maximum(sumsq / n - mean**2, 0.0)
-    scale = np.sqrt(var)
-    zero = scale <= min_scale * np.maximum(1.0, np.abs(mean))
-    scale = np.where(zero, 1.0, scale)
-    return mean, scale, zero
+    zero = constant(mean, np.sqrt(var), min_scale)
+    return mean, np.where(zero, 1.0, np.sqrt(var)), zero
+
+
+def constant(mean: np.ndarray, scale: np.ndarray, min_scale: float = 1e-12) -> np.ndarray:
+    """The features the federation's records do not vary on (their scale a negligible share of their mean):
+    standardised with scale 1."""
+    return np.asarray(scale) <= min_scale * np.maximum(1.0, np.abs(mean))
 
 
 @dataclass

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from models.detection.attacks import NO_ADVERSARIES, Adversaries
-from models.detection.preprocessing import Moments, Preprocessor, signed_log1p
+from models.detection.preprocessing import Moments, Preprocessor, constant, signed_log1p
 from models.detection.screening import Guard, crossing, tail_of, value_bound, weight_caps
 from models.detection.threshold import EDGES, Tail
 from models.private.transport import SecureTransport
@@ -69,7 +69,7 @@ def private_clients(parts: list[np.ndarray], feature_names: list[str], guard: Gu
     centred = second(everyone, {"c2": weight[:, None] * (m2 - 2 * mean * m1 + mean**2)})["c2"][0]
     transport.phase_bytes += (first.sent[0] + second.sent[0]) * len(parts)  # the phase's bytes count as the job's
     scale = np.sqrt(np.maximum(centred / W, 0.0))
-    scale = np.where(scale <= 1e-12 * np.maximum(1.0, np.abs(mean)), 1.0, scale)
+    scale = np.where(constant(mean, scale), 1.0, scale)
     pre = Preprocessor(list(feature_names), np.ones(d, bool), mean, scale)
     X = [(t - mean) / scale for t in T]
     return Clients(pre, X, weight, caps, count)

@@ -24,6 +24,7 @@ import numpy as np
 
 from models.core.aggregation import trimmed_weighted_mean, winsorized_weighted_mean
 from models.core.pipeline import CAP_LEVEL, CAP_SCALE, cap_weights
+from models.detection.preprocessing import constant
 from models.detection.threshold import EDGES, TAIL_SPAN, TAIL_STEP, Tail, quantile_from_histogram
 
 #: |signed_log1p(x)| for every finite float64 x is below this: a larger transformed value is a lie
@@ -155,7 +156,7 @@ def robust_standardisation(count: np.ndarray, total: np.ndarray, sumsq: np.ndarr
     mean = (share * means).sum(axis=0)
     second = var + (means - mean) ** 2  # each device's second moment around the federation's mean
     scale = np.sqrt((share * second).sum(axis=0))
-    scale = np.where(scale <= min_scale * np.maximum(1.0, np.abs(mean)), 1.0, scale)
+    scale = np.where(constant(mean, scale, min_scale), 1.0, scale)
     # the device computes its C_i from raw sums too: allow for the rounding of sum x^2 - n mean^2
     rounding = 1e-9 * (means**2 + var + mean**2)
     return mean, scale, (second + rounding) / scale**2

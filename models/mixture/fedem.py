@@ -180,13 +180,9 @@ class FedEM(FederatedAlgorithm):
             if seeding:
                 R, S1, S2 = self._local_clusters(X, np.random.default_rng(int(data["seed"][b])))
                 ll = 0.0
-            elif int(broadcast["stage"]) == 2:  # a k-means round: every record to its nearest mean
-                assert m is not None
-                R, S1, S2 = hard_stats(X, nearest(X, m.means), self.components)
-                ll = 0.0
             else:
                 assert m is not None
-                R, S1, S2, ll = e_step(X, m)
+                R, S1, S2, ll = self.round_statistics(X, m, int(broadcast["stage"]))
             Rs.append(R / n)
             S1s.append(S1 / n)
             S2s.append(S2 / n)
@@ -195,6 +191,15 @@ class FedEM(FederatedAlgorithm):
         if self.float32:
             up = {k: v.astype(np.float32) for k, v in up.items()}
         return {"nll": np.array(nll)}, up
+
+    def round_statistics(self, X: np.ndarray, m: Mixture,
+                         stage: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
+        """A training round's statistics of a device's records under the broadcast mixture, and their
+        log-likelihood: in a k-means round (stage 2) every record to its nearest mean (log-likelihood 0), else the
+        E-step."""
+        if stage == 2:
+            return (*hard_stats(X, nearest(X, m.means), self.components), 0.0)
+        return e_step(X, m)
 
     def _local_clusters(self, X: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Statistics of the device's own k-means clusters of at least min_cluster records each (the

@@ -41,7 +41,7 @@ from models.core.federated import State, SupportView
 from models.core.pipeline import CAP_LEVEL, CAP_SCALE, cap_weights
 from models.mixture.control import SUPPORT_SHARE
 from models.mixture.fedem import FedEM, broadcast_of, mixture_of
-from models.mixture.gmm import Mixture, e_step, hard_stats, kmeans, m_step, nearest, triu_unpack
+from models.mixture.gmm import Mixture, hard_stats, kmeans, m_step, nearest, triu_unpack
 
 #: the broadcast stage of a seeding round (FedEM's own: 0 seeding, 1 EM, 2 k-means)
 GROW = 3
@@ -107,12 +107,7 @@ class SummedFedEM(FedEM):
                 R, S1, S2 = hard_stats(X, live[nearest(X, broadcast["centres"][live])], slots)
                 counts[b] = R
             else:
-                m = mixture_of(broadcast)
-                if stage == 2:
-                    R, S1, S2 = hard_stats(X, nearest(X, m.means), K)
-                    ll = 0.0
-                else:
-                    R, S1, S2, ll = e_step(X, m)
+                R, S1, S2, ll = self.round_statistics(X, mixture_of(broadcast), stage)
                 nll[b] = -ll / n
                 R, S1, S2 = _pad(R, slots), _pad(S1, slots), _pad(S2, slots)
             new["R"][b], new["S1"][b], new["S2"][b] = w * R / n, w * S1 / n, w * S2 / n

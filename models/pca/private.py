@@ -49,13 +49,9 @@ def simulate_private_pca(train_parts: list[np.ndarray], X_test: np.ndarray, y_te
     secure = SecureTransport({"C": VALUE_BOUND**2, "w": 1.0}, largest_weight(clients.caps, clients.claimed),
                              dropout, seed + 5)
     total = secure(np.arange(n), {"C": clients.weight[:, None] * moments, "w": clients.weight})
-    pooled = np.zeros((d, d))
-    pooled[upper] = total["C"][0] / float(total["w"][0])
-    pooled = pooled + np.triu(pooled, 1).T
-    Z = top_eigvecs(pooled, rank)[1]
-    exact = np.zeros((d, d))  # what the sum would be without fixed point: the simulator's yardstick
-    exact[upper] = np.einsum("b,bi->i", clients.weight, moments) / clients.weight.sum()
-    reference = top_eigvecs(exact + np.triu(exact, 1).T, rank)[1]
+    Z = top_eigvecs(symmetric(total["C"][0] / float(total["w"][0]), d), rank)[1]
+    # what the sum would be without fixed point: the simulator's yardstick
+    reference = top_eigvecs(symmetric(clients.weight @ moments / clients.weight.sum(), d), rank)[1]
     histograms = [sparse_histogram(residuals(x, Z)) for x in clients.X]
     threshold, _ = private_tail(histograms, clients.weight, quantile, 0.0, ledger)
     det = PCADetector.from_model(Z, clients.preprocessor, threshold, None, quantile=quantile)
@@ -70,3 +66,10 @@ def simulate_private_pca(train_parts: list[np.ndarray], X_test: np.ndarray, y_te
            **detection_report(y_test, det.score_samples(X_test), threshold)}
     out["subspace_distance"] = subspace_distance(Z, reference)  # the secure sum's fixed-point error, nothing else
     return out
+
+
+def symmetric(upper: np.ndarray, d: int) -> np.ndarray:
+    """The symmetric d x d matrix whose upper triangle (np.triu_indices order) is `upper`."""
+    out = np.zeros((d, d))
+    out[np.triu_indices(d)] = upper
+    return out + np.triu(out, 1).T

@@ -73,7 +73,3 @@ class SecureTransport:
             out[k] = (total[at: at + size] * self.scales[k]).reshape(1, *shapes[k])
             at += size
         return out
-
-    def plaintext_bytes(self, uploads: State) -> int:
-        """What one device's upload weighs as float32 values (plaintext mode's encoding)."""
-        return int(sum(4 * np.asarray(v[0]).size for v in uploads.values()))
