@@ -11,6 +11,7 @@ is left out and counted (`dropped["record"]`), never a reason to refuse the upda
 from __future__ import annotations
 
 import hashlib
+import ipaddress
 import json
 import math
 from collections import Counter
@@ -35,6 +36,17 @@ EXPLANATION_CHARS = 4096
 def _text(flow: dict[str, Any] | None, key: str) -> str | None:
     v = (flow or {}).get(key)
     return str(v)[:64] if v is not None else None
+
+
+def canonical_address(text: str | None) -> str | None:
+    """An address as it is stored and searched: an IP address in its one canonical text (IPv6 compressed, lower
+    case), so that 2001:DB8:0::1 and 2001:db8::1 find the same flows; any other text as it was given."""
+    if text is None:
+        return None
+    try:
+        return str(ipaddress.ip_address(text))
+    except ValueError:
+        return text
 
 
 def record_rows(update: dict[str, Any], raw: Any, earliest: float, latest: float,
@@ -78,7 +90,8 @@ def record_rows(update: dict[str, Any], raw: Any, earliest: float, latest: float
                     "alert_id": update["id"], "device_id": update["device_id"],
                     "incident_id": update.get("incident_id"), "ts": when, "score": score,
                     "threshold": update["threshold"], "explanation": explanation, "flow": flow,
-                    "uid": _text(flow, "uid"), "orig_h": _text(flow, "id.orig_h"), "resp_h": _text(flow, "id.resp_h"),
+                    "uid": _text(flow, "uid"), "orig_h": canonical_address(_text(flow, "id.orig_h")),
+                    "resp_h": canonical_address(_text(flow, "id.resp_h")),
                     "suppression_id": None})
     if lost and dropped is not None:
         dropped["record"] += lost
@@ -115,6 +128,7 @@ def find_records(session: Session, *, incident: str | None = None, device: str |
     if uid is not None:
         q = q.where(FlaggedRecord.uid == uid)
     if ip is not None:
+        ip = canonical_address(ip)
         q = q.where(or_(FlaggedRecord.orig_h == ip, FlaggedRecord.resp_h == ip))
     if since is not None:
         q = q.where(FlaggedRecord.ts >= since)
