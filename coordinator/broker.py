@@ -174,7 +174,7 @@ class EmbeddedBroker:
         self._thread.start()
 
         async def _start(config: dict[str, Any]) -> None:
-            self._broker = _size_limited_broker(self.max_packet)(config)
+            self._broker = _broker_class(self.max_packet, self.username, set(self.passwords))(config)
             await self._broker.start()
 
         for attempt in range(5):  # a free port can be taken between choosing and binding it (tests beside load)
@@ -219,11 +219,25 @@ class PacketTooLargeError(Exception):
     """Ends the connection of a client sending a packet over the limit."""
 
 
-def _size_limited_broker(limit: int) -> Any:
-    """amqtt's Broker refusing packets over `limit` bytes: amqtt 0.12 has no such setting (Mosquitto's
-    max_packet_size). amqtt reads a packet's body in one read of its announced length, so a read over
-    the limit is refused before the bytes are buffered, and the sender's connection ends."""
+def _broker_class(limit: int, coordinator: str, devices: set[str]) -> Any:
+    """amqtt's Broker with what the deployed Mosquitto does and amqtt 0.12 does not:
+
+    - packets over `limit` bytes are refused (Mosquitto's max_packet_size): amqtt reads a packet's body in one
+      read of its announced length, so a read over the limit is refused before the bytes are buffered, and the
+      sender's connection ends;
+    - a client is authenticated before its CONNECT touches any session. amqtt deletes the session of the client
+      id a CONNECT names (clean session), or copies the newcomer's credentials into it, and takes over its live
+      connection, all before it checks the password: anyone who reaches the port could end the coordinator's
+      connection by naming its client id. Here a CONNECT that fails authentication is answered "not
+      authorised" and closed with every session untouched;
+    - a device's client id is its username (Mosquitto's use_username_as_clientid, deploy/mosquitto): whatever
+      id a device names, it gets its own session, never the coordinator's or another device's. The coordinator's
+      credentials may name any client id but a device's."""
     from amqtt.broker import Broker
+    from amqtt.errors import AMQTTError, MQTTError, NoDataError
+    from amqtt.mqtt.connack import NOT_AUTHORIZED, ConnackPacket
+    from amqtt.mqtt.protocol.broker_handler import BrokerProtocolHandler
+    from amqtt.utils import gen_client_id
 
     class _Reader:
         def __init__(self, reader: asyncio.StreamReader, peer: Any):
@@ -242,13 +256,57 @@ def _size_limited_broker(limit: int) -> Any:
         def feed_eof(self) -> None:
             self._reader.feed_eof()
 
-    class SizeLimitedBroker(Broker):
+    class FedSentryBroker(Broker):
         async def stream_connected(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
                                    listener_name: str) -> None:
             reader_proxy: Any = _Reader(reader, writer.get_extra_info("peername"))
             await super().stream_connected(reader_proxy, writer, listener_name)
 
-    return SizeLimitedBroker
+        async def _refuse(self, session: Any, writer: Any, why: str) -> None:
+            log.warning("embedded broker: refused client id %r (user %r): %s", session.client_id,
+                        session.username, why)
+            await ConnackPacket.build(0, NOT_AUTHORIZED).to_stream(writer)
+            await writer.close()
+            raise AMQTTError(why)
+
+        async def _initialize_client_session(self, reader: Any, writer: Any, remote_address: str,
+                                             remote_port: int) -> tuple[Any, Any]:
+            # amqtt 0.12's own steps (Broker._initialize_client_session), with the checks above before the
+            # first one that touches a stored session
+            try:
+                handler, session = await BrokerProtocolHandler.init_from_connect(reader, writer, self.plugins_manager)
+            except MQTTError:
+                await writer.close()
+                raise
+            except NoDataError as exc:
+                raise AMQTTError(exc) from exc
+            if not await self._authenticate(session, None):
+                await self._refuse(session, writer, "not authenticated")
+            if session.username != coordinator:
+                session.client_id = session.username
+            elif session.client_id in devices:
+                await self._refuse(session, writer, "a device's client id")
+            if session.clean_session:
+                if session.client_id:
+                    await self._delete_session(session.client_id)
+                else:
+                    session.client_id = gen_client_id()
+                session.parent = 0
+            elif session.client_id in self._sessions:
+                existing, _ = self._sessions[session.client_id]
+                for name in ("will_flag", "will_message", "will_topic", "will_qos", "keep_alive", "username",
+                             "password"):
+                    setattr(existing, name, getattr(session, name))
+                session = existing
+                session.parent = 1
+            else:
+                session.parent = 0
+            delay = self.config.get("timeout-disconnect-delay", 0)
+            if session.keep_alive > 0 and isinstance(delay, int):
+                session.keep_alive += delay
+            return handler, session
+
+    return FedSentryBroker
 
 
 class Mosquitto:

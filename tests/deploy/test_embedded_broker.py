@@ -188,3 +188,59 @@ def test_a_healthy_start_logs_no_error(caplog):
             broker.stop()
     errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
     assert not errors, [r.getMessage() for r in errors]
+
+
+def test_no_client_takes_another_clients_session(embedded):
+    """amqtt alone deletes or takes over the session of the client id a CONNECT names before it checks the
+    password: a wrong password, or a device's credentials, under the coordinator's client id ended the
+    coordinator's connection. Here such a CONNECT is refused (or, for a device, gets the device's own session,
+    as Mosquitto's use_username_as_clientid gives it), and the coordinator keeps its connection and its
+    subscriptions."""
+    import paho.mqtt.client as mqtt
+
+    def client(client_id: str, user: str | None, password: str | None, clean: bool = True):
+        c = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=client_id, clean_session=clean)
+        if user:
+            c.username_pw_set(user, password)
+        answer: dict = {}
+        c.on_connect = lambda cl, u, flags, reason, props=None: answer.setdefault("reason", reason)
+        c.connect("127.0.0.1", embedded.port)
+        c.loop_start()
+        wait_until(lambda: "reason" in answer, 10, f"the broker's answer to {client_id}")
+        return c, answer["reason"]
+
+    coordinator, reason = client(embedded.username, embedded.username, embedded.password, clean=False)
+    assert not reason.is_failure
+    lost: list[object] = []
+    coordinator.on_disconnect = lambda *a: lost.append(a)
+    heard: list[bytes] = []
+    coordinator.on_message = lambda c, u, m: heard.append(m.payload)
+    coordinator.subscribe(agent_topic("+", "status"), qos=1)
+    b, reason = client("dev-b", "dev-b", embedded.passwords["dev-b"])
+    assert not reason.is_failure
+    b_lost: list[object] = []
+    b.on_disconnect = lambda *a: b_lost.append(a)
+    time.sleep(0.3)
+    try:
+        attempts = [(embedded.username, None, None, True), (embedded.username, "dev-a", "wrong", True),
+                    (embedded.username, "dev-a", "wrong", False), ("dev-b", "stranger", "x", True),
+                    (embedded.username, "dev-a", embedded.passwords["dev-a"], True),
+                    ("dev-b", "dev-a", embedded.passwords["dev-a"], True)]
+        for client_id, user, password, clean in attempts:
+            c, reason = client(client_id, user, password, clean)
+            if user == "dev-a" and password == embedded.passwords["dev-a"]:
+                assert not reason.is_failure  # a device connects: under its own id
+                c.publish(agent_topic("dev-a", "status"), b"a", qos=1).wait_for_publish(10)
+            else:
+                assert reason.is_failure, (client_id, user)
+            c.disconnect()
+            c.loop_stop()
+        thief, reason = client(embedded.username, "dev-b", embedded.passwords["dev-b"])  # dev-b's own session moves
+        thief.disconnect()
+        thief.loop_stop()
+        time.sleep(0.5)
+        assert not lost, "a client that was not the coordinator ended the coordinator's connection"
+        b.publish(agent_topic("dev-b", "status"), b"b", qos=1)  # dev-b reconnects (paho) and publishes
+        wait_until(lambda: b"a" in heard and b"b" in heard, 10, "the coordinator's subscription to still deliver")
+    finally:
+        close(coordinator, b)
