@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 from typing import Any
 
@@ -97,9 +98,13 @@ def run_serve(args: argparse.Namespace) -> int:
             raise UsageError(str(e)) from None
     app = create_app(settings)
     print(f"FedSentry dashboard on http://{args.host}:{args.port}/  (API docs: /docs)", file=sys.stderr, flush=True)
+    # SIGTERM (a service manager's stop) shuts uvicorn down gracefully; uvicorn then raises the signal again with
+    # the handler it found, which must not kill the process before the coordinator and the broker are closed
+    previous = signal.signal(signal.SIGTERM, lambda *a: None)
     try:
         uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
     finally:
+        signal.signal(signal.SIGTERM, previous)
         if coord:
             coord.close()
         if broker:

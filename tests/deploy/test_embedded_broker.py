@@ -244,3 +244,51 @@ def test_no_client_takes_another_clients_session(embedded):
         wait_until(lambda: b"a" in heard and b"b" in heard, 10, "the coordinator's subscription to still deliver")
     finally:
         close(coordinator, b)
+
+
+def test_serve_starts_without_an_error_and_leaves_no_secret_behind_on_sigterm(tmp_path):
+    """`fedsentry serve` as a service manager runs it: a healthy start prints no ERROR nor traceback, an agent's
+    port probe included; SIGTERM ends it within seconds, with status 0, and leaves nothing in the temporary
+    directory (the broker's passwords live in the state folder only, 0700 with 0600 files)."""
+    import os
+    import signal
+    import socket
+    import subprocess
+    import sys
+    import urllib.request
+
+    from coordinator.broker import free_port
+
+    tmp, state, port = tmp_path / "tmp", tmp_path / "state", free_port()
+    tmp.mkdir()
+    env = {**os.environ, "TMPDIR": str(tmp)}
+    errors = tmp_path / "stderr.txt"
+    with errors.open("w") as err:
+        proc = subprocess.Popen([sys.executable, "-m", "fedsentry.cli", "serve", "--port", str(port), "--db",
+                                 f"sqlite:///{tmp_path}/x.db", "--state-dir", str(state), "--enrol", "dev-a"],
+                                stdout=subprocess.DEVNULL, stderr=err, env=env)
+    try:
+        def healthy() -> bool:
+            try:
+                return urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=2).status == 200
+            except OSError:
+                return False
+
+        wait_until(healthy, 60, "serve to answer /healthz")
+        broker_port = int((state / "broker.url").read_text().strip().rsplit(":", 1)[1])
+        with socket.create_connection(("127.0.0.1", broker_port)):  # a health check that sends no MQTT
+            pass
+        client, reason = connect_client(broker_port, "dev-a", (state / "dev-a.password").read_text().strip())
+        assert reason is not None and not reason.is_failure
+        close(client)
+        time.sleep(0.5)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    said = errors.read_text()
+    assert "ERROR" not in said and "Traceback" not in said, said
+    assert list(tmp.iterdir()) == []
+    assert stat.S_IMODE(state.stat().st_mode) == 0o700
+    assert all(stat.S_IMODE(f.stat().st_mode) == 0o600 for f in state.iterdir()), sorted(state.iterdir())
