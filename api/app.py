@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import logging
+import threading
 from importlib.metadata import version
 from pathlib import Path
+from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -58,6 +61,7 @@ def create_app(settings: Settings | None = None, sessions=None) -> FastAPI:
                               "Every route needs an API key (`Authorization: Bearer <key>`) except /healthz.",
                   docs_url=None, redoc_url=None, default_response_class=SafeJSONResponse)
     app.state.settings, app.state.sessions = settings, sessions
+    _resume_suppressions(sessions)
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
@@ -81,3 +85,16 @@ def create_app(settings: Settings | None = None, sessions=None) -> FastAPI:
     except ImportError:  # the recommendation models are not installed
         pass
     return app
+
+
+def _resume_suppressions(sessions: Any) -> None:
+    """Finish, in the background, the retroactive suppression rules a stopped server left half applied."""
+    from store.suppress import resume_retroactive
+
+    def run() -> None:
+        try:
+            resume_retroactive(sessions)
+        except Exception:  # the server serves on; the rule stays "running" for the next start
+            logging.getLogger("fedsentry.api").exception("resuming retroactive suppression rules failed")
+
+    threading.Thread(target=run, name="retroactive-rules", daemon=True).start()

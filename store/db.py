@@ -230,6 +230,10 @@ class Suppression(Base):
     match: Mapped[dict[str, Any]] = mapped_column(JSON)
     retroactive: Mapped[int] = mapped_column(BigInteger, default=0)  # alerts and records it marked when created
     held: Mapped[int] = mapped_column(BigInteger, default=0)  # alerts and records it held at ingestion since
+    # a retroactive rule's application (store.suppress.apply_retroactive): "" (none), "running" or "done", and
+    # where it is ("alerts:<id>", "records:<id>")
+    retro_state: Mapped[str] = mapped_column(String(16), default="", server_default="")
+    retro_cursor: Mapped[str | None] = mapped_column(String(100), nullable=True)
 
 
 class FlaggedRecord(Base):

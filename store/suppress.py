@@ -8,6 +8,12 @@ flagged records it matches are stored marked (`suppression_id`) and hidden from 
 for. An incident update is held back when every record it carries is (one without records: when its own flow
 is). A rule can expire; removing it is recorded (who, when), never deleted; created with `retroactive`, it also
 moves the matching stored alerts of the last RETRO_DAYS days and marks their records, and says how many.
+
+A retroactive rule is applied after it is made, RETRO_BATCH rows a transaction (`apply_retroactive`), never in
+the request that makes it: a month of alerts took minutes in one transaction, which held the roll-up rows that
+ingestion writes too. The rule's `retro_state` says "running" until it is done, `retro_cursor` where it is (so
+that a restarted server goes on where it stopped: `resume_retroactive`), and `retroactive` counts what it moved
+so far. Every step counts only rows it changed, so two processes applying one rule count each row once.
 """
 
 from __future__ import annotations
@@ -21,7 +27,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import delete, select, update
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, sessionmaker
 
 from store.db import Alert, FlaggedRecord, SuppressedAlert, Suppression, utcnow
 from store.records import insert_for, store_records
@@ -183,51 +189,76 @@ def store_held(session: Session, rows: list[dict[str, Any]]) -> None:
 
 def create(session: Session, match: Match, reason: str, by: str, expires: datetime | None = None,
            retroactive: bool = False) -> Suppression:
-    """A new rule (and, retroactive, the stored alerts and records of the last RETRO_DAYS days it matches moved
-    and marked; `retroactive` on the rule says how many)."""
+    """A new rule; `retroactive`: marked to be applied to the stored alerts and records of the last RETRO_DAYS
+    days (`apply_retroactive`, after the caller commits)."""
     if not (reason and reason.strip() and len(reason) <= 500):
         raise ValueError("reason: say why (at most 500 characters)")
     if expires is not None and expires <= utcnow():
         raise ValueError("expires: must be in the future")
     rule = Suppression(id=uuid.uuid4().hex, reason=reason.strip(), created=utcnow(), created_by=by[:64],
-                       expires=expires, match=match.to_json(), retroactive=0, held=0)
+                       expires=expires, match=match.to_json(), retroactive=0, held=0,
+                       retro_state=RUNNING if retroactive else "", retro_cursor=f"{ALERTS}:" if retroactive else None)
     session.add(rule)
     session.flush()
-    if retroactive:
-        rule.retroactive = _apply(session, rule.id, match)
     return rule
 
 
-def _apply(session: Session, rule: str, match: Match) -> int:
-    """Move the matching alerts of the last RETRO_DAYS days to suppressed_alerts and mark matching records."""
-    since, moved, after = utcnow() - timedelta(days=RETRO_DAYS), 0, ""
-    while True:  # alerts, a batch at a time (an index on ts and id bounds each pass)
+RUNNING, DONE = "running", "done"
+ALERTS, RECORDS = "alerts", "records"
+
+
+def apply_retroactive(sessions: sessionmaker[Session], rule_id: str) -> int:
+    """Apply a retroactive rule to what is stored, a batch a transaction, until it is done (or removed); how many
+    alerts and records it moved or marked in all."""
+    while True:
+        with sessions.begin() as session:
+            rule = session.get(Suppression, rule_id, with_for_update=session.get_bind().dialect.name != "sqlite")
+            if rule is None or rule.retro_state != RUNNING or rule.removed is not None:
+                return rule.retroactive if rule is not None else 0
+            step(session, rule)
+
+
+def resume_retroactive(sessions: sessionmaker[Session]) -> int:
+    """Finish the retroactive rules a stopped process left running; how many there were."""
+    with sessions() as session:
+        ids = list(session.scalars(select(Suppression.id).where(Suppression.retro_state == RUNNING,
+                                                                Suppression.removed.is_(None))))
+    for rule_id in ids:
+        apply_retroactive(sessions, rule_id)
+    return len(ids)
+
+
+def step(session: Session, rule: Suppression) -> None:
+    """One batch of a retroactive rule: the next RETRO_BATCH alerts (moved to suppressed_alerts) or, once they
+    are done, flagged records (marked), after the rule's cursor; done when both are."""
+    match, since = Match(**rule.match), rule.created - timedelta(days=RETRO_DAYS)
+    phase, _, after = (rule.retro_cursor or f"{ALERTS}:").partition(":")
+    if phase == ALERTS:
         q = select(Alert).where(Alert.ts >= since, Alert.id > after).order_by(Alert.id).limit(RETRO_BATCH)
         if match.device is not None and not match.device.endswith("*"):
             q = q.where(Alert.device_id == match.device)
         batch = list(session.scalars(q))
-        if not batch:
-            break
-        after = batch[-1].id
         hit = [a for a in batch if a.incident_id is None and match.matches(a.device_id, a.flow, a.explanation)]
         if hit:
-            _insert_held(session, [{**{k: getattr(a, k) for k in _ALERT_COLUMNS}, "suppression_id": rule}
-                                   for a in hit])
+            moved = _insert_held(session, [{**{k: getattr(a, k) for k in _ALERT_COLUMNS}, "suppression_id": rule.id}
+                                           for a in hit])
             session.execute(delete(Alert).where(Alert.id.in_([a.id for a in hit])))
-            moved += len(hit)
-    marked, after = 0, ""
-    while True:
-        rq = select(FlaggedRecord).where(FlaggedRecord.ts >= since, FlaggedRecord.suppression_id.is_(None),
-                                         FlaggedRecord.id > after).order_by(FlaggedRecord.id).limit(RETRO_BATCH)
-        records = list(session.scalars(rq))
-        if not records:
-            break
-        after = records[-1].id
-        ids = [r.id for r in records if match.matches(r.device_id, r.flow, r.explanation)]
-        if ids:
-            session.execute(update(FlaggedRecord).where(FlaggedRecord.id.in_(ids)).values(suppression_id=rule))
-            marked += len(ids)
-    return moved + marked
+            rule.retroactive += len(moved)
+        rule.retro_cursor = f"{ALERTS}:{batch[-1].id}" if batch else f"{RECORDS}:"
+        return
+    rq = select(FlaggedRecord).where(FlaggedRecord.ts >= since, FlaggedRecord.suppression_id.is_(None),
+                                     FlaggedRecord.id > after).order_by(FlaggedRecord.id).limit(RETRO_BATCH)
+    records = list(session.scalars(rq))
+    ids = [r.id for r in records if match.matches(r.device_id, r.flow, r.explanation)]
+    if ids:
+        done = session.execute(update(FlaggedRecord).where(FlaggedRecord.id.in_(ids),
+                                                           FlaggedRecord.suppression_id.is_(None))
+                               .values(suppression_id=rule.id))
+        rule.retroactive += int(getattr(done, "rowcount", 0) or 0)
+    if records:
+        rule.retro_cursor = f"{RECORDS}:{records[-1].id}"
+    else:
+        rule.retro_state, rule.retro_cursor = DONE, None
 
 
 def _insert_held(session: Session, rows: list[dict[str, Any]]) -> list[tuple[str, str]]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from fastapi import APIRouter, Depends, Path, Query
+from fastapi import APIRouter, BackgroundTasks, Depends, Path, Query, Request
 from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -37,7 +37,8 @@ class SuppressionIn(BaseModel):
     value_min: float | None = None
     value_max: float | None = None
     expires: datetime | None = Field(None, description="when the rule stops (without a UTC offset: UTC)")
-    retroactive: bool = Field(False, description="also hold back the matching alerts of the last 30 days")
+    retroactive: bool = Field(False, description="also hold back the matching alerts of the last 30 days (applied "
+                                                 "after the answer, a batch at a time: `retroactive_state`)")
 
 
 class SuppressionOut(BaseModel):
@@ -49,7 +50,10 @@ class SuppressionOut(BaseModel):
     expires: UtcTime | None
     removed: UtcTime | None
     removed_by: str | None
-    retroactive: int = Field(description="stored alerts and records it held back when created")
+    retroactive: int = Field(description="stored alerts and records it held back when created (so far, while "
+                                         "`retroactive_state` is running)")
+    retroactive_state: str = Field(description="'' (not retroactive), 'running' (being applied to what is stored) "
+                                               "or 'done'")
     held: int = Field(description="alerts it held back at ingestion since")
     active: bool
 
@@ -58,11 +62,14 @@ def _out(r: Suppression) -> SuppressionOut:
     active = suppress.state(r, utcnow()) == "active"
     return SuppressionOut(id=r.id, reason=r.reason, match=r.match, created=r.created, created_by=r.created_by,
                           expires=r.expires, removed=r.removed, removed_by=r.removed_by, retroactive=r.retroactive,
-                          held=r.held, active=active)
+                          retroactive_state=r.retro_state, held=r.held, active=active)
 
 
 @router.post("", response_model=SuppressionOut, status_code=201)
-def create(body: SuppressionIn, who: Caller = Depends(admin), db: Session = Depends(get_db)) -> SuppressionOut:
+def create(body: SuppressionIn, request: Request, background: BackgroundTasks, who: Caller = Depends(admin),
+           db: Session = Depends(get_db)) -> SuppressionOut:
+    """A rule applies to what arrives from now on; with `retroactive`, it is also applied to the stored alerts of
+    the last 30 days after the answer (`retroactive_state` "running" until it is done)."""
     fields = body.model_dump(exclude={"reason", "expires", "retroactive"})
     try:
         match = suppress.Match.parse(fields)
@@ -71,6 +78,8 @@ def create(body: SuppressionIn, who: Caller = Depends(admin), db: Session = Depe
     except ValueError as e:
         raise field_problem(e) from None
     db.commit()
+    if body.retroactive:
+        background.add_task(suppress.apply_retroactive, request.app.state.sessions, rule.id)
     return _out(rule)
 
 

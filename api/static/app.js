@@ -155,8 +155,9 @@ async function loadRecords(more) {
 function suppressionRow(r) {
   const tr = document.createElement("tr");
   const match = Object.entries(r.match).map(([k, v]) => `${esc(k)}=${esc(v)}`).join(" ");
-  const state = r.active ? (r.expires ? `active until ${esc(fmtTime(r.expires))}` : "active")
-    : (r.removed ? `removed by ${esc(r.removed_by || "?")}` : "expired");
+  const state = (r.active ? (r.expires ? `active until ${esc(fmtTime(r.expires))}` : "active")
+    : (r.removed ? `removed by ${esc(r.removed_by || "?")}` : "expired")) +
+    (r.retroactive_state === "running" ? ` <span class="badge">applying to stored alerts</span>` : "");
   const act = ADMIN && r.active ? ` <button data-unsuppress="${esc(r.id)}">remove</button>` : "";
   tr.innerHTML = `<td data-label="created">${esc(fmtTime(r.created))}</td><td data-label="by">${esc(r.created_by)}</td>` +
     `<td data-label="match" class="flow">${match}</td><td data-label="reason">${esc(r.reason)}</td>` +
@@ -186,10 +187,20 @@ async function addSuppression() {
   }
   const hours = parseFloat(val("#sup-hours"));
   if (!isNaN(hours)) body.expires = new Date(Date.now() + hours * 3600e3).toISOString();
-  const r = await post("/api/v1/suppressions", body);
-  $("#sup-result").textContent = body.retroactive ? `rule added; ${r.retroactive} stored alerts and records held back` : "rule added";
+  let r = await post("/api/v1/suppressions", body);
+  $("#sup-result").textContent = body.retroactive ? "rule added; applying it to the stored alerts…" : "rule added";
   await loadSuppressions();
   await refresh();
+  // a retroactive rule is applied after the answer, a batch at a time: follow it until it is done
+  while (body.retroactive && r && r.retroactive_state === "running") {
+    await new Promise((done) => setTimeout(done, 1000));
+    r = (await api("/api/v1/suppressions")).find((x) => x.id === r.id);
+  }
+  if (body.retroactive && r) {
+    $("#sup-result").textContent = `rule added; ${r.retroactive} stored alerts and records held back`;
+    await loadSuppressions();
+    await refresh();
+  }
 }
 
 // ---- false-positive feedback ----------------------------------------------------------------------------------------

@@ -53,6 +53,8 @@ def run_suppress(args: argparse.Namespace) -> int:
     from store.db import Suppression, utcnow
 
     transaction, by = analyst_transaction(args)
+    added: str | None = None
+    engine: Any = None
     with transaction as s:
         if args.action == "add":
             port = args.port or (None, None)
@@ -65,9 +67,7 @@ def run_suppress(args: argparse.Namespace) -> int:
             except ValueError as e:
                 field = str(e).partition(":")[0]
                 raise UsageError(f"{FLAGS.get(field, '--' + field)}: {e}") from None
-            print(f"added rule {rule.id}" + (f"; it held back {rule.retroactive} stored alerts and records"
-                                             if args.retroactive else ""), file=sys.stderr)
-            print(rule.id)
+            added, engine = rule.id, s.get_bind()
         elif args.action == "list":
             print("id\tcreated (UTC)\tby\tstate\theld\tmatch\treason")
             now = utcnow()
@@ -78,4 +78,11 @@ def run_suppress(args: argparse.Namespace) -> int:
                       f"\t{match}\t{r.reason}")
         else:
             removed(suppress.remove(s, args.id, by), "suppression rule", "suppress", args.id)
+    if added is not None:  # committed: applied to what is stored now, a batch a transaction
+        from store.db import session_factory
+
+        held = suppress.apply_retroactive(session_factory(engine), added) if args.retroactive else 0
+        print(f"added rule {added}" + (f"; it held back {held} stored alerts and records" if args.retroactive
+                                       else ""), file=sys.stderr)
+        print(added)
     return 0

@@ -95,7 +95,9 @@ def test_a_retroactive_rule_takes_stored_alerts_out_of_the_listings(soc):
                                                       "cidr": "10.0.0.0/8", "service": "SMB",
                                                       "feature": "dst_bytes", "value_min": 1e6,
                                                       "retroactive": True}, headers=admin).json()
-    assert rule["retroactive"] == 3  # cam-1's alerts to 10/8 (cam-2's stay: another device)
+    assert (rule["retroactive"], rule["retroactive_state"]) == (0, "running")  # applied after the answer
+    rule = next(r for r in client.get("/api/v1/suppressions", headers=viewer).json() if r["id"] == rule["id"])
+    assert (rule["retroactive"], rule["retroactive_state"]) == (3, "done")  # cam-1's alerts to 10/8, not cam-2's
     listed = client.get("/api/v1/anomalies", headers=viewer).json()["items"]
     assert {a["device_id"] for a in listed} == {"cam-2"}
     assert len(client.get(f"/api/v1/suppressions/{rule['id']}/alerts", headers=viewer).json()["items"]) == 3

@@ -14,9 +14,9 @@ import pytest
 from sqlalchemy import delete, func, select, text
 
 from store.alerts import alert_row, store_alerts
-from store.db import Alert, AlertTally, make_engine, migrate, session_factory
+from store.db import Alert, AlertTally, make_engine, migrate, session_factory, utcnow
 from store.rollup import DAY, HOUR, pieces
-from store.suppress import Match, create
+from store.suppress import Match, apply_retroactive, create
 from store.triage import (
     AlertFilter,
     acknowledge,
@@ -27,7 +27,8 @@ from store.triage import (
     unacknowledge,
 )
 
-NOW = datetime(2026, 11, 20, 12, 0, 0)
+#: noon yesterday: the alerts lie in the 6 days before it, within a retroactive rule's 30 days whenever this runs
+NOW = utcnow().replace(hour=12, minute=0, second=0, microsecond=0) - timedelta(days=1)
 DEVICES = ("cam-1", "cam-2", "cam_3", "gw-1", "sensor-1")
 
 
@@ -132,9 +133,10 @@ def test_rollups_answer_as_the_alerts_table_does(sessions, seed):
         acknowledge(s, "analyst", incident=incident)
         unacknowledge(s, "analyst", ids=[r["id"] for r in rng.sample(rows, 60)])
         _agree(s, rng)
-    with sessions.begin() as s:  # moves cam-1's single alerts to suppressed_alerts
+    with sessions.begin() as s:
         rule = create(s, Match(device="cam-1"), "known scanner", "analyst", retroactive=True)
-        assert rule.retroactive > 0
+    assert apply_retroactive(sessions, rule.id) > 0  # moves cam-1's single alerts to suppressed_alerts
+    with sessions.begin() as s:
         _agree(s, rng)
     with sessions.begin() as s:  # retention as the coordinator prunes, a deletion, a time corrected
         s.query(Alert).filter(Alert.ts < NOW - timedelta(days=4, hours=5)).delete()
