@@ -1,7 +1,8 @@
 """Forwarding stored alerts to a SOC: webhooks (HTTP POST, one JSON alert per request) and syslog servers
 (forward_syslog: RFC 5424 over UDP, or TCP with octet counting, each message within the destination's size).
 
-Each destination has its own thread, reading stored alerts in batches (never touching ingestion: alerts
+Each destination has its own thread (in one coordinator of those on a database: store.singleton), reading
+stored alerts in batches (never touching ingestion: alerts
 are read from the database after they are stored), sending them one by one, and recording each delivery
 in the database with the destination's cursor (the newest `received` time sent). A failure is retried with
 a doubling back-off (1 s .. 60 s); a stopped coordinator finishes the alert in flight and records it, so a
@@ -35,6 +36,7 @@ from sqlalchemy.orm import sessionmaker
 
 from coordinator import syslog
 from store.db import Alert, ForwardDelivery, ForwardDestination, utcnow
+from store.singleton import Singleton
 
 log = logging.getLogger("fedsentry.forward")
 BATCH = 100  # alerts read per query
@@ -250,8 +252,12 @@ class Forwarder:
     def _run(self, dest: Destination, dest_id: str) -> None:
         delay = BACKOFF[0]
         attempts: dict[str, int] = {}
+        alone = Singleton(self.sessions.kw["bind"], f"forwarding to {dest.label} ({dest_id[:12]})")
         while not self.stop_event.is_set():
             try:
+                if not alone.held():  # another coordinator on this database sends to this destination
+                    self.stop_event.wait(alone.recheck)
+                    continue
                 rows = self.pending(dest_id)
                 if not rows:
                     self.stop_event.wait(POLL)
@@ -270,4 +276,5 @@ class Forwarder:
                 log.exception("forwarding to %s: unexpected error (retrying in %.0f s)", dest.label, delay)
             self.stop_event.wait(delay)
             delay = min(delay * 2, BACKOFF[1])
+        alone.release()
         dest.close()

@@ -33,6 +33,7 @@ from models.families import LEGACY_JOBS, family, job_spec
 from store.db import Alert, Device, FlaggedRecord, Job, Rejection, Round, make_engine, migrate, session_factory, utcnow
 from store.jobs import create_job
 from store.records import insert_for
+from store.singleton import Singleton
 from wire.mqtt import make_client, parse_broker_url
 from wire.protocol import (
     AGENT_SUBSCRIPTIONS,
@@ -80,6 +81,9 @@ class Coordinator:
         self.engine = make_engine(db)
         self._connect_db()
         self.sessions = session_factory(self.engine)
+        #: what one coordinator of those on this database does alone
+        self.alone = {"retention": Singleton(self.engine, "retention"),
+                      "publishing": Singleton(self.engine, "publishing promoted models and feedback")}
         self.inbox: queue.Queue[tuple[str, bytes, int, int]] = queue.Queue()
         self.jobs: dict[str, JobRunner] = {}
         self.rejected: Counter[str] = Counter()
@@ -158,6 +162,8 @@ class Coordinator:
         self._flush_rejections()
         if self.forwarder:
             self.forwarder.stop()
+        for lock in self.alone.values():
+            lock.release()
         self.client.disconnect()
         self.client.loop_stop()
         self.engine.dispose()
@@ -220,7 +226,8 @@ class Coordinator:
         before = set(self.jobs)
         self._claim_jobs()
         self._flush_rejections()
-        published = publish_promoted(self.sessions, self.publish) + publish_feedback(self.sessions, self.publish)
+        published = (publish_promoted(self.sessions, self.publish) + publish_feedback(self.sessions, self.publish)
+                     if self.alone["publishing"].held() else 0)
         self._prune()
         started = False
         for job_id, runner in list(self.jobs.items()):
@@ -272,7 +279,7 @@ class Coordinator:
 
     def _prune(self) -> None:
         """Retention: drop anomalies and per-round metrics older than retention_days (checked hourly)."""
-        if self.retention_days is None or time.monotonic() - self._pruned < 3600:
+        if self.retention_days is None or time.monotonic() - self._pruned < 3600 or not self.alone["retention"].held():
             return
         self._pruned = time.monotonic()
         cutoff = utcnow() - timedelta(days=self.retention_days)

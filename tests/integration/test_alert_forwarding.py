@@ -197,3 +197,33 @@ def test_a_hanging_webhook_never_holds_up_ingestion(broker, tmp_path):
     finally:
         c.close()
         hook.close()
+
+
+def test_two_coordinators_on_one_database_send_each_alert_once(broker, postgres_url, monkeypatch):
+    """Both store what the devices publish (once: by id), and one of them forwards it (store.singleton): two
+    coordinators sent every alert twice. When the one forwarding stops, another takes over where it stopped."""
+    monkeypatch.setattr(forward, "BACKOFF", (0.2, 1.0))
+    hook = WebhookReceiver(delay=0.002)
+
+    def coordinator(i: int) -> Coordinator:
+        c = Coordinator(broker.url, postgres_url, client_id=f"fedsentry-coordinator-{i}",
+                        forward=[Webhook(hook.url)]).start()
+        wait_until(c.connected.is_set, 10, "coordinator connected")
+        return c
+
+    running = [coordinator(0), coordinator(1)]
+    expected: set[str] = set()
+    try:
+        for phase in range(3):
+            batch = alerts(120)
+            publish(broker.url, f"dev-{phase}", batch)
+            expected |= {a["id"] for a in batch}
+            assert_once_each(expected, hook)
+            if phase == 0:  # one of the two stops; then the other, with a third started: someone took over
+                running.pop(0).close()
+            elif phase == 1:
+                running.append(coordinator(2))
+                running.pop(0).close()
+    finally:
+        for c in running:
+            c.close()
