@@ -35,7 +35,7 @@ from store.records import insert_for, store_records
 #: how far back a retroactive rule reaches
 RETRO_DAYS = 30
 #: rows read per pass when a rule is applied retroactively
-RETRO_BATCH = 5000
+RETRO_BATCH = 1000
 _ALERT_COLUMNS = [c.key for c in Alert.__table__.columns]
 
 
