@@ -276,6 +276,7 @@ class DetectorJob(JobRunner):
             self.fail(f"the model failed its sanity check and is not promoted: {e}")
             return threshold
         with self.sessions.begin() as s:
+            self.fence(s)
             version = s.query(ModelVersion).filter_by(job_id=self.job_id).count() + 1
             s.add(ModelVersion(job_id=self.job_id, version=version, type=self.type, round=self.spec.rounds,
                                arrays=pack(arrays), info={**info, **self.model_info(answered, weights)},

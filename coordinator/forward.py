@@ -36,7 +36,7 @@ from sqlalchemy.orm import sessionmaker
 
 from coordinator import syslog
 from store.db import Alert, ForwardDelivery, ForwardDestination, utcnow
-from store.singleton import Singleton
+from store.singleton import Locks
 
 log = logging.getLogger("fedsentry.forward")
 BATCH = 100  # alerts read per query
@@ -167,8 +167,11 @@ class Webhook:
 class Forwarder:
     """One thread per destination, sending every alert stored since the destination was first configured."""
 
-    def __init__(self, sessions: sessionmaker, destinations: list[Destination], batch: int = BATCH):
+    def __init__(self, sessions: sessionmaker, destinations: list[Destination], batch: int = BATCH,
+                 locks: Locks | None = None):
         self.sessions, self.destinations, self.batch = sessions, destinations, batch
+        #: one coordinator of those on a database sends to a destination (the others wait to take over)
+        self.locks = locks or Locks(sessions.kw["bind"])
         self.stop_event = threading.Event()
         self.threads: list[threading.Thread] = []
 
@@ -252,11 +255,11 @@ class Forwarder:
     def _run(self, dest: Destination, dest_id: str) -> None:
         delay = BACKOFF[0]
         attempts: dict[str, int] = {}
-        alone = Singleton(self.sessions.kw["bind"], f"forwarding to {dest.label} ({dest_id[:12]})")
+        alone = f"forwarding to {dest.label} ({dest_id[:12]})"
         while not self.stop_event.is_set():
             try:
-                if not alone.held():  # another coordinator on this database sends to this destination
-                    self.stop_event.wait(alone.recheck)
+                if not self.locks.held(alone):  # another coordinator on this database sends to this destination
+                    self.stop_event.wait(self.locks.recheck)
                     continue
                 rows = self.pending(dest_id)
                 if not rows:
@@ -276,5 +279,5 @@ class Forwarder:
                 log.exception("forwarding to %s: unexpected error (retrying in %.0f s)", dest.label, delay)
             self.stop_event.wait(delay)
             delay = min(delay * 2, BACKOFF[1])
-        alone.release()
+        self.locks.release(alone)
         dest.close()

@@ -78,6 +78,9 @@ class JobRunner(ABC):
         #: each participant's record count (from the statistics phase), and whether the stored row has them
         self.counts: list[float] = []
         self.roster_saved = False
+        #: the coordinator instance leading the job (jobs.leader): a save made after another took over fails
+        #: (LeadershipLostError) instead of overwriting the new leader's state
+        self.leader: str | None = None
         self._index: dict[str, int] = {}
         self._weights = np.zeros(0)
 
@@ -288,6 +291,7 @@ class JobRunner(ABC):
         self.info["row_tables"] = row_tables.describe(self.server, tables, lengths)
         small = {k: v for k, v in self.server.items() if k not in tables}
         with self.sessions.begin() as s:
+            self.fence(s)
             s.merge(rnd)
             if self.roster_saved:  # participants and counts (as long as the federation) are stored already
                 s.execute(update(JobState).where(JobState.job_id == self.job_id).values(
@@ -308,11 +312,26 @@ class JobRunner(ABC):
         """The server state as saved: the small arrays and the row tables rebuilt from their chunks."""
         return {**small, **row_tables.load(s, self.job_id, self.info.get("row_tables", {}))}
 
+    def fence(self, s: Session) -> None:
+        """Raise LeadershipLostError unless this runner's coordinator still leads the job; on PostgreSQL the row stays
+        locked until the caller's transaction ends, so no takeover slips in before its writes."""
+        if self.leader is None:
+            return
+        same = getattr(s.execute(update(Job).where(Job.id == self.job_id, Job.leader == self.leader)
+                                 .values(leader=self.leader)), "rowcount", 0)
+        if not same:
+            raise LeadershipLostError(f"job {self.job_id} is led by another coordinator now")
+
     def set_job(self, **fields: Any) -> None:
         with self.sessions.begin() as s:
+            self.fence(s)
             job = s.get(Job, self.job_id)
             for k, v in fields.items():
                 setattr(job, k, v)
+
+
+class LeadershipLostError(Exception):
+    """Another coordinator leads the job now: this one stops, writing nothing."""
 
 
 def printable(text: str) -> str:

@@ -123,6 +123,7 @@ class RecsysJob(JobRunner):
 
         alg = self.algorithm()
         with self.sessions.begin() as s:
+            self.fence(s)
             version = s.query(ModelVersion).filter_by(job_id=self.job_id).count() + 1
             mv = ModelVersion(job_id=self.job_id, version=version, type="recsys", round=self.spec.rounds,
                               arrays=pack({"item_factors": alg.item_factors(self.broadcast)}), published=False,

@@ -26,14 +26,14 @@ from coordinator.feedback import Reports, publish_feedback
 from coordinator.forward import Destination, Forwarder
 from coordinator.ingest import AlertIngest
 from coordinator.ingest_limit import IngestLimit
-from coordinator.job_runner import JobRunner
+from coordinator.job_runner import JobRunner, LeadershipLostError
 from coordinator.models_service import publish_promoted
 from coordinator.presence import Presence, status_sender
 from models.families import LEGACY_JOBS, family, job_spec
 from store.db import Alert, Device, FlaggedRecord, Job, Rejection, Round, make_engine, migrate, session_factory, utcnow
 from store.jobs import create_job
 from store.records import insert_for
-from store.singleton import Singleton
+from store.singleton import Locks
 from wire.mqtt import make_client, parse_broker_url
 from wire.protocol import (
     AGENT_SUBSCRIPTIONS,
@@ -81,9 +81,8 @@ class Coordinator:
         self.engine = make_engine(db)
         self._connect_db()
         self.sessions = session_factory(self.engine)
-        #: what one coordinator of those on this database does alone
-        self.alone = {"retention": Singleton(self.engine, "retention"),
-                      "publishing": Singleton(self.engine, "publishing promoted models and feedback")}
+        #: what one coordinator of those on this database does alone: each job, retention, publishing, forwarding
+        self.locks = Locks(self.engine)
         self.inbox: queue.Queue[tuple[str, bytes, int, int]] = queue.Queue()
         self.jobs: dict[str, JobRunner] = {}
         self.rejected: Counter[str] = Counter()
@@ -111,7 +110,7 @@ class Coordinator:
         self.feedback = Reports(self.sessions)
         self.thread: threading.Thread | None = None
         #: stored alerts sent on to webhooks and syslog servers, each from its own thread
-        self.forwarder = Forwarder(self.sessions, list(forward)) if forward else None
+        self.forwarder = Forwarder(self.sessions, list(forward), locks=self.locks) if forward else None
 
     def _connect_db(self) -> None:
         delay = 1.0
@@ -162,8 +161,7 @@ class Coordinator:
         self._flush_rejections()
         if self.forwarder:
             self.forwarder.stop()
-        for lock in self.alone.values():
-            lock.release()
+        self.locks.close()
         self.client.disconnect()
         self.client.loop_stop()
         self.engine.dispose()
@@ -227,7 +225,7 @@ class Coordinator:
         self._claim_jobs()
         self._flush_rejections()
         published = (publish_promoted(self.sessions, self.publish) + publish_feedback(self.sessions, self.publish)
-                     if self.alone["publishing"].held() else 0)
+                     if self.locks.held("publishing promoted models and feedback") else 0)
         self._prune()
         started = False
         for job_id, runner in list(self.jobs.items()):
@@ -240,46 +238,71 @@ class Coordinator:
             r.phase == "waiting" for r in self.jobs.values())
 
     def _claim_jobs(self) -> None:
+        """Lead the jobs no live coordinator leads. On PostgreSQL a job's leader holds its advisory lock
+        (store.singleton), so a coordinator takes over as soon as the leader is gone, never beside a live one; on
+        SQLite (one coordinator) a lease that lapsed, or one held by an earlier life of this coordinator (its
+        client id), is free."""
         now = utcnow()
         with self.sessions.begin() as s:
             active = list(s.scalars(select(Job).where(Job.status.in_(("pending", "running")))))
-            for gone in set(self.jobs) - {j.id for j in active}:  # cancelled (by the API) or taken over
+            for gone in set(self.jobs) - {j.id for j in active}:  # finished or cancelled (by the API)
                 log.info("job=%s no longer led here (status changed)", gone)
                 self.jobs.pop(gone)
+                self.locks.release(_job_lock(gone))
                 self.publish(job_topic(gone), b"", True)
             for job in active:
-                if job.leader == self.instance:
-                    if job.lease_until - now < LEASE / 2:
+                if job.leader == self.instance and job.id in self.jobs:
+                    if not self.locks.held(_job_lock(job.id)):  # the lock went with our database connection
+                        self._lost(job.id, "its lock went with the database connection")
+                    elif job.lease_until - now < LEASE / 2:
                         job.lease_until = now + LEASE
                     continue
-                # a lease lapses, or was held by an earlier life of this coordinator (same MQTT client id:
-                # the broker would never let both be connected at once)
-                mine = job.leader is not None and job.leader.rsplit("-", 1)[0] == self.client_id
-                if mine or job.leader is None or job.lease_until is None or job.lease_until < now:
-                    same_holder = Job.leader.is_(None) if job.leader is None else Job.leader == job.leader
-                    won = s.execute(update(Job).where(Job.id == job.id, same_holder)
-                                    .values(leader=self.instance, lease_until=now + LEASE)).rowcount
-                    if won:
-                        runner = family(job.type).load_runner()
-                        self.jobs[job.id] = runner(job, self.sessions, self.publish, job_topic(job.id))
-                        log.info("job=%s led by %s", job.id, self.instance)
+                if job.id in self.jobs:  # another coordinator took it over
+                    self._lost(job.id, f"led by {job.leader} now")
+                if self.locks.shared:
+                    free = self.locks.held(_job_lock(job.id))  # no live coordinator holds it
+                else:
+                    mine = job.leader is not None and job.leader.rsplit("-", 1)[0] == self.client_id
+                    free = mine or job.leader is None or job.lease_until is None or job.lease_until < now
+                if not free:
+                    continue
+                same_holder = Job.leader.is_(None) if job.leader is None else Job.leader == job.leader
+                won = s.execute(update(Job).where(Job.id == job.id, same_holder)
+                                .values(leader=self.instance, lease_until=now + LEASE)).rowcount
+                if won:
+                    runner = family(job.type).load_runner()(job, self.sessions, self.publish, job_topic(job.id))
+                    runner.leader = self.instance
+                    self.jobs[job.id] = runner
+                    log.info("job=%s led by %s", job.id, self.instance)
+                else:
+                    self.locks.release(_job_lock(job.id))
 
-    @staticmethod
-    def _isolated(job_id: str, runner: JobRunner, doing: str, step: Callable[[], object]) -> bool:
+    def _lost(self, job_id: str, why: str) -> None:
+        """Stop leading a job another coordinator leads now (its round message and state are the new leader's)."""
+        if self.jobs.pop(job_id, None) is not None:
+            log.warning("job=%s no longer led here: %s", job_id, why)
+        self.locks.release(_job_lock(job_id))
+
+    def _isolated(self, job_id: str, runner: JobRunner, doing: str, step: Callable[[], object]) -> bool:
         """One job's step; whatever breaks it (a numerical error, a bug) fails that job only, not the worker.
-        The database being down is not the job's fault: raised, and retried by the worker. True: job over."""
+        The database being down is not the job's fault: raised, and retried by the worker. A job another
+        coordinator leads now is left to it. True: job over."""
         try:
-            return step() is True
-        except OperationalError:
-            raise
-        except Exception as e:
-            log.exception("job=%s failed while %s", job_id, doing)
-            runner.fail(f"internal error while {doing}: {type(e).__name__}: {e}")
-            return True
+            try:
+                return step() is True
+            except (OperationalError, LeadershipLostError):
+                raise
+            except Exception as e:
+                log.exception("job=%s failed while %s", job_id, doing)
+                runner.fail(f"internal error while {doing}: {type(e).__name__}: {e}")
+                return True
+        except LeadershipLostError as e:
+            self._lost(job_id, str(e))
+            return False
 
     def _prune(self) -> None:
         """Retention: drop anomalies and per-round metrics older than retention_days (checked hourly)."""
-        if self.retention_days is None or time.monotonic() - self._pruned < 3600 or not self.alone["retention"].held():
+        if self.retention_days is None or time.monotonic() - self._pruned < 3600 or not self.locks.held("retention"):
             return
         self._pruned = time.monotonic()
         cutoff = utcnow() - timedelta(days=self.retention_days)
@@ -293,6 +316,7 @@ class Coordinator:
 
     def _release(self, job_id: str) -> None:
         self.jobs.pop(job_id, None)
+        self.locks.release(_job_lock(job_id))
         self.publish(job_topic(job_id), b"", True)  # clears the retained round message
         with self.sessions.begin() as s:
             job = s.get(Job, job_id)
@@ -396,3 +420,7 @@ class Coordinator:
         with self.sessions() as s:
             job = s.get(Job, job_id)
             return None if job is None else job.status
+
+
+def _job_lock(job_id: str) -> str:
+    return f"leading job {job_id}"

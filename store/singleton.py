@@ -1,13 +1,14 @@
-"""Work that one process of many must do alone (issue 27, point 4): forwarding to each destination, retention and
-publishing promoted models. Two coordinators on one database sent every alert to a webhook twice.
+"""Work that one process of many must do alone (issue 27, points 3 and 4): leading each job, forwarding to each
+destination, retention and publishing promoted models. Two coordinators on one database sent every alert to a
+webhook twice, and one restarted under the same client id as a live one led the live one's jobs beside it.
 
-A `Singleton` is a PostgreSQL session-level advisory lock (`pg_try_advisory_lock`) on a connection of its own,
-kept open while it is held: the process that holds it does the work, the others ask again now and then and take
-over within `recheck` seconds of the holder's end (its connection closes, so does its lock: a killed process
-holds nothing). A holder checks its connection every `recheck` seconds and stops at once when it is gone.
+`Locks` holds a process's PostgreSQL session-level advisory locks (`pg_try_advisory_lock`) on one connection of
+its own, kept open while any is held. The process that holds a name's lock does its work; the others ask again
+every `recheck` seconds and take over as soon as the holder lets go or ends (its connection closes, so do its
+locks: a killed process holds nothing). A holder checks its connection every `recheck` seconds, and when it is
+gone knows at once that it holds nothing any more.
 
-SQLite: a database file serves one coordinator at a time (the deployment documents it), so the lock is always
-held there.
+SQLite: a database file serves one coordinator at a time (the deployment documents it), so every lock is held.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import contextlib
 import hashlib
 import logging
 import math
+import threading
 import time
 from typing import Any
 
@@ -25,62 +27,80 @@ from sqlalchemy.engine import Connection, Engine
 log = logging.getLogger("fedsentry.singleton")
 
 
-class Singleton:
-    def __init__(self, engine: Engine, name: str, recheck: float = 2.0):
-        self.engine, self.name, self.recheck = engine, name, recheck
-        digest = hashlib.sha256(f"fedsentry:{name}".encode()).digest()
-        self.key = int.from_bytes(digest[:8], "big", signed=True)  # PostgreSQL's bigint lock key
+def lock_key(name: str) -> int:
+    """The bigint advisory-lock key of a name."""
+    return int.from_bytes(hashlib.sha256(f"fedsentry:{name}".encode()).digest()[:8], "big", signed=True)
+
+
+class Locks:
+    def __init__(self, engine: Engine, recheck: float = 2.0):
+        self.engine, self.recheck = engine, recheck
         self._conn: Connection | None = None
-        self._asked = -math.inf
+        self._held: dict[int, str] = {}
+        self._asked: dict[int, float] = {}
+        self._checked = -math.inf
+        self._mutex = threading.Lock()  # forwarding threads and the coordinator's worker share the connection
 
     @property
     def shared(self) -> bool:
-        """Whether other processes may use this database (PostgreSQL) and the lock means anything."""
+        """Whether other processes may use this database (PostgreSQL), so that the locks mean anything."""
         return self.engine.dialect.name == "postgresql"
 
-    def held(self) -> bool:
-        """Whether this process may do the work now: it holds the lock (taking it if it is free)."""
+    def held(self, name: str) -> bool:
+        """Whether this process may do `name`'s work now: it holds the lock, taking it if it is free (asked at
+        most every `recheck` seconds)."""
         if not self.shared:
             return True
-        now = time.monotonic()
-        if now - self._asked < self.recheck:
-            return self._conn is not None
-        self._asked = now
-        try:
-            if self._conn is not None:
-                self._conn.execute(text("SELECT 1")).scalar()  # the connection, and so the lock, is still there
-                self._conn.commit()
-                return True
-            conn = self.engine.connect()
-            got = bool(conn.execute(text("SELECT pg_try_advisory_lock(:k)"), {"k": self.key}).scalar())
-            conn.commit()  # the lock is the session's: it outlives the transaction
-            if not got:
-                conn.close()
+        key = lock_key(name)
+        with self._mutex:
+            now = time.monotonic()
+            if key in self._held:
+                if now - self._checked >= self.recheck:
+                    self._checked = now
+                    self._query("SELECT 1")  # the connection, and so every lock on it, is still there
+                return key in self._held
+            if now - self._asked.get(key, -math.inf) < self.recheck:
                 return False
-            self._conn = conn
-            log.info("this process now does %s", self.name)
-            return True
-        except Exception as e:  # the database gone: the lock with it
-            log.warning("%s: lost the database (%s); another process may take it over", self.name,
-                        str(e).strip().splitlines()[0][:200] if str(e).strip() else type(e).__name__)
-            self._drop()
+            self._asked[key] = now
+            if self._query("SELECT pg_try_advisory_lock(:k)", k=key):
+                self._held[key] = name
+                log.info("this process now does: %s", name)
+                return True
             return False
 
-    def release(self) -> None:
-        """Let another process take the work over now."""
-        if self._conn is None:
-            return
-        try:
-            self._conn.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": self.key})
-            self._conn.commit()
-            self._conn.close()
-        except Exception:
-            self._drop()
-        self._conn = None
+    def release(self, name: str) -> None:
+        """Let another process take `name`'s work over now."""
+        key = lock_key(name)
+        with self._mutex:
+            if self._held.pop(key, None) is not None:
+                self._query("SELECT pg_advisory_unlock(:k)", k=key)
+                self._asked.pop(key, None)
 
-    def _drop(self) -> None:
-        conn: Any = self._conn
-        self._conn = None
-        if conn is not None:
-            with contextlib.suppress(Exception):
-                conn.invalidate()  # never back to the pool: its session may still hold the lock
+    def close(self) -> None:
+        """Release every lock (the connection goes: its session's locks with it)."""
+        with self._mutex:
+            self._held.clear()
+            if self._conn is not None:
+                with contextlib.suppress(Exception):
+                    self._conn.close()
+                self._conn = None
+
+    def _query(self, sql: str, **params: Any) -> Any:
+        """One statement on the locks' connection, committed (a session's locks outlive its transactions); None
+        when the database is gone, which drops every lock."""
+        try:
+            if self._conn is None:
+                self._conn = self.engine.connect()
+            value = self._conn.execute(text(sql), params).scalar()
+            self._conn.commit()
+            return value
+        except Exception as e:
+            first = str(e).strip().splitlines()[0][:200] if str(e).strip() else type(e).__name__
+            log.warning("lost the database (%s): holding none of %s any more", first,
+                        ", ".join(sorted(self._held.values())) or "no lock")
+            conn: Any = self._conn
+            self._conn, self._held = None, {}
+            if conn is not None:
+                with contextlib.suppress(Exception):
+                    conn.invalidate()  # never back to the pool: its session may still hold locks
+            return None
