@@ -8,6 +8,10 @@ need every count: the median; a count says how much a device saw, not what), the
 means, then the sum of their weighted mean squares around the fleet's mean: the fleet's mean and scale, the plain
 pooled statistics an honest fleet gets in plaintext mode too. What it can no longer do, it cannot check: a
 device's claimed sums, or its influence on the scale beyond its capped weight (docs/privacy.md).
+
+With differential privacy (the transport's `noise`, models.private.dp) every device weighs 1 and sends no count, each
+sum is noised with its uploads clipped (the statistics to STATS_CLIP per feature, the threshold's histogram to its
+shares), and the fleet's size divides the sums (a fixed denominator, as DP-FedAvg's).
 """
 
 from __future__ import annotations
@@ -19,9 +23,16 @@ import numpy as np
 
 from models.detection.attacks import NO_ADVERSARIES, Adversaries
 from models.detection.preprocessing import Moments, Preprocessor, constant, signed_log1p
-from models.detection.screening import Guard, crossing, tail_of, value_bound, weight_caps
+from models.detection.screening import Guard, WeightCaps, crossing, tail_of, value_bound, weight_caps
 from models.detection.threshold import EDGES, Tail
 from models.private.transport import SecureTransport
+
+#: differential privacy's clip of the statistics phase, per feature: a device's mean of log-scaled values and its
+#: mean square around the fleet's mean are clipped to this times sqrt(d) in L2 norm
+STATS_CLIP = 8.0
+#: differential privacy's threshold grid: every COARSE-th edge (8 bins a decade), so that the tail above the
+#: threshold sums the noise of a few bins
+COARSE = 64
 
 
 @dataclass
@@ -51,6 +62,8 @@ def private_clients(parts: list[np.ndarray], feature_names: list[str], guard: Gu
     T = [signed_log1p(np.asarray(p, dtype=float), np.ones(d, bool)) for p in parts]
     claims = adversaries.summaries([Moments.of(t).summary() for t in T], guard.max_records)
     count = np.array([c for c, _, _ in claims], dtype=float)
+    if transport.noise is not None:  # differential privacy: every device weighs 1, no count is sent
+        return noisy_clients(parts, feature_names, T, claims, count, transport)
     caps = weight_caps(count, guard)
     weight = caps.apply(count)
     n = np.maximum(count, 1.0)[:, None]
@@ -75,6 +88,28 @@ def private_clients(parts: list[np.ndarray], feature_names: list[str], guard: Gu
     return Clients(pre, X, weight, caps, count)
 
 
+def noisy_clients(parts: list[np.ndarray], feature_names: list[str], T: list[np.ndarray], claims: list,
+                  count: np.ndarray, transport: SecureTransport) -> Clients:
+    """`private_clients` with differential privacy: each device's mean, then its mean square around the fleet's
+    mean, clipped to STATS_CLIP sqrt(d) and summed with the Gaussian noise; over the fleet's size."""
+    d, n = len(feature_names), len(parts)
+    ledger = transport.noise.ledger  # type: ignore[union-attr]
+    c = STATS_CLIP * np.sqrt(d)
+    bound = value_bound(True)
+    m1 = np.stack([total for _, total, _ in claims]) / np.maximum(count, 1.0)[:, None]
+    m2 = np.stack([sumsq for _, _, sumsq in claims]) / np.maximum(count, 1.0)[:, None]
+    everyone = np.arange(n)
+    first = transport.phase({"m1": bound}, 1.0, 1, ledger.noise({"m1": c}), bits=64)
+    mean = first(everyone, {"m1": m1})["m1"][0] / n
+    second = transport.phase({"c2": bound * bound}, 1.0, 2, ledger.noise({"c2": c}), bits=64)
+    centred = second(everyone, {"c2": m2 - 2 * mean * m1 + mean**2})["c2"][0] / n
+    transport.phase_bytes += (first.sent[0] + second.sent[0]) * n
+    scale = np.sqrt(np.maximum(centred, 0.0))
+    scale = np.where(constant(mean, scale) | (scale <= 0), 1.0, scale)
+    pre = Preprocessor(list(feature_names), np.ones(d, bool), mean, scale)
+    return Clients(pre, [(t - mean) / scale for t in T], np.ones(n), WeightCaps(1.0, 1.0), count)
+
+
 def private_tail(histograms: list[tuple[np.ndarray, np.ndarray]], weight: np.ndarray, q: float, holdout: float,
                  transport: SecureTransport) -> tuple[float, Tail]:
     """The threshold phase as one secure sum: each device sends, over the whole grid, its held-out scores'
@@ -82,6 +117,8 @@ def private_tail(histograms: list[tuple[np.ndarray, np.ndarray]], weight: np.nda
     its weight, weight over records and records; the fleet's threshold and tail are read from the sums as
     `models.detection.screening.fleet_tail` reads them with nothing winsorised (a sum cannot clip one device:
     the threshold attack's colluders are not bounded in private mode)."""
+    if transport.noise is not None:
+        return noisy_tail(histograms, q, holdout, transport)
     G = len(EDGES) - 1
     n_dev = len(histograms)
     dense = np.zeros((n_dev, G))
@@ -107,3 +144,30 @@ def private_tail(histograms: list[tuple[np.ndarray, np.ndarray]], weight: np.nda
     m1, m2 = (S["wa"][at] / S["w"], S["wa2"][at] / S["w"]) if at >= 0 else (1.0, 1.0)
     p = S["na"][at] / S["n"] if at >= 0 else 1.0
     return tail_of(used, curve, fleet, (float(m1), float(m2), float(S["wn"] / S["w"]), float(p)), q, holdout)
+
+
+def noisy_tail(histograms: list[tuple[np.ndarray, np.ndarray]], q: float, holdout: float,
+               transport: SecureTransport) -> tuple[float, Tail]:
+    """`private_tail` with differential privacy: each device sends its held-out scores' shares in the bins of the
+    coarse grid (every COARSE-th edge; L2 norm at most 1, the clip), summed with the Gaussian noise; bins below 3
+    noise standard deviations are dropped (a tail thinner than the noise ends at the last bin that stands out of
+    it: the threshold falls lower than the quantile asks, more false positives), and the share above each bin is
+    read from the rest. The spread of the devices' own tails is not released: each device's threshold gets the
+    strongest prior (models.detection.screening.tail_of)."""
+    n_dev, G = len(histograms), (len(EDGES) - 1) // COARSE
+    shares = np.zeros((n_dev, G))
+    for i, (b, c) in enumerate(histograms):
+        np.add.at(shares[i], np.asarray(b, dtype=np.int64) // COARSE, np.asarray(c, dtype=float))
+        shares[i] /= max(shares[i].sum(), 1.0)
+    noise = transport.noise.ledger.noise({"h": 1.0})  # type: ignore[union-attr]
+    secure = transport.phase({"h": 1.0}, 1.0, 3, noise)
+    h = secure(np.arange(n_dev), {"h": shares})["h"][0]
+    transport.phase_bytes += secure.sent[0] * n_dev
+    # bins below 3 noise standard deviations are noise (most of the grid is empty): out, before the tail sums them
+    h = np.where(h >= 3 * noise.std("h"), h, 0.0)
+    if not h.any():
+        h = np.maximum(h, 0.0) + (np.arange(G) == G - 1)
+    above = np.concatenate([np.cumsum(h[::-1])[::-1][1:], [0.0]]) / h.sum()
+    used, edges = np.arange(G), EDGES[::COARSE]
+    fleet = crossing(used, above, 1 - q, edges)
+    return tail_of(used, above, fleet, (1.0 - q, (1.0 - q) ** 2, 0.0, 1.0 - q), q, holdout, edges)

@@ -65,6 +65,8 @@ class SummedFedEM(FedEM):
         if not 1 <= split_factor <= 16:
             raise ValueError("split_factor must be between 1 and 16 (seeding centres per component before merging)")
         self.split_factor = int(split_factor)
+        #: the least summed weight a component or seeding centre needs (differential privacy: above the noise)
+        self.mass_floor = 0.0
 
     # -- start -----------------------------------------------------------------------------------------
     def init_server(self, n_clients: int, rng: np.random.Generator) -> tuple[State, State]:
@@ -175,9 +177,9 @@ class SummedFedEM(FedEM):
         # k-FED uploads only clusters of min_cluster records: no component of a handful of records, whose tiny
         # covariance would make ordinary traffic beside it look anomalous
         least = self.least_records
-        live = (R > 0) & (counts >= least - 0.5)
+        live = (R > self.mass_floor) & (counts >= least - 0.5)
         if not live.any():
-            live = R > 0
+            live = R > self.mass_floor
         if not live.any():  # no device had records: ask again
             return server, self.current(server)
         centres = S1[live] / R[live, None]
@@ -235,7 +237,14 @@ class SummedFedEM(FedEM):
         return broadcast
 
     def aggregate(self, server: State) -> Mixture:
-        return m_step(server["R"], server["S1"], server["S2"], self.reg)
+        """The M-step on the sums; a component of less than `mass_floor` weight gets the pooled statistics (noisy
+        sums: post-processing, no privacy cost)."""
+        R = np.asarray(server["R"], dtype=float)
+        if self.mass_floor > 0:  # noisy sums: no negative mass, and a fleet's worth at least
+            R = np.maximum(R, 0.0)
+            R = R if R.sum() >= self.mass_floor else R + self.mass_floor / len(R)
+        floor = self.mass_floor / max(float(R.sum()), 1e-300)
+        return m_step(R, server["S1"], server["S2"], self.reg, min_mass=max(floor, 1e-6))
 
     def support_view(self, server: State) -> SupportView | None:
         """The count from the summed 0/1 rows (no mass share: it needs each device's mass)."""
@@ -264,6 +273,17 @@ def _pad(a: np.ndarray, slots: int) -> np.ndarray:
 #: the bound private mode announces on standardised values (standard deviations of the fleet's log-scaled features):
 #: a component whose records lie further out on average has its statistics clipped (counted, `clipped_values`)
 PRIVATE_VALUE_BOUND = 64.0
+
+
+def dp_clips(n_features: int, least_records: int) -> dict[str, float]:
+    """Differential privacy's L2 clip of a device's upload in a mixture round (models.private.dp), its weight 1: the
+    change of its shares per component (two distributions differ by at most sqrt 2), of its per-record sums
+    (sqrt d: a record at one standard deviation in every feature) and sums of squares (d), of its support row
+    (4: eight components gained or lost), its first contribution (1), and a seeding round's records per centre
+    (the seeding's least records: one device can keep a centre alive alone, no more)."""
+    d = float(n_features)
+    return {"dR": float(np.sqrt(2.0)), "dS1": float(np.sqrt(d)), "dS2": d, "dH": 4.0, "dN": 1.0,
+            "dC": float(least_records)}
 
 
 def summed_transport(clip: float, seed: int, dropout: float, most: float = 1.0) -> Any:
