@@ -27,7 +27,7 @@ def run(flags: list[str]) -> dict:
         cmd = ["fedsentry", "simulate", "pca", *flags, "--json", f.name]
         subprocess.run(cmd, check=True, capture_output=True)
         result = json.loads(Path(f.name).read_text())
-    return {"command": " ".join(cmd[:-1] + ["F"]), **{k: result.get(k) for k in KEEP}}
+    return {"command": " ".join([*cmd[:-1], "F"]), **{k: result.get(k) for k in KEEP}}
 
 
 def main() -> None:

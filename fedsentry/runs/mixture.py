@@ -8,8 +8,14 @@ from typing import Any
 
 from fedsentry.errors import UsageError
 from fedsentry.output import progress
-from fedsentry.runs.detection import (adversaries, algorithm_class, algorithm_params, dp_budget, private_settings,
-                                      simulating)
+from fedsentry.runs.detection import (
+    adversaries,
+    algorithm_class,
+    algorithm_params,
+    dp_budget,
+    private_settings,
+    simulating,
+)
 from fedsentry.runs.params import flag_params
 from models.mixture.spec import MixtureJobSpec
 

@@ -177,9 +177,9 @@ class SummedFedEM(FedEM):
         # k-FED uploads only clusters of min_cluster records: no component of a handful of records, whose tiny
         # covariance would make ordinary traffic beside it look anomalous
         least = self.least_records
-        live = (R > self.mass_floor) & (counts >= least - 0.5)
+        live = (self.mass_floor < R) & (counts >= least - 0.5)
         if not live.any():
-            live = R > self.mass_floor
+            live = self.mass_floor < R
         if not live.any():  # no device had records: ask again
             return server, self.current(server)
         centres = S1[live] / R[live, None]
