@@ -24,15 +24,18 @@ import numpy as np
 from models.detection.attacks import NO_ADVERSARIES, Adversaries
 from models.detection.preprocessing import Moments, Preprocessor, constant, signed_log1p
 from models.detection.screening import Guard, WeightCaps, crossing, tail_of, value_bound, weight_caps
-from models.detection.threshold import EDGES, Tail
+from models.detection.threshold import EDGES, TAIL_SPAN, TAIL_STEP, Tail
 from models.private.transport import SecureTransport
 
 #: differential privacy's clip of the statistics phase, per feature: a device's mean of log-scaled values and its
 #: mean square around the fleet's mean are clipped to this times sqrt(d) in L2 norm
 STATS_CLIP = 8.0
-#: differential privacy's threshold grid: every COARSE-th edge (8 bins a decade), so that the tail above the
-#: threshold sums the noise of a few bins
+#: differential privacy's threshold: the anchor's grid, every COARSE-th edge (8 bins a decade), and how far above
+#: it (decades) the candidate thresholds go
 COARSE = 64
+OFFSET_CLIP = 3.0
+#: and the largest exceedance a device reports at a candidate, times 1 - q
+TAIL_CAP = 5.0
 
 
 @dataclass
@@ -148,26 +151,48 @@ def private_tail(histograms: list[tuple[np.ndarray, np.ndarray]], weight: np.nda
 
 def noisy_tail(histograms: list[tuple[np.ndarray, np.ndarray]], q: float, holdout: float,
                transport: SecureTransport) -> tuple[float, Tail]:
-    """`private_tail` with differential privacy: each device sends its held-out scores' shares in the bins of the
-    coarse grid (every COARSE-th edge; L2 norm at most 1, the clip), summed with the Gaussian noise; bins below 3
-    noise standard deviations are dropped (a tail thinner than the noise ends at the last bin that stands out of
-    it: the threshold falls lower than the quantile asks, more false positives), and the share above each bin is
-    read from the rest. The spread of the devices' own tails is not released: each device's threshold gets the
-    strongest prior (models.detection.screening.tail_of)."""
+    """`private_tail` with differential privacy, two noisy sums. First an anchor: each device's held-out scores'
+    shares in the bins of the coarse grid (every COARSE-th edge; L2 norm at most 1, the clip), summed with the
+    noise; the anchor is the top of the highest bin holding more than 1 - q of the fleet 3 noise standard deviations
+    out of the noise (where the
+    fleet's scores still are). Then each device's share of scores above candidates from a decade below the anchor
+    to OFFSET_CLIP decades above it (8 a decade), cut at TAIL_CAP (1 - q) (so that the vector's L2 norm is bounded:
+    the clip), summed with the noise: the fleet's
+    exceedance at each, made non-increasing, and the threshold where it crosses 1 - q (interpolated
+    geometrically), as `private_tail` reads the pooled curve. The spread of the devices' own
+    tails is not released: each device's threshold gets the strongest prior (models.detection.screening.tail_of)."""
     n_dev, G = len(histograms), (len(EDGES) - 1) // COARSE
     shares = np.zeros((n_dev, G))
     for i, (b, c) in enumerate(histograms):
         np.add.at(shares[i], np.asarray(b, dtype=np.int64) // COARSE, np.asarray(c, dtype=float))
         shares[i] /= max(shares[i].sum(), 1.0)
-    noise = transport.noise.ledger.noise({"h": 1.0})  # type: ignore[union-attr]
-    secure = transport.phase({"h": 1.0}, 1.0, 3, noise)
-    h = secure(np.arange(n_dev), {"h": shares})["h"][0]
-    transport.phase_bytes += secure.sent[0] * n_dev
-    # bins below 3 noise standard deviations are noise (most of the grid is empty): out, before the tail sums them
-    h = np.where(h >= 3 * noise.std("h"), h, 0.0)
-    if not h.any():
-        h = np.maximum(h, 0.0) + (np.arange(G) == G - 1)
-    above = np.concatenate([np.cumsum(h[::-1])[::-1][1:], [0.0]]) / h.sum()
-    used, edges = np.arange(G), EDGES[::COARSE]
-    fleet = crossing(used, above, 1 - q, edges)
-    return tail_of(used, above, fleet, (1.0 - q, (1.0 - q) ** 2, 0.0, 1.0 - q), q, holdout, edges)
+    ledger = transport.noise.ledger  # type: ignore[union-attr]
+    noise = ledger.noise({"h": 1.0})
+    first = transport.phase({"h": 1.0}, 1.0, 3, noise)
+    h = first(np.arange(n_dev), {"h": shares})["h"][0]
+    standing = np.flatnonzero(h > 3 * noise.std("h") + (1 - q) * n_dev)
+    anchor = float(EDGES[COARSE * (int(standing[-1]) + 1 if len(standing) else G)])
+    # each device's share of held-out scores above each candidate (bins whose lower edge is at or above it)
+    candidates = anchor * 10.0 ** (np.arange(-8, 8 * OFFSET_CLIP + 1) / 8)
+    above = np.zeros((n_dev, len(candidates)))
+    for i, (b, c) in enumerate(histograms):
+        c = np.asarray(c, dtype=float)
+        lower = EDGES[np.asarray(b, dtype=np.int64)]
+        above[i] = (c[None, :] * (lower[None, :] >= candidates[:, None])).sum(axis=1) / max(c.sum(), 1.0)
+    cap = TAIL_CAP * (1 - q)  # only where the curve crosses 1 - q matters: shares above that are cut there,
+    bound = cap * np.sqrt(len(candidates))  # which bounds the vector's norm (the clip never binds)
+    second = transport.phase({"a": 1.0}, 1.0, 4, ledger.noise({"a": bound}))
+    above = np.minimum(above, cap)
+    curve = np.minimum.accumulate(second(np.arange(n_dev), {"a": above})["a"][0] / n_dev)
+    i = int(np.searchsorted(-curve, -(1 - q), side="left"))  # the first candidate the fleet's tail is below
+    if i == 0 or i == len(candidates):
+        fleet = float(candidates[min(i, len(candidates) - 1)])
+    else:
+        frac = (curve[i - 1] - (1 - q)) / max(curve[i - 1] - curve[i], 1e-12)
+        fleet = float(candidates[i - 1] * (candidates[i] / candidates[i - 1]) ** np.clip(frac, 0.0, 1.0))
+    transport.phase_bytes += (first.sent[0] + second.sent[0]) * n_dev
+    # the curve around it is not released: exceedance taken inversely proportional to the score there, and the
+    # strongest prior (a device's own threshold stays near the fleet's)
+    levels = (1 - q) * 2.0 ** (np.arange(TAIL_SPAN, -TAIL_SPAN - 1, -1) / TAIL_STEP)
+    levels = levels[levels < 1]
+    return fleet, Tail(fleet * (1 - q) / levels, levels, TAIL_SPAN / (1 - q), holdout)

@@ -253,13 +253,13 @@ def fleet_tail(histograms: list[tuple[np.ndarray, np.ndarray]], weight: np.ndarr
 
 
 def tail_of(used: np.ndarray, curve: np.ndarray, fleet: float, rates: tuple[float, float, float, float], q: float,
-            holdout: float, edges: np.ndarray = EDGES) -> tuple[float, Tail]:
+            holdout: float) -> tuple[float, Tail]:
     """`fleet_tail`'s answer from the exceedance curve, the fleet's threshold read from it, and what the devices'
     shares above that threshold are: (their weighted mean, the mean of their squares, the mean of 1 / records,
     the pooled share), however they were combined (winsorised, or summed in private mode)."""
     levels = (1 - q) * 2.0 ** (np.arange(TAIL_SPAN, -TAIL_SPAN - 1, -1) / TAIL_STEP)
     levels = levels[levels < 1]
-    thresholds = np.array([crossing(used, curve, level, edges) for level in levels])
+    thresholds = np.array([crossing(used, curve, level) for level in levels])
     m1, m2, chance, p = rates
     spread = m2 - m1**2 - p * (1 - p) * chance  # between-device variance beyond sampling noise
     estimate = p * (1 - p) / spread - 1 if spread > 0 and p > 0 else np.inf
@@ -282,14 +282,13 @@ def exceedance_curve(histograms: list[tuple[np.ndarray, np.ndarray]], weight: np
     return used, winsorized_weighted_mean(above, np.asarray(weight, dtype=float)[some], trim, colluders), dense
 
 
-def crossing(used: np.ndarray, curve: np.ndarray, level: float, edges: np.ndarray = EDGES) -> float:
-    """The error at which an exceedance curve over grid bins (of `edges`) falls to `level`, interpolated
-    geometrically."""
+def crossing(used: np.ndarray, curve: np.ndarray, level: float) -> float:
+    """The error at which an exceedance curve over grid bins falls to `level`, interpolated geometrically."""
     i = int(np.searchsorted(-curve, -level, side="left"))  # first bin whose exceedance is <= level
     i = min(i, len(used) - 1)
     before = curve[i - 1] if i > 0 else 1.0
     frac = (before - level) / (before - curve[i]) if before > curve[i] else 1.0
-    lo, hi = edges[used[i]], edges[used[i] + 1]
+    lo, hi = EDGES[used[i]], EDGES[used[i] + 1]
     return float(lo * (hi / lo) ** float(np.clip(frac, 0.0, 1.0)))
 
 

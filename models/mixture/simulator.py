@@ -119,6 +119,7 @@ def simulate_mixture(
             assert isinstance(alg, SummedFedEM)
             transport.noise, alg.mass_floor = mixture_noise(alg, dp, len(train_parts), fraction, rounds, private,
                                                             seed)
+            alg.dp_clips = dict(transport.noise.clips)
             transport.clip = 1.0  # every device weighs 1
         clients = private_clients(fit_parts, feature_names, guard, transport)
     out: dict[str, Any] = {"algorithm": algorithm, "components": alg.components, "reg": alg.reg}
@@ -189,13 +190,13 @@ def simulate_mixture(
 def mixture_noise(alg: SummedFedEM, dp: Budget, fleet: int, fraction: float, rounds: int, distributed: bool,
                   seed: int) -> tuple[Any, float]:
     """A private mixture job's Gaussian noise, calibrated to the budget for its sums: the statistics phase's 2,
-    the seeding's most rounds, the threshold's 1 (every device) and `rounds` sampled rounds; and the mass a
+    the seeding's most rounds, the threshold's 2 (every device) and `rounds` sampled rounds; and the mass a
     component needs (3 noise standard deviations of a round's summed shares)."""
     from models.mixture.summed import MAX_SPLITS, REFINE, dp_clips
     from models.private.accounting import ledger_for
 
     q = max(1, int(round(fraction * fleet))) / fleet
-    plan = {1.0: 2 + MAX_SPLITS + REFINE + 1 + 1, q: rounds} if q < 1 else {1.0: 2 + MAX_SPLITS + REFINE + 2 + rounds}
+    plan = {1.0: 2 + MAX_SPLITS + REFINE + 1 + 2, q: rounds} if q < 1 else {1.0: 2 + MAX_SPLITS + REFINE + 3 + rounds}
     noise = ledger_for(dp, plan, fleet, q, distributed, seed).noise(dp_clips(alg.n_features, alg.least_records))
     return noise, 3.0 * noise.std("dR", len(noise.clips) - 1)
 

@@ -42,11 +42,14 @@ from models.core.pipeline import CAP_LEVEL, CAP_SCALE, cap_weights
 from models.mixture.control import SUPPORT_SHARE
 from models.mixture.fedem import FedEM, broadcast_of, mixture_of
 from models.mixture.gmm import Mixture, hard_stats, kmeans, m_step, nearest, triu_unpack
+from models.private.dp import clip_rows
 
 #: the broadcast stage of a seeding round (FedEM's own: 0 seeding, 1 EM, 2 k-means)
 GROW = 3
 #: statistics a device uploads, in this order (dN: its first contribution)
 DELTAS = ("dR", "dS1", "dS2", "dH", "dN")  # (a seeding round's also carries "dC", its records per centre)
+#: every upload name, as differential privacy's clips travel in the broadcast
+DP_NAMES = (*DELTAS, "dC")
 #: refinement rounds after the seeding's growth (the last one's centres are the first mixture's; the k-means rounds
 #: that follow refine further)
 REFINE = 1
@@ -65,8 +68,10 @@ class SummedFedEM(FedEM):
         if not 1 <= split_factor <= 16:
             raise ValueError("split_factor must be between 1 and 16 (seeding centres per component before merging)")
         self.split_factor = int(split_factor)
-        #: the least summed weight a component or seeding centre needs (differential privacy: above the noise)
+        #: differential privacy: the least summed weight a component or seeding centre needs (above the noise), and
+        #: the L2 clip of each upload name (`dp_clips`), which the broadcast announces to the devices
         self.mass_floor = 0.0
+        self.dp_clips: dict[str, float] = {}
 
     # -- start -----------------------------------------------------------------------------------------
     def init_server(self, n_clients: int, rng: np.random.Generator) -> tuple[State, State]:
@@ -121,6 +126,11 @@ class SummedFedEM(FedEM):
         up["dN"] = 1.0 - state["joined"]
         if stage == GROW:  # the seeding's records per centre, this round's (not a change: every device answers)
             up["dC"] = counts[:, :upto]
+        if "dp.clip" in broadcast:  # differential privacy: each change clipped, what is left carried to the next
+            clips = dict(zip(DP_NAMES, np.asarray(broadcast["dp.clip"], dtype=float)))
+            up = {k: clip_rows(v, clips[k])[0] for k, v in up.items()}
+            for k in ("R", "S1", "S2", "H"):
+                new[k][:, :upto] = state[k][:, :upto] + up[f"d{k}"]
         after = {**new, "nll": nll, "joined": np.ones(len(data["X"]))}
         return after, up
 
@@ -180,6 +190,8 @@ class SummedFedEM(FedEM):
         live = (self.mass_floor < R) & (counts >= least - 0.5)
         if not live.any():
             live = self.mass_floor < R
+        if not live.any() and self.mass_floor > 0:  # noisy sums: the heaviest centre lives (no budget to ask again)
+            live = np.arange(len(R)) == int(np.argmax(R))
         if not live.any():  # no device had records: ask again
             return server, self.current(server)
         centres = S1[live] / R[live, None]
@@ -231,7 +243,10 @@ class SummedFedEM(FedEM):
         return max(self.min_cluster, self.n_features + 1)
 
     def with_caps(self, server: State, broadcast: State) -> State:
-        """The weight caps of the statistics phase, for each device to cap its own weight."""
+        """The weight caps of the statistics phase, for each device to cap its own weight, and the clips the job
+        announces."""
+        if self.dp_clips:  # and differential privacy's clip of each change (DP_NAMES order)
+            broadcast = {**broadcast, "dp.clip": np.array([self.dp_clips[k] for k in DP_NAMES])}
         if CAP_LEVEL in server:
             return {**broadcast, "cap": np.array([float(server[CAP_LEVEL]), float(server[CAP_SCALE])])}
         return broadcast

@@ -53,7 +53,7 @@ def simulate_private_pca(train_parts: list[np.ndarray], X_test: np.ndarray, y_te
     if dp is not None:
         from models.private.accounting import ledger_for
 
-        ledger.noise = ledger_for(dp, {1.0: 4}, n, 1.0, secure, seed).noise({})
+        ledger.noise = ledger_for(dp, {1.0: 5}, n, 1.0, secure, seed).noise({})
     clients = private_clients(parts, feature_names, guard, ledger)
     if not 1 <= rank < d:
         raise ValueError(f"rank must be between 1 and {d - 1} (the number of features - 1), got {rank}")

@@ -31,6 +31,14 @@ def fewest_uploads(devices: int) -> int:
     return devices - devices // 3
 
 
+def clip_rows(values: np.ndarray, norm: float) -> tuple[np.ndarray, int]:
+    """Each row (a device's values, the leading axis) scaled into the L2 ball of radius `norm`; and how many were."""
+    v = np.asarray(values, dtype=float)
+    size = np.sqrt((v.reshape(len(v), -1) ** 2).sum(axis=1))
+    factor = np.minimum(1.0, norm / np.maximum(size, 1e-300))
+    return v * factor.reshape(-1, *([1] * (v.ndim - 1))), int(np.count_nonzero(factor < 1))
+
+
 @dataclass
 class Ledger:
     """What a job's noisy sums share: the noise multiplier, where the noise is added, the generator, and each
@@ -77,11 +85,8 @@ class Noise:
             raise ValueError(f"a noisy sum needs a clip for every upload: none for {sorted(missing)}")
         out = {}
         for k, v in uploads.items():
-            v = np.asarray(v, dtype=float)
-            norm = np.sqrt((v.reshape(len(v), -1) ** 2).sum(axis=1))
-            factor = np.minimum(1.0, self.clips[k] / np.maximum(norm, 1e-300))
-            self.ledger.clipped += int(np.count_nonzero(factor < 1))
-            out[k] = v * factor.reshape(-1, *([1] * (v.ndim - 1)))
+            out[k], clipped = clip_rows(v, self.clips[k])
+            self.ledger.clipped += clipped
         return out
 
     def release(self, ids: np.ndarray) -> None:
