@@ -137,3 +137,26 @@ def test_the_mixture_with_dp_spends_at_most_its_budget():
                                                       + [0.2] * 10, 1e-5))
     assert dp["epsilon_device_worst_unsampled"] >= dp["epsilon_spent"]
     assert np.isfinite(out["auc_roc"])
+
+
+def test_a_device_clips_its_own_change_and_carries_the_rest():
+    """With differential privacy's clips announced, every upload lies within them, and the server's sums stay the
+    devices' (clipped) contributions: what a clip held back is sent in the device's later rounds."""
+    from models.mixture.summed import SummedFedEM
+    from tests.models.test_private_fedem import devices, train
+
+    X = devices(9)
+    alg = SummedFedEM(3, components=4, split_factor=2, min_support=2)
+    alg.dp_clips = {"dR": 0.3, "dS1": 0.5, "dS2": 1.0, "dH": 1.0, "dN": 1.0, "dC": 20.0}  # tight: they bind
+    norms: dict[str, float] = {}
+
+    def receive(ids, uploads):
+        for k, v in uploads.items():
+            norms[k] = max(norms.get(k, 0.0), float(np.max(np.linalg.norm(v.reshape(len(v), -1), axis=1))))
+        return uploads
+
+    loop, pool, _ = train(alg, X, rounds=30, transport=receive)
+    assert all(norms[k] <= alg.dp_clips[k] + 1e-9 for k in norms) and norms["dS2"] == pytest.approx(1.0)
+    K = alg.components
+    for name in ("R", "S1", "S2"):
+        assert np.allclose(loop.server[name], pool.states[name][:, :K].sum(axis=0), atol=1e-9)
