@@ -160,3 +160,19 @@ def test_a_device_clips_its_own_change_and_carries_the_rest():
     K = alg.components
     for name in ("R", "S1", "S2"):
         assert np.allclose(loop.server[name], pool.states[name][:, :K].sum(axis=0), atol=1e-9)
+
+
+def test_the_noisy_threshold_without_noise_is_the_pooled_quantile():
+    """The threshold's two sums (an anchor, then the fleet's exceedance at candidates around it) read the pooled
+    q-quantile of the devices' held-out scores, to within the candidates' step (10^(1/8))."""
+    from models.detection.private import noisy_tail
+    from models.detection.threshold import sparse_histogram
+
+    rng = np.random.default_rng(5)
+    scores = [np.exp(rng.normal(i % 4 * 0.3, 1.0, 400)) for i in range(40)]
+    ledger = Ledger(0.0, distributed=False, fleet=40, fraction=1.0)
+    transport = SecureTransport({}, 1.0, noise=ledger.noise({}), secure=False)
+    fleet, tail = noisy_tail([sparse_histogram(s) for s in scores], 0.99, 0.0, transport)
+    pooled = np.quantile(np.concatenate(scores), 0.99)
+    assert pooled / 10 ** (1 / 8) <= fleet <= pooled * 10 ** (1 / 8)
+    assert ledger.released == [1.0, 1.0] and tail.prior > 100  # two sums; the strongest prior
