@@ -34,7 +34,12 @@ def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--seeds", type=int, nargs="+", default=[0])
     p.add_argument("--distributed", action="store_true")
+    p.add_argument("--table", action="store_true", help="print the README's table from the results, run nothing")
+    p.add_argument("--extra", nargs="*", default=[], help="more flags for every run (e.g. --components 8)")
     args = p.parse_args()
+    if args.table:
+        print(table(json.loads(OUT.read_text())["runs"]))
+        return
     done = json.loads(OUT.read_text())["runs"] if OUT.exists() else []
     have = {r["command"] for r in done}
     modes = [("plaintext", []), ("private", ["--private"])] + [(f"central eps={e}", ["--dp-epsilon", e])
@@ -45,7 +50,7 @@ def main() -> None:
         for dataset in ("synthetic", "nsl-kdd"):
             for detector in ("pca", "gmm"):
                 for mode, flags in modes:
-                    cmd = ["--dataset", dataset, "--detector", detector, "--seed", str(seed), *flags]
+                    cmd = ["--dataset", dataset, "--detector", detector, "--seed", str(seed), *flags, *args.extra]
                     if "fedsentry simulate pca " + " ".join(cmd) + " --json F" in have:
                         continue
                     r = {"mode": mode, "detector": detector, **run(cmd)}
@@ -54,6 +59,27 @@ def main() -> None:
                           file=sys.stderr, flush=True)
                     OUT.write_text(json.dumps({"what": "differential privacy (issue 23, point 4): the runs behind "
                                                "the README's table", "runs": done}, indent=1) + "\n")
+
+
+def table(runs: list[dict]) -> str:
+    """AUC / caught % / false positives % per data set, detector (and extra flags) and mode, seeds side by side."""
+    def key(r: dict) -> tuple[str, str, str]:
+        extra = r["command"].split(f"--seed {r['seed']}")[1].replace(" --json F", "")
+        for flag in ("--private", "--dp-epsilon 100", "--dp-epsilon 8", "--dp-epsilon 4", "--dp-epsilon 1"):
+            extra = extra.replace(flag, "")
+        return r["dataset"], r["detector"] + extra.rstrip(), r["mode"]
+
+    cells: dict[tuple[str, str, str], list[str]] = {}
+    for r in runs:
+        cells.setdefault(key(r), []).append(f"{r['auc_roc']:.3f} / {100 * r['recall']:.0f} / "
+                                            f"{100 * r['false_positive_rate']:.1f}")
+    modes = sorted({m for _, _, m in cells}, key=lambda m: (m.split()[0] != "plaintext", m.split()[0] != "private",
+                                                           m.split()[0], -float(m.split("=")[-1]) if "=" in m else 0))
+    rows = sorted({(d, det) for d, det, _ in cells})
+    out = ["| data | detector | " + " | ".join(modes) + " |", "|---|---|" + "---|" * len(modes)]
+    for d, det in rows:
+        out.append(f"| {d} | {det} | " + " | ".join("<br>".join(cells.get((d, det, m), ["–"])) for m in modes) + " |")
+    return "\n".join(out)
 
 
 if __name__ == "__main__":
