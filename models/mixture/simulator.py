@@ -190,13 +190,16 @@ def simulate_mixture(
 def mixture_noise(alg: SummedFedEM, dp: Budget, fleet: int, fraction: float, rounds: int, distributed: bool,
                   seed: int) -> tuple[Any, float]:
     """A private mixture job's Gaussian noise, calibrated to the budget for its sums: the statistics phase's 2,
-    the seeding's most rounds, the threshold's 2 (every device) and `rounds` sampled rounds; and the mass a
-    component needs (3 noise standard deviations of a round's summed shares)."""
-    from models.mixture.summed import MAX_SPLITS, REFINE, dp_clips
+    the seeding's most rounds (log2 of its centres + 2 splitting, then 2: fewer than without noise, each costs
+    budget), the threshold's 2 (every device) and `rounds` sampled rounds; and the mass a component needs (3 noise
+    standard deviations of a round's summed shares)."""
+    from models.mixture.summed import REFINE, dp_clips
     from models.private.accounting import ledger_for
 
     q = max(1, int(round(fraction * fleet))) / fleet
-    plan = {1.0: 2 + MAX_SPLITS + REFINE + 1 + 2, q: rounds} if q < 1 else {1.0: 2 + MAX_SPLITS + REFINE + 3 + rounds}
+    alg.max_splits = int(np.ceil(np.log2(alg.components * alg.split_factor))) + 2  # the doublings, and 2 to spare
+    seeding = alg.max_splits + REFINE + 1
+    plan = {1.0: 2 + seeding + 2, q: rounds} if q < 1 else {1.0: 2 + seeding + 2 + rounds}
     noise = ledger_for(dp, plan, fleet, q, distributed, seed).noise(dp_clips(alg.n_features, alg.least_records))
     return noise, 3.0 * noise.std("dR", len(noise.clips) - 1)
 

@@ -72,6 +72,8 @@ class SummedFedEM(FedEM):
         #: the L2 clip of each upload name (`dp_clips`), which the broadcast announces to the devices
         self.mass_floor = 0.0
         self.dp_clips: dict[str, float] = {}
+        #: seeding rounds that may split (MAX_SPLITS; differential privacy plans for fewer: each costs budget)
+        self.max_splits = MAX_SPLITS
 
     # -- start -----------------------------------------------------------------------------------------
     def init_server(self, n_clients: int, rng: np.random.Generator) -> tuple[State, State]:
@@ -202,7 +204,7 @@ class SummedFedEM(FedEM):
         splittable = bool((counts[live] >= 2 * least - 0.5).any())
         growing = len(centres) > int(server.get("grow.live", 0))  # splits that left too few records die: no churn
         server["grow.live"] = np.array(len(centres))
-        if refined == 0 and len(centres) < K * self.split_factor and int(server["grow.rounds"]) <= MAX_SPLITS \
+        if refined == 0 and len(centres) < K * self.split_factor and int(server["grow.rounds"]) <= self.max_splits \
                 and splittable and growing:
             cov = triu_unpack(S2[live], d) / R[live, None, None] - centres[:, :, None] * centres[:, None, :]
             lam, V = np.linalg.eigh((cov + np.swapaxes(cov, -1, -2)) / 2)
