@@ -35,7 +35,9 @@ def main() -> None:
     p.add_argument("--seeds", type=int, nargs="+", default=[0])
     p.add_argument("--distributed", action="store_true")
     p.add_argument("--table", action="store_true", help="print the README's table from the results, run nothing")
-    p.add_argument("--extra", nargs="*", default=[], help="more flags for every run (e.g. --components 8)")
+    p.add_argument("--extra", default="", help="more flags for every run, in one string (e.g. '--components 8')")
+    p.add_argument("--detectors", nargs="+", default=["pca", "gmm"])
+    p.add_argument("--modes", nargs="+", help="only these modes (e.g. 'central eps=8')")
     args = p.parse_args()
     if args.table:
         print(table(json.loads(OUT.read_text())["runs"]))
@@ -48,9 +50,12 @@ def main() -> None:
         modes = [(f"distributed eps={e}", ["--private", "--dp-epsilon", e]) for e in ("8", "4", "1")]
     for seed in args.seeds:
         for dataset in ("synthetic", "nsl-kdd"):
-            for detector in ("pca", "gmm"):
+            for detector in args.detectors:
                 for mode, flags in modes:
-                    cmd = ["--dataset", dataset, "--detector", detector, "--seed", str(seed), *flags, *args.extra]
+                    if args.modes and mode not in args.modes:
+                        continue
+                    cmd = ["--dataset", dataset, "--detector", detector, "--seed", str(seed), *flags,
+                           *args.extra.split()]
                     if "fedsentry simulate pca " + " ".join(cmd) + " --json F" in have:
                         continue
                     r = {"mode": mode, "detector": detector, **run(cmd)}
