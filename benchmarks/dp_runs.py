@@ -75,7 +75,7 @@ def table(runs: list[dict]) -> str:
         return r["dataset"], r["detector"] + extra.rstrip(), r["mode"]
 
     cells: dict[tuple[str, str, str], list[str]] = {}
-    for r in runs:
+    for r in sorted(runs, key=lambda r: r["seed"]):  # seed 0 first in every cell
         cells.setdefault(key(r), []).append(f"{r['auc_roc']:.3f} / {100 * r['recall']:.0f} / "
                                             f"{100 * r['false_positive_rate']:.1f}")
     modes = sorted({m for _, _, m in cells}, key=lambda m: (m.split()[0] != "plaintext", m.split()[0] != "private",
