@@ -72,7 +72,7 @@ def table(runs: list[dict]) -> str:
         extra = r["command"].split(f"--seed {r['seed']}")[1].replace(" --json F", "")
         for flag in ("--private", "--dp-epsilon 100", "--dp-epsilon 8", "--dp-epsilon 4", "--dp-epsilon 1"):
             extra = extra.replace(flag, "")
-        return r["dataset"], r["detector"] + extra.rstrip(), r["mode"]
+        return r["dataset"], " ".join([r["detector"], *extra.split()]), r["mode"]
 
     cells: dict[tuple[str, str, str], list[str]] = {}
     for r in sorted(runs, key=lambda r: r["seed"]):  # seed 0 first in every cell
