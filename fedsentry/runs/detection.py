@@ -132,6 +132,25 @@ def private_settings(args: argparse.Namespace) -> tuple[bool, float]:
     return private, dropout or 0.0
 
 
+def dp_budget(args: argparse.Namespace) -> Any:
+    """--dp-epsilon and --dp-delta, checked: the privacy budget (a models.private.accounting.Budget), or None."""
+    epsilon, delta = getattr(args, "dp_epsilon", None), getattr(args, "dp_delta", None)
+    if epsilon is None:
+        if delta is not None and delta != 1e-5:
+            raise UsageError("--dp-delta is differential privacy's: add --dp-epsilon")
+        return None
+    try:
+        import dp_accounting  # noqa: F401  (the `private` extra)
+    except ImportError:
+        raise UsageError("--dp-epsilon needs the private extra: pip install 'fedsentry[private]'") from None
+    from models.private.accounting import Budget
+
+    try:
+        return Budget(float(epsilon), 1e-5 if delta is None else float(delta))
+    except ValueError as e:
+        raise UsageError(str(e).replace("dp_epsilon", "--dp-epsilon").replace("dp_delta", "--dp-delta")) from None
+
+
 @contextmanager
 def simulating(bar: Any) -> Iterator[None]:
     """A simulation's run: a ValueError of its settings is the command's usage error, and its progress bar (None:

@@ -8,7 +8,14 @@ from typing import Any
 
 from fedsentry.errors import UsageError
 from fedsentry.output import progress
-from fedsentry.runs.detection import adversaries, algorithm_class, algorithm_params, private_settings, simulating
+from fedsentry.runs.detection import (
+    adversaries,
+    algorithm_class,
+    algorithm_params,
+    dp_budget,
+    private_settings,
+    simulating,
+)
 from fedsentry.runs.params import flag_params
 from models.mixture.spec import MixtureJobSpec
 
@@ -46,6 +53,10 @@ def mixture_simulation(args: argparse.Namespace, algorithm: str, data, split, pa
     private, dropout = private_settings(args)
     if private and (select or algorithm != "fedem"):
         raise UsageError("--private trains fedem by secure sums: leave out --select and --algorithm other than fedem")
+    dp = dp_budget(args)
+    if dp is not None and (select or algorithm != "fedem"):
+        raise UsageError("--dp-epsilon trains fedem on noisy sums: leave out --select and --algorithm other than "
+                         "fedem")
     with simulating(bar):
         if select:
             result = select_mixture(parts, split.X_test, split.y_test, data.feature_names, params=chosen,
@@ -58,7 +69,7 @@ def mixture_simulation(args: argparse.Namespace, algorithm: str, data, split, pa
                                                                   first_honest=getattr(args, "adversaries", 0)),
                                       adversaries=adversaries(args, algorithm, algorithm_class(args.detector,
                                                                                                 algorithm)),
-                                      private=private, dropout=dropout)
+                                      private=private, dropout=dropout, dp=dp)
     model = result.pop("detector")
     if keep:  # the trained detector itself (bench measures its scoring)
         result["model"] = model

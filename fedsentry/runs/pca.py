@@ -7,7 +7,7 @@ import argparse
 from typing import Any
 
 from fedsentry.output import progress
-from fedsentry.runs.detection import adversaries, algorithm_params, private_settings, simulating
+from fedsentry.runs.detection import adversaries, algorithm_params, dp_budget, private_settings, simulating
 from fedsentry.runs.params import flag_params
 from models.pca import FEDERATED
 from models.pca.spec import PCAJobSpec
@@ -44,7 +44,7 @@ def pca_simulation(args: argparse.Namespace, algorithm: str, data, split, parts,
                               args.seed, settings["trim"], chosen, on_round, settings["trim_by"],
                               **kernel_settings(args),
                               adversaries=adversaries(args, algorithm, FEDERATED.get(algorithm)),
-                              private=private, dropout=dropout)
+                              private=private, dropout=dropout, dp=dp_budget(args))
     result.update(dataset=data.name, clients=len(parts), fraction=settings["fraction"], partition=args.partition,
                   seed=args.seed, quantile=args.quantile or PCAJobSpec.quantile, trim=settings["trim"],
                   trim_by=settings["trim_by"],

@@ -8,6 +8,10 @@ need every count: the median; a count says how much a device saw, not what), the
 means, then the sum of their weighted mean squares around the fleet's mean: the fleet's mean and scale, the plain
 pooled statistics an honest fleet gets in plaintext mode too. What it can no longer do, it cannot check: a
 device's claimed sums, or its influence on the scale beyond its capped weight (docs/privacy.md).
+
+With differential privacy (the transport's `noise`, models.private.dp) every device weighs 1 and sends no count, each
+sum is noised with its uploads clipped (the statistics to STATS_CLIP per feature, the threshold's histogram to its
+shares), and the fleet's size divides the sums (a fixed denominator, as DP-FedAvg's).
 """
 
 from __future__ import annotations
@@ -19,9 +23,19 @@ import numpy as np
 
 from models.detection.attacks import NO_ADVERSARIES, Adversaries
 from models.detection.preprocessing import Moments, Preprocessor, constant, signed_log1p
-from models.detection.screening import Guard, crossing, tail_of, value_bound, weight_caps
-from models.detection.threshold import EDGES, Tail
+from models.detection.screening import Guard, WeightCaps, crossing, tail_of, value_bound, weight_caps
+from models.detection.threshold import EDGES, TAIL_SPAN, TAIL_STEP, Tail
 from models.private.transport import SecureTransport
+
+#: differential privacy's clip of the statistics phase, per feature: a device's mean of log-scaled values and its
+#: mean square around the fleet's mean are clipped to this times sqrt(d) in L2 norm
+STATS_CLIP = 8.0
+#: differential privacy's threshold: the anchor's grid, every COARSE-th edge (8 bins a decade), and how far above
+#: it (decades) the candidate thresholds go
+COARSE = 64
+OFFSET_CLIP = 3.0
+#: and the largest exceedance a device reports at a candidate, times 1 - q
+TAIL_CAP = 5.0
 
 
 @dataclass
@@ -51,6 +65,8 @@ def private_clients(parts: list[np.ndarray], feature_names: list[str], guard: Gu
     T = [signed_log1p(np.asarray(p, dtype=float), np.ones(d, bool)) for p in parts]
     claims = adversaries.summaries([Moments.of(t).summary() for t in T], guard.max_records)
     count = np.array([c for c, _, _ in claims], dtype=float)
+    if transport.noise is not None:  # differential privacy: every device weighs 1, no count is sent
+        return noisy_clients(parts, feature_names, T, claims, count, transport)
     caps = weight_caps(count, guard)
     weight = caps.apply(count)
     n = np.maximum(count, 1.0)[:, None]
@@ -75,6 +91,28 @@ def private_clients(parts: list[np.ndarray], feature_names: list[str], guard: Gu
     return Clients(pre, X, weight, caps, count)
 
 
+def noisy_clients(parts: list[np.ndarray], feature_names: list[str], T: list[np.ndarray], claims: list,
+                  count: np.ndarray, transport: SecureTransport) -> Clients:
+    """`private_clients` with differential privacy: each device's mean, then its mean square around the fleet's
+    mean, clipped to STATS_CLIP sqrt(d) and summed with the Gaussian noise; over the fleet's size."""
+    d, n = len(feature_names), len(parts)
+    ledger = transport.noise.ledger  # type: ignore[union-attr]
+    c = STATS_CLIP * np.sqrt(d)
+    bound = value_bound(True)
+    m1 = np.stack([total for _, total, _ in claims]) / np.maximum(count, 1.0)[:, None]
+    m2 = np.stack([sumsq for _, _, sumsq in claims]) / np.maximum(count, 1.0)[:, None]
+    everyone = np.arange(n)
+    first = transport.phase({"m1": bound}, 1.0, 1, ledger.noise({"m1": c}), bits=64)
+    mean = first(everyone, {"m1": m1})["m1"][0] / n
+    second = transport.phase({"c2": bound * bound}, 1.0, 2, ledger.noise({"c2": c}), bits=64)
+    centred = second(everyone, {"c2": m2 - 2 * mean * m1 + mean**2})["c2"][0] / n
+    transport.phase_bytes += (first.sent[0] + second.sent[0]) * n
+    scale = np.sqrt(np.maximum(centred, 0.0))
+    scale = np.where(constant(mean, scale) | (scale <= 0), 1.0, scale)
+    pre = Preprocessor(list(feature_names), np.ones(d, bool), mean, scale)
+    return Clients(pre, [(t - mean) / scale for t in T], np.ones(n), WeightCaps(1.0, 1.0), count)
+
+
 def private_tail(histograms: list[tuple[np.ndarray, np.ndarray]], weight: np.ndarray, q: float, holdout: float,
                  transport: SecureTransport) -> tuple[float, Tail]:
     """The threshold phase as one secure sum: each device sends, over the whole grid, its held-out scores'
@@ -82,6 +120,8 @@ def private_tail(histograms: list[tuple[np.ndarray, np.ndarray]], weight: np.nda
     its weight, weight over records and records; the fleet's threshold and tail are read from the sums as
     `models.detection.screening.fleet_tail` reads them with nothing winsorised (a sum cannot clip one device:
     the threshold attack's colluders are not bounded in private mode)."""
+    if transport.noise is not None:
+        return noisy_tail(histograms, q, holdout, transport)
     G = len(EDGES) - 1
     n_dev = len(histograms)
     dense = np.zeros((n_dev, G))
@@ -107,3 +147,52 @@ def private_tail(histograms: list[tuple[np.ndarray, np.ndarray]], weight: np.nda
     m1, m2 = (S["wa"][at] / S["w"], S["wa2"][at] / S["w"]) if at >= 0 else (1.0, 1.0)
     p = S["na"][at] / S["n"] if at >= 0 else 1.0
     return tail_of(used, curve, fleet, (float(m1), float(m2), float(S["wn"] / S["w"]), float(p)), q, holdout)
+
+
+def noisy_tail(histograms: list[tuple[np.ndarray, np.ndarray]], q: float, holdout: float,
+               transport: SecureTransport) -> tuple[float, Tail]:
+    """`private_tail` with differential privacy, two noisy sums. First an anchor: each device's held-out scores'
+    shares in the bins of the coarse grid (every COARSE-th edge; L2 norm at most 1, the clip), summed with the
+    noise; the anchor is the top of the highest bin holding more than 1 - q of the fleet 3 noise standard deviations
+    out of the noise (where the
+    fleet's scores still are). Then each device's share of scores above candidates from a decade below the anchor
+    to OFFSET_CLIP decades above it (8 a decade), cut at TAIL_CAP (1 - q) (so that the vector's L2 norm is bounded:
+    the clip), summed with the noise: the fleet's
+    exceedance at each, made non-increasing, and the threshold where it crosses 1 - q (interpolated
+    geometrically), as `private_tail` reads the pooled curve. The spread of the devices' own
+    tails is not released: each device's threshold gets the strongest prior (models.detection.screening.tail_of)."""
+    n_dev, G = len(histograms), (len(EDGES) - 1) // COARSE
+    shares = np.zeros((n_dev, G))
+    for i, (b, c) in enumerate(histograms):
+        np.add.at(shares[i], np.asarray(b, dtype=np.int64) // COARSE, np.asarray(c, dtype=float))
+        shares[i] /= max(shares[i].sum(), 1.0)
+    ledger = transport.noise.ledger  # type: ignore[union-attr]
+    noise = ledger.noise({"h": 1.0})
+    first = transport.phase({"h": 1.0}, 1.0, 3, noise)
+    h = first(np.arange(n_dev), {"h": shares})["h"][0]
+    standing = np.flatnonzero(h > 3 * noise.std("h") + (1 - q) * n_dev)
+    anchor = float(EDGES[COARSE * (int(standing[-1]) + 1 if len(standing) else G)])
+    # each device's share of held-out scores above each candidate (bins whose lower edge is at or above it)
+    candidates = anchor * 10.0 ** (np.arange(-8, 8 * OFFSET_CLIP + 1) / 8)
+    above = np.zeros((n_dev, len(candidates)))
+    for i, (b, c) in enumerate(histograms):
+        c = np.asarray(c, dtype=float)
+        lower = EDGES[np.asarray(b, dtype=np.int64)]
+        above[i] = (c[None, :] * (lower[None, :] >= candidates[:, None])).sum(axis=1) / max(c.sum(), 1.0)
+    cap = TAIL_CAP * (1 - q)  # only where the curve crosses 1 - q matters: shares above that are cut there,
+    bound = cap * np.sqrt(len(candidates))  # which bounds the vector's norm (the clip never binds)
+    second = transport.phase({"a": 1.0}, 1.0, 4, ledger.noise({"a": bound}))
+    above = np.minimum(above, cap)
+    curve = np.minimum.accumulate(second(np.arange(n_dev), {"a": above})["a"][0] / n_dev)
+    i = int(np.searchsorted(-curve, -(1 - q), side="left"))  # the first candidate the fleet's tail is below
+    if i == 0 or i == len(candidates):
+        fleet = float(candidates[min(i, len(candidates) - 1)])
+    else:
+        frac = (curve[i - 1] - (1 - q)) / max(curve[i - 1] - curve[i], 1e-12)
+        fleet = float(candidates[i - 1] * (candidates[i] / candidates[i - 1]) ** np.clip(frac, 0.0, 1.0))
+    transport.phase_bytes += (first.sent[0] + second.sent[0]) * n_dev
+    # the curve around it is not released: exceedance taken inversely proportional to the score there, and the
+    # strongest prior (a device's own threshold stays near the fleet's)
+    levels = (1 - q) * 2.0 ** (np.arange(TAIL_SPAN, -TAIL_SPAN - 1, -1) / TAIL_STEP)
+    levels = levels[levels < 1]
+    return fleet, Tail(fleet * (1 - q) / levels, levels, TAIL_SPAN / (1 - q), holdout)

@@ -34,6 +34,10 @@ class DetectorJobSpec(JobSpec):
                                  "side of the threshold")
     private: bool = setting(False, help="private mode: the coordinator learns only sums of the devices' statistics "
                             "(secure aggregation; in `fedsentry simulate` so far)")
+    dp_epsilon: float | None = setting(None, help="differential privacy: the budget epsilon for each device's whole "
+                                       "contribution, Gaussian noise on every sum (none: off; in `fedsentry "
+                                       "simulate` so far)")
+    dp_delta: float = setting(1e-5, help="differential privacy: the budget delta (below 1 / the fleet's records)")
 
     def check_family(self) -> None:
         check(not self.features or 2 <= len(self.features) <= 1000, "features", f"a {self.family} job needs 2 to "
@@ -51,6 +55,10 @@ class DetectorJobSpec(JobSpec):
         check(0 < self.influence <= 1e6, "influence", "must be in (0, 10^6] (how much one device may raise a "
               "feature's pooled variance, as a factor minus 1)")
         check(0 <= self.device_trim < 0.5, "device_trim", "must be in [0, 0.5)")
+        check(self.dp_epsilon is None or 0 < self.dp_epsilon <= 100, "dp_epsilon", "must be in (0, 100] (the "
+              "privacy budget; 1 to 8 are usual), or none for no differential privacy")
+        check(0 < self.dp_delta < 0.01, "dp_delta", "must be in (0, 0.01): well below 1 / the fleet's devices, "
+              "e.g. 1e-5")
 
     def validate(self) -> None:
         if self.features:
@@ -60,6 +68,8 @@ class DetectorJobSpec(JobSpec):
             self.check_family()
         check(not self.private, "private", "private mode runs in `fedsentry simulate` so far: the agents and the "
               "coordinator do not run its secure-sum steps over MQTT yet")
+        check(self.dp_epsilon is None, "dp_epsilon", "differential privacy runs in `fedsentry simulate` so far: it "
+              "trains on sums (the summed mixture, pooled PCA), which the coordinator's MQTT rounds do not run yet")
 
     def with_features(self, features: list[str]) -> None:
         """Name the features a job that named none trains on (those its agents share), and check again: the

@@ -36,6 +36,7 @@ from models.pca.simulator import ClientData, prepare_clients
 
 if TYPE_CHECKING:
     from models.detection.private import Clients
+    from models.private.accounting import Budget
     from models.private.transport import SecureTransport
 
 
@@ -71,12 +72,16 @@ def simulate_mixture(
     adversaries: Adversaries = NO_ADVERSARIES,
     private: bool = False,
     dropout: float = 0.0,
+    dp: Budget | None = None,
 ) -> dict[str, Any]:
     """Train a mixture on partitioned training records (federated, or "centralized": pooled EM) and
     evaluate it on labelled test records at the label-free threshold.
 
     private: the coordinator sees only each round's secure sum (models.mixture.summed, models.private.transport),
     with `dropout` of each round's devices vanishing after they uploaded.
+
+    dp: differential privacy at this budget (models.private.dp): the summed FedEM's sums with Gaussian noise, each
+    device's share added before masking in private mode, the whole noise added by the coordinator otherwise.
 
     Each device scores with the fleet's components and its own (models.mixture.detector.personalise): its
     held-out records for the threshold, as the agents do, and the test records it sees, `test_devices[j]`
@@ -91,22 +96,31 @@ def simulate_mixture(
     clients: ClientData | Clients = prepare_clients(fit_parts, feature_names, guard=guard, adversaries=adversaries)
     d = len(feature_names)
     params = dict(params or {})
-    if private and algorithm != "fedem":
-        raise ValueError(f"private mode trains fedem, not {algorithm}")
-    if private and max(1, int(round(fraction * len(train_parts)))) < 2:
-        raise ValueError("private mode sums at least 2 devices a round: raise the share sampled (--fraction) or the "
+    summed = private or dp is not None  # the coordinator learns sums only (secure, or noisy, or both)
+    mode = "private mode" if private else "differential privacy"
+    if summed and algorithm != "fedem":
+        raise ValueError(f"{mode} trains fedem, not {algorithm}")
+    if summed and max(1, int(round(fraction * len(train_parts)))) < 2:
+        raise ValueError(f"{mode} sums at least 2 devices a round: raise the share sampled (--fraction) or the "
                          "devices")
     if algorithm == "centralized":
         alg = FedEM(d, **params)
     else:
-        alg = SummedFedEM(d, **params) if private else {**FEDERATED, **ANCHORS}[algorithm](d, **params)
+        alg = SummedFedEM(d, **params) if summed else {**FEDERATED, **ANCHORS}[algorithm](d, **params)
     transport = None
-    if private:
+    if summed:
         from models.detection.private import largest_weight, private_clients
         from models.mixture.summed import summed_transport
 
         transport = summed_transport(largest_weight(clients.caps, clients.claimed), seed, dropout,
                                      float(np.max(clients.claimed)))
+        transport.secure = private
+        if dp is not None:
+            assert isinstance(alg, SummedFedEM)
+            transport.noise, alg.mass_floor = mixture_noise(alg, dp, len(train_parts), fraction, rounds, private,
+                                                            seed)
+            alg.dp_clips = dict(transport.noise.clips)
+            transport.clip = 1.0  # every device weighs 1
         clients = private_clients(fit_parts, feature_names, guard, transport)
     out: dict[str, Any] = {"algorithm": algorithm, "components": alg.components, "reg": alg.reg}
     t0 = time.perf_counter()
@@ -126,7 +140,7 @@ def simulate_mixture(
         out.update(rounds=rounds, seconds_per_round=(time.perf_counter() - t0) / rounds,
                    upload_bytes_per_client_round=alg.upload_bytes(), rejected_uploads=int(history[-1]["rejected"]),
                    all_device_rounds=len(history) - rounds, private=private)
-        if transport is not None:
+        if transport is not None and transport.secure:
             out["secure_sum"] = {"device_cpu_seconds_max": float(np.max(transport.device_cpu)),
                                  "coordinator_cpu_seconds_median": float(np.median(transport.server_cpu)),
                                  "dropout": dropout, "clipped_values": transport.clipped}
@@ -144,6 +158,10 @@ def simulate_mixture(
         threshold, det.tail_ = fleet_tail(kept, weight, quantile, guard.device_trim, holdout,
                                           colluders(alg.min_support))
     det.threshold_ = threshold
+    if transport is not None and transport.noise is not None:
+        from models.private.accounting import report
+
+        out["dp"] = report(transport.noise.ledger, dp)  # type: ignore[arg-type]
     if algorithm != "centralized":  # per device and round: the statistics and threshold phases count as rounds
         sent += transport.phase_bytes if transport else sum(8 * len(b) for b, _ in histograms)
         out["upload_bytes_per_device_round"] = sent / (len(clients.X) * (len(history) + 2))
@@ -167,6 +185,23 @@ def simulate_mixture(
                **detection_report(y_test, test_scores, at))
     out["detector"] = det
     return out
+
+
+def mixture_noise(alg: SummedFedEM, dp: Budget, fleet: int, fraction: float, rounds: int, distributed: bool,
+                  seed: int) -> tuple[Any, float]:
+    """A private mixture job's Gaussian noise, calibrated to the budget for its sums: the statistics phase's 2,
+    the seeding's most rounds (log2 of its centres + 2 splitting, then 2: fewer than without noise, each costs
+    budget), the threshold's 2 (every device) and `rounds` sampled rounds; and the mass a component needs (3 noise
+    standard deviations of a round's summed shares)."""
+    from models.mixture.summed import REFINE, dp_clips
+    from models.private.accounting import ledger_for
+
+    q = max(1, int(round(fraction * fleet))) / fleet
+    alg.max_splits = int(np.ceil(np.log2(alg.components * alg.split_factor))) + 2  # the doublings, and 2 to spare
+    seeding = alg.max_splits + REFINE + 1
+    plan = {1.0: 2 + seeding + 2, q: rounds} if q < 1 else {1.0: 2 + seeding + 2 + rounds}
+    noise = ledger_for(dp, plan, fleet, q, distributed, seed).noise(dp_clips(alg.n_features, alg.least_records))
+    return noise, 3.0 * noise.std("dR", len(noise.clips) - 1)
 
 
 def device_rates(flagged: np.ndarray, where: np.ndarray, y_test: np.ndarray, devices: int) -> dict[str, Any] | None:

@@ -28,7 +28,8 @@ class MixtureJobSpec(DetectorJobSpec):
     sizing = "algorithm_params"
 
     simulation: ClassVar = Simulation(
-        settings=("rounds", "fraction", "seed", "quantile", "holdout", "private"), algorithms=ALGORITHMS,
+        settings=("rounds", "fraction", "seed", "quantile", "holdout", "private", "dp_epsilon", "dp_delta"),
+        algorithms=ALGORITHMS,
         parameters={"components": "mixture components (none: the most of 128, 64, 32, ... whose uploads fit 256 KiB "
                     "per device and round)",
                     "reg": "ridge added to every covariance, in standardised units",

@@ -42,11 +42,14 @@ from models.core.pipeline import CAP_LEVEL, CAP_SCALE, cap_weights
 from models.mixture.control import SUPPORT_SHARE
 from models.mixture.fedem import FedEM, broadcast_of, mixture_of
 from models.mixture.gmm import Mixture, hard_stats, kmeans, m_step, nearest, triu_unpack
+from models.private.dp import clip_rows
 
 #: the broadcast stage of a seeding round (FedEM's own: 0 seeding, 1 EM, 2 k-means)
 GROW = 3
 #: statistics a device uploads, in this order (dN: its first contribution)
 DELTAS = ("dR", "dS1", "dS2", "dH", "dN")  # (a seeding round's also carries "dC", its records per centre)
+#: every upload name, as differential privacy's clips travel in the broadcast
+DP_NAMES = (*DELTAS, "dC")
 #: refinement rounds after the seeding's growth (the last one's centres are the first mixture's; the k-means rounds
 #: that follow refine further)
 REFINE = 1
@@ -65,6 +68,12 @@ class SummedFedEM(FedEM):
         if not 1 <= split_factor <= 16:
             raise ValueError("split_factor must be between 1 and 16 (seeding centres per component before merging)")
         self.split_factor = int(split_factor)
+        #: differential privacy: the least summed weight a component or seeding centre needs (above the noise), and
+        #: the L2 clip of each upload name (`dp_clips`), which the broadcast announces to the devices
+        self.mass_floor = 0.0
+        self.dp_clips: dict[str, float] = {}
+        #: seeding rounds that may split (MAX_SPLITS; differential privacy plans for fewer: each costs budget)
+        self.max_splits = MAX_SPLITS
 
     # -- start -----------------------------------------------------------------------------------------
     def init_server(self, n_clients: int, rng: np.random.Generator) -> tuple[State, State]:
@@ -119,6 +128,11 @@ class SummedFedEM(FedEM):
         up["dN"] = 1.0 - state["joined"]
         if stage == GROW:  # the seeding's records per centre, this round's (not a change: every device answers)
             up["dC"] = counts[:, :upto]
+        if "dp.clip" in broadcast:  # differential privacy: each change clipped, what is left carried to the next
+            clips = dict(zip(DP_NAMES, np.asarray(broadcast["dp.clip"], dtype=float)))
+            up = {k: clip_rows(v, clips[k])[0] for k, v in up.items()}
+            for k in ("R", "S1", "S2", "H"):
+                new[k][:, :upto] = state[k][:, :upto] + up[f"d{k}"]
         after = {**new, "nll": nll, "joined": np.ones(len(data["X"]))}
         return after, up
 
@@ -175,9 +189,11 @@ class SummedFedEM(FedEM):
         # k-FED uploads only clusters of min_cluster records: no component of a handful of records, whose tiny
         # covariance would make ordinary traffic beside it look anomalous
         least = self.least_records
-        live = (R > 0) & (counts >= least - 0.5)
+        live = (self.mass_floor < R) & (counts >= least - 0.5)
         if not live.any():
-            live = R > 0
+            live = self.mass_floor < R
+        if not live.any() and self.mass_floor > 0:  # noisy sums: the heaviest centre lives (no budget to ask again)
+            live = np.arange(len(R)) == int(np.argmax(R))
         if not live.any():  # no device had records: ask again
             return server, self.current(server)
         centres = S1[live] / R[live, None]
@@ -188,7 +204,7 @@ class SummedFedEM(FedEM):
         splittable = bool((counts[live] >= 2 * least - 0.5).any())
         growing = len(centres) > int(server.get("grow.live", 0))  # splits that left too few records die: no churn
         server["grow.live"] = np.array(len(centres))
-        if refined == 0 and len(centres) < K * self.split_factor and int(server["grow.rounds"]) <= MAX_SPLITS \
+        if refined == 0 and len(centres) < K * self.split_factor and int(server["grow.rounds"]) <= self.max_splits \
                 and splittable and growing:
             cov = triu_unpack(S2[live], d) / R[live, None, None] - centres[:, :, None] * centres[:, None, :]
             lam, V = np.linalg.eigh((cov + np.swapaxes(cov, -1, -2)) / 2)
@@ -229,13 +245,23 @@ class SummedFedEM(FedEM):
         return max(self.min_cluster, self.n_features + 1)
 
     def with_caps(self, server: State, broadcast: State) -> State:
-        """The weight caps of the statistics phase, for each device to cap its own weight."""
+        """The weight caps of the statistics phase, for each device to cap its own weight, and the clips the job
+        announces."""
+        if self.dp_clips:  # and differential privacy's clip of each change (DP_NAMES order)
+            broadcast = {**broadcast, "dp.clip": np.array([self.dp_clips[k] for k in DP_NAMES])}
         if CAP_LEVEL in server:
             return {**broadcast, "cap": np.array([float(server[CAP_LEVEL]), float(server[CAP_SCALE])])}
         return broadcast
 
     def aggregate(self, server: State) -> Mixture:
-        return m_step(server["R"], server["S1"], server["S2"], self.reg)
+        """The M-step on the sums; a component of less than `mass_floor` weight gets the pooled statistics (noisy
+        sums: post-processing, no privacy cost)."""
+        R = np.asarray(server["R"], dtype=float)
+        if self.mass_floor > 0:  # noisy sums: no negative mass, and a fleet's worth at least
+            R = np.maximum(R, 0.0)
+            R = R if R.sum() >= self.mass_floor else R + self.mass_floor / len(R)
+        floor = self.mass_floor / max(float(R.sum()), 1e-300)
+        return m_step(R, server["S1"], server["S2"], self.reg, min_mass=max(floor, 1e-6))
 
     def support_view(self, server: State) -> SupportView | None:
         """The count from the summed 0/1 rows (no mass share: it needs each device's mass)."""
@@ -264,6 +290,17 @@ def _pad(a: np.ndarray, slots: int) -> np.ndarray:
 #: the bound private mode announces on standardised values (standard deviations of the fleet's log-scaled features):
 #: a component whose records lie further out on average has its statistics clipped (counted, `clipped_values`)
 PRIVATE_VALUE_BOUND = 64.0
+
+
+def dp_clips(n_features: int, least_records: int) -> dict[str, float]:
+    """Differential privacy's L2 clip of a device's upload in a mixture round (models.private.dp), its weight 1: the
+    change of its shares per component (two distributions differ by at most sqrt 2), of its per-record sums
+    (sqrt d: a record at one standard deviation in every feature) and sums of squares (d), of its support row
+    (4: eight components gained or lost), its first contribution (1), and a seeding round's records per centre
+    (the seeding's least records: one device can keep a centre alive alone, no more)."""
+    d = float(n_features)
+    return {"dR": float(np.sqrt(2.0)), "dS1": float(np.sqrt(d)), "dS2": d, "dH": 4.0, "dN": 1.0,
+            "dC": float(least_records)}
 
 
 def summed_transport(clip: float, seed: int, dropout: float, most: float = 1.0) -> Any:

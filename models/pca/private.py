@@ -7,12 +7,16 @@ statistic whole: one secure sum of every device's w_i C_i (the upper triangle, d
 step is its eigendecomposition, the pooled subspace exactly, in one round. The statistics phase and the threshold
 phase are secure sums too (models.detection.private): the threshold is the pooled exceedance curve's, nothing
 winsorised (a trimmed mean of the devices' quantiles needs each device's).
+
+With differential privacy the same four sums carry Gaussian noise (models.private.dp): each device weighs 1 and
+clips its second moment to norm d (a record at one standard deviation in every feature); the server divides by
+the fleet's size and eigendecomposes the noisy sum (post-processing).
 """
 
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -26,45 +30,64 @@ from models.detection.threshold import sparse_histogram
 from models.pca.detector import PCADetector
 from models.private.transport import SecureTransport
 
+if TYPE_CHECKING:
+    from models.private.accounting import Budget
+
 #: private mode's announced bound on standardised values: a device's second moment is divided by its square
 VALUE_BOUND = 64.0
 
 
 def simulate_private_pca(train_parts: list[np.ndarray], X_test: np.ndarray, y_test: np.ndarray,
                          feature_names: list[str], rank: int, quantile: float, guard: Guard, seed: int = 0,
-                         dropout: float = 0.0) -> dict[str, Any]:
-    """Train and evaluate PCA in private mode (see the module): every device takes part in each of its phases."""
+                         dropout: float = 0.0, dp: Budget | None = None, secure: bool = True) -> dict[str, Any]:
+    """Train and evaluate PCA in private mode (see the module): every device takes part in each of its phases.
+    dp: with Gaussian noise on the four sums at this budget (`secure`: each device adds its share before masking;
+    otherwise the coordinator sums in the clear and adds it)."""
     t0 = time.perf_counter()
     parts = [as_device_records(p) for p in train_parts]
     n = len(parts)
     if n < 2:
         raise ValueError("private mode sums at least 2 devices")
-    ledger = SecureTransport({}, 1.0, dropout, seed)
-    clients = private_clients(parts, feature_names, guard, ledger)
     d = len(feature_names)
+    ledger = SecureTransport({}, 1.0, dropout, seed, secure=secure)
+    if dp is not None:
+        from models.private.accounting import ledger_for
+
+        ledger.noise = ledger_for(dp, {1.0: 5}, n, 1.0, secure, seed).noise({})
+    clients = private_clients(parts, feature_names, guard, ledger)
     if not 1 <= rank < d:
         raise ValueError(f"rank must be between 1 and {d - 1} (the number of features - 1), got {rank}")
     upper = np.triu_indices(d)
     moments = np.stack([second_moment(x)[upper] for x in clients.X])  # each device's, on the device
-    secure = SecureTransport({"C": VALUE_BOUND**2, "w": 1.0}, largest_weight(clients.caps, clients.claimed),
-                             dropout, seed + 5)
-    total = secure(np.arange(n), {"C": clients.weight[:, None] * moments, "w": clients.weight})
-    Z = top_eigvecs(symmetric(total["C"][0] / float(total["w"][0]), d), rank)[1]
+    if ledger.noise is None:
+        secure_sum = ledger.phase({"C": VALUE_BOUND**2, "w": 1.0}, largest_weight(clients.caps, clients.claimed), 5)
+        total = secure_sum(np.arange(n), {"C": clients.weight[:, None] * moments, "w": clients.weight})
+        W = float(total["w"][0])
+    else:  # each device weighs 1: the fleet's size divides
+        secure_sum = ledger.phase({"C": VALUE_BOUND**2}, 1.0, 5, ledger.noise.ledger.noise({"C": float(d)}))
+        total, W = secure_sum(np.arange(n), {"C": moments}), float(n)
+    Z = top_eigvecs(symmetric(total["C"][0] / W, d), rank)[1]
     # what the sum would be without fixed point: the simulator's yardstick
     reference = top_eigvecs(symmetric(clients.weight @ moments / clients.weight.sum(), d), rank)[1]
     histograms = [sparse_histogram(residuals(x, Z)) for x in clients.X]
     threshold, _ = private_tail(histograms, clients.weight, quantile, 0.0, ledger)
     det = PCADetector.from_model(Z, clients.preprocessor, threshold, None, quantile=quantile)
-    sent = ledger.phase_bytes + secure.sent[0] * n
-    out = {"algorithm": "fedmm", "private": True, "rank": rank, "kernel": "none", "rounds": 1, "history": [],
-           "seconds_per_round": time.perf_counter() - t0, "upload_bytes_per_client_round": secure.sent[0],
+    sent = ledger.phase_bytes + secure_sum.sent[0] * n
+    out = {"algorithm": "fedmm", "private": secure, "rank": rank, "kernel": "none", "rounds": 1, "history": [],
+           "seconds_per_round": time.perf_counter() - t0, "upload_bytes_per_client_round": secure_sum.sent[0],
            "all_device_rounds": 1, "threshold": threshold,
            "upload_bytes_per_device_round": sent / (n * 4),  # statistics (2 sums), the moments, the threshold
-           "secure_sum": {"device_cpu_seconds_max": float(max(secure.device_cpu)),
-                          "coordinator_cpu_seconds_median": float(np.median(secure.server_cpu)),
-                          "dropout": dropout, "clipped_values": ledger.clipped + secure.clipped},
            **detection_report(y_test, det.score_samples(X_test), threshold)}
-    out["subspace_distance"] = subspace_distance(Z, reference)  # the secure sum's fixed-point error, nothing else
+    if secure:
+        out["secure_sum"] = {"device_cpu_seconds_max": float(max(secure_sum.device_cpu)),
+                             "coordinator_cpu_seconds_median": float(np.median(secure_sum.server_cpu)),
+                             "dropout": dropout, "clipped_values": ledger.clipped + secure_sum.clipped}
+    if dp is not None and ledger.noise is not None:
+        from models.private.accounting import report
+
+        out["dp"] = report(ledger.noise.ledger, dp)
+    # the secure sum's fixed-point error (with differential privacy: and the noise and clipping)
+    out["subspace_distance"] = subspace_distance(Z, reference)
     return out
 
 

@@ -226,24 +226,28 @@ def simulate_pca(
     adversaries: Adversaries = NO_ADVERSARIES,
     private: bool = False,
     dropout: float = 0.0,
+    dp: Any = None,
 ) -> dict[str, Any]:
     """Train one algorithm on partitioned training records and evaluate it on labelled test records.
 
     private: the coordinator learns only sums (models.pca.private: FedMM's statistic summed whole, in one round),
-    `dropout` of the devices vanishing after each upload.
+    `dropout` of the devices vanishing after each upload. dp (a models.private.accounting.Budget): the same sums
+    with Gaussian noise (models.private.dp), each device's share added before masking in private mode, the whole
+    noise added by the coordinator otherwise.
 
     adversaries: the first devices and their attack (models.detection.attacks; their records, for a data attack, are
     already in `train_parts`).
 
     kernel="rff": kernel PCA through `kernel_features` random Fourier features of width `kernel_gamma`
     (None: models.kernel.default_gamma), the map seeded with `seed`, as a job with these settings."""
-    if private:
+    if private or dp is not None:
         if kernel != "none" or trim or adversaries.count:
-            raise ValueError("private mode runs linear PCA without --trim or --adversaries so far")
+            mode = "private mode" if private else "differential privacy"
+            raise ValueError(f"{mode} runs linear PCA without --trim or --adversaries so far")
         from models.pca.private import simulate_private_pca
 
         return simulate_private_pca(train_parts, X_test, y_test, feature_names, rank, quantile, DEFAULT_GUARD, seed,
-                                    dropout)
+                                    dropout, dp, private)
     if trim_by not in TRIM_CRITERIA:
         raise ValueError(f"unknown trim criterion {trim_by!r}; choose from {', '.join(TRIM_CRITERIA)}")
     if kernel not in KERNELS:

@@ -28,7 +28,7 @@ class PCAJobSpec(DetectorJobSpec):
     # the simulator runs the paper's FedPG unless told otherwise (a job runs FedMM: the least traffic per round)
     simulation: ClassVar = Simulation(
         settings=("rank", "rounds", "fraction", "seed", "quantile", "kernel", "kernel_features", "kernel_gamma",
-                  "private"),
+                  "private", "dp_epsilon", "dp_delta"),
         algorithms=ALGORITHMS, defaults={"algorithm": "fedpg"}, choices={"kernel": KERNELS},
         parameters={"local_steps": "local steps per round", "rho": "ADMM penalty (none: the number of features)",
                     "lr": "local step size (none: 1/L from each client's curvature)",

@@ -7,6 +7,10 @@ records is at most `bound`^power per record: 1 for counts, `bound` for sums, `bo
 every scaled value lies in [-clip, clip]), clips them there and encodes them in the ring `Ring.for_sum` picks
 for the round's size: a sum of the round's devices cannot wrap, and the fractional bits are as many as that
 leaves. The server step receives the decoded sum as a single upload (leading axis 1).
+
+With differential privacy (`noise`, models.private.dp) each device's upload is clipped per name first; in private
+mode each device then adds its share of the noise and the ring keeps room for it above the clip, and without
+private mode (`secure` false) the coordinator sums the clipped uploads in the clear and adds the whole noise.
 """
 
 from __future__ import annotations
@@ -18,8 +22,8 @@ import numpy as np
 
 from models.core.federated import State
 from models.core.rounds import RoundFailedError
+from models.private.dp import Noise
 from models.private.fixedpoint import Ring
-from models.private.secagg import SecAggError, Setup, secure_sum
 
 #: ring width: 48 bits leave 34 fractional bits at a clip of 5 over 1,000 devices (6 bytes a value on the wire)
 BITS = 48
@@ -41,19 +45,36 @@ class SecureTransport:
     phase_bytes: float = 0.0  # bytes every device sent together in phases outside the rounds (statistics)
     bits: int = BITS  # the ring's width
     failures: int = 0  # secure sums that could not be unmasked (their rounds failed)
+    noise: Noise | None = None  # differential privacy: the Gaussian mechanism on each sum
+    secure: bool = True  # masked uploads (private mode); False: summed in the clear (central noise only)
 
     def __post_init__(self) -> None:
         self.rng = np.random.default_rng(self.seed)
 
+    def phase(self, scales: Mapping[str, float], clip: float, offset: int, noise: Noise | None = None,
+              bits: int = BITS) -> SecureTransport:
+        """The transport of a phase outside the rounds: this job's dropouts and mode, its own scales, clip and
+        seed (`offset` from the job's), and its own differential privacy (None: none)."""
+        return SecureTransport(scales, clip, self.dropout, self.seed + offset, bits=bits, noise=noise,
+                               secure=self.secure)
+
     def __call__(self, ids: np.ndarray, uploads: State) -> State:
-        names = sorted(uploads)
         if len(ids) < 2:  # a secure sum needs two devices: one device alone is not summed (nothing is sent)
             raise ValueError("a private round needs at least 2 answering devices")
+        if not self.secure:
+            return self.plain(ids, uploads)
+        from models.private.secagg import SecAggError, Setup, secure_sum  # the `private` extra
+
+        clip = self.clip
+        if self.noise is not None:  # each device clips, then adds its share of the noise before masking
+            uploads = self.noise.device_shares(ids, uploads)
+            clip += max(self.noise.headroom(k, len(uploads), len(ids)) / self.scales[k] for k in uploads)
+        names = sorted(uploads)
         shapes = {k: np.asarray(uploads[k]).shape[1:] for k in names}
         flat = {int(i): np.concatenate([np.asarray(uploads[k][j], dtype=float).reshape(-1) / self.scales[k]
                                         for k in names]) for j, i in enumerate(ids)}
-        ring = Ring.for_sum(self.clip, len(ids), self.bits)
-        self.clipped += int(sum(np.count_nonzero(np.abs(v) > self.clip) for v in flat.values()))
+        ring = Ring.for_sum(clip, len(ids), self.bits)
+        self.clipped += int(sum(np.count_nonzero(np.abs(v) > clip) for v in flat.values()))
         self.sums += 1
         setup = Setup(f"round-{self.sums}".encode(), tuple(int(i) for i in ids), len(next(iter(flat.values()))),
                       ring, int(self.rng.integers(2**31)))
@@ -64,6 +85,8 @@ class SecureTransport:
         except SecAggError as e:  # too few devices left to unmask: the round fails, nothing of it counts
             self.failures += 1
             raise RoundFailedError(f"secure sum of {len(ids)} devices, {gone} gone after upload: {e}") from None
+        if self.noise is not None:  # every upload counted (drops came after it): the noise is all there
+            self.noise.check_uploads(len(ids), len(ids))
         self.sent.append(float(np.mean(list(log.sent.values()))))
         self.device_cpu.append(max(log.cpu.values()))
         self.server_cpu.append(log.server_cpu)
@@ -73,3 +96,13 @@ class SecureTransport:
             out[k] = (total[at: at + size] * self.scales[k]).reshape(1, *shapes[k])
             at += size
         return out
+
+    def plain(self, ids: np.ndarray, uploads: State) -> State:
+        """The round's uploads summed in the clear (float64 on the wire), with the central noise if any."""
+        n = len(ids)
+        values = sum(int(np.prod(np.asarray(v).shape[1:], dtype=np.int64)) for v in uploads.values())
+        self.sent.append(8.0 * values)
+        self.sums += 1
+        if self.noise is not None:
+            return self.noise.central(ids, uploads)
+        return {k: np.asarray(v, dtype=float).sum(axis=0, keepdims=True) for k, v in uploads.items()} if n else {}

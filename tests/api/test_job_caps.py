@@ -52,3 +52,11 @@ def test_the_command_line_names_the_flag(tmp_path, capsys):
     assert main(["job", "create", "--db", db, "--type", "pca", "--features", "a,b,c", "--kernel", "rff",
                  "--kernel-features", "4096", "--rank", "2100"]) == 2
     assert "--kernel-features: the job's round message would be 132 MiB" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("kind", ["gmm", "pca"])
+def test_a_differentially_private_job_is_refused_until_jobs_run_it(client, keys, kind):
+    r = client.post("/api/v1/jobs", json={"type": kind, "features": FEATURES[:10], "dp_epsilon": 4},
+                    headers=bearer(keys["admin"]))
+    assert r.status_code == 422, r.text
+    assert any(d["field"] == "body.dp_epsilon" and "fedsentry simulate" in d["problem"] for d in r.json()["detail"])

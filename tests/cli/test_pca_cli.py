@@ -178,3 +178,29 @@ def test_min_support_zero_shares_every_component_and_attacks_run_for_pca():
     p = simulate("--detector", "pca", "--algorithm", "fedmm", "--clients", "11", "--adversaries", "2", "--attack",
                  "non-psd", "--fraction", "0.5")
     assert p["attack"] == "non-psd" and p["adversaries"] == 2 and p["rejected_uploads"] > 0
+
+
+@pytest.mark.parametrize(("flags", "message"), [
+    (["--dp-epsilon", "0"], "--dp-epsilon: must be in (0, 100]"),
+    (["--dp-epsilon", "1", "--dp-delta", "0.5"], "--dp-delta: must be in (0, 0.01)"),
+    (["--dp-delta", "1e-6"], "--dp-delta is differential privacy's: add --dp-epsilon"),
+    (["--dp-epsilon", "4", "--algorithm", "centralized"], "--dp-epsilon trains fedem on noisy sums"),
+])
+def test_bad_dp_settings_say_which_and_why(flags, message):
+    out = fedsentry("simulate", "pca", "--detector", "gmm", "--dataset", "synthetic", "--clients", "5", "--rounds", "2",
+                    *flags)
+    assert out.returncode == 2 and message in out.stderr
+
+
+@pytest.mark.parametrize("detector", ["gmm", "pca"])
+@pytest.mark.parametrize("private", [[], ["--private"]])
+def test_dp_simulation_reports_its_budget(detector, private, tmp_path):
+    path = tmp_path / "r.json"
+    out = fedsentry("simulate", "pca", "--detector", detector, "--dataset", "synthetic", "--clients", "10",
+                    "--fraction", "0.3", "--rounds", "3", "--dp-epsilon", "8", "--dp-delta", "1e-6", *private,
+                    "--json", str(path))
+    assert out.returncode == 0, out.stderr
+    dp = json.loads(path.read_text())["dp"]
+    assert dp["epsilon"] == 8 and dp["delta"] == 1e-6 and 0 < dp["epsilon_spent"] <= 8
+    assert dp["noise"] == ("distributed" if private else "central") and dp["noise_multiplier"] > 0
+    assert dp["clip_norms"]["h"] == 1.0 and dp["clip_norms"]["m1"] > 0
