@@ -17,7 +17,10 @@ al. 2021) and takes the M-step of the merged statistics. A device uploads only c
 they merged into, become its first control-variate row, so the aggregate starts as the seeding's statistics
 of every device and a round replaces only its sampled devices' rows. Without them the first round's M-step
 saw only the ~10 % sampled devices: every component they did not reach fell to the pooled moments and never
-came back (ton-iot, K=128: 58 of 128 components lost after round 1).
+came back (ton-iot, K=128: 58 of 128 components lost after round 1). With ``seeding="split"`` the server groups the
+clusters by splitting on their summed statistics instead (models.mixture.splitting, private mode's rule); measured
+across 45 runs it steadied nsl-kdd but lost attacks on ton-iot, so k-FED's merge stays the default
+(benchmarks/results/stability.md).
 
 k-means rounds (the first ``hard_rounds`` after seeding; by default every round): each sampled device
 assigns every record to the nearest component mean and uploads the statistics of that hard assignment (same
