@@ -17,7 +17,10 @@ al. 2021) and takes the M-step of the merged statistics. A device uploads only c
 they merged into, become its first control-variate row, so the aggregate starts as the seeding's statistics
 of every device and a round replaces only its sampled devices' rows. Without them the first round's M-step
 saw only the ~10 % sampled devices: every component they did not reach fell to the pooled moments and never
-came back (ton-iot, K=128: 58 of 128 components lost after round 1).
+came back (ton-iot, K=128: 58 of 128 components lost after round 1). With ``seeding="split"`` the server groups the
+clusters by splitting on their summed statistics instead (models.mixture.splitting, private mode's rule); measured
+across 45 runs it steadied nsl-kdd but lost attacks on ton-iot, so k-FED's merge stays the default
+(benchmarks/results/stability.md).
 
 k-means rounds (the first ``hard_rounds`` after seeding; by default every round): each sampled device
 assigns every record to the nearest component mean and uploads the statistics of that hard assignment (same
@@ -43,10 +46,13 @@ from typing import ClassVar
 import numpy as np
 
 from models.core.federated import FederatedAlgorithm, State, SupportView
-from models.core.pipeline import support_mask
+from models.core.pipeline import CAP_SCALE, support_mask
 from models.mixture import control
 from models.mixture.gmm import Mixture, e_step, hard_stats, kmeans, m_step, nearest, triu_unpack
+from models.mixture.splitting import grouped_sums, least_records, split_labels
 
+#: how the seeding merges the devices' clusters (FedEM.merge_labels)
+SEEDINGS = ("merge", "split")
 #: what one upload may weigh (issue 11: at most 256 KiB per device and round)
 UPLOAD_BUDGET = 256 * 1024
 CANDIDATE_COMPONENTS = (128, 64, 32, 16, 8)
@@ -113,7 +119,8 @@ class FedEM(FederatedAlgorithm):
 
     def __init__(self, n_features: int, components: int | None = None, reg: float = DEFAULT_REG, min_cluster: int = 5,
                  float32: bool = True, tolerance: float = 1e-3, hard_rounds: int = 100_000, seed_rows: bool = True,
-                 min_support: int = 3, control_rows: int | None = None, mass_cap: float = MASS_CAP):
+                 min_support: int = 3, control_rows: int | None = None, mass_cap: float = MASS_CAP,
+                 seeding: str = "merge"):
         components = default_components(n_features, float32) if components is None else components
         if not 1 <= components <= 1024:
             raise ValueError("components must be between 1 and 1024")
@@ -128,6 +135,9 @@ class FedEM(FederatedAlgorithm):
             raise ValueError("hard_rounds must be between 0 and 100000")
         self.hard_rounds = int(hard_rounds)
         self.seed_rows = bool(seed_rows)
+        if seeding not in SEEDINGS:
+            raise ValueError(f"seeding must be one of {', '.join(SEEDINGS)}")
+        self.seeding = seeding
         if not 0 <= min_support <= 1000:
             raise ValueError("min_support must be between 0 (every component shared) and 1000 devices")
         self.min_support = int(min_support)
@@ -297,9 +307,12 @@ class FedEM(FederatedAlgorithm):
         if not keep.any():
             return server, self.current(server)
         w = weight[:, None]  # the merge weighs each device's clusters by its share
-        wR, wS1 = R * w, S1 * w[..., None]
+        wR, wS1, wS2 = R * w, S1 * w[..., None], S2 * w[..., None]
+        # records per cluster (a capped device's count as its capped weight: fewer, never more)
+        records = R * w * float(server.get(CAP_SCALE, 1.0))
+        labels = self.merge_labels(wR[keep], wS1[keep], wS2[keep], records[keep],
+                                   np.random.default_rng(int(server["seed"])))
         if self.seed_rows:
-            labels = merge_labels(wR[keep], wS1[keep], self.components, np.random.default_rng(int(server["seed"])))
             dev, K = np.nonzero(keep)[0], self.components
             grouped = []
             for stat in (R, S1, S2):
@@ -309,10 +322,19 @@ class FedEM(FederatedAlgorithm):
             control.write(server, ids, weight, (grouped[0], grouped[1], grouped[2]), 0)
             m = self.aggregate(server)
         else:
-            m = merge_clusters(wR[keep], wS1[keep], (S2 * w[..., None])[keep], self.components, self.reg,
-                               np.random.default_rng(int(server["seed"])))
+            m = m_step(*grouped_sums(wR[keep], wS1[keep], wS2[keep], labels, self.components), self.reg)
         server["stage"] = np.array(1)
         return self.keep(server, broadcast_of(m, 2 if self.hard_rounds > 0 else 1))
+
+    def merge_labels(self, R: np.ndarray, S1: np.ndarray, S2: np.ndarray, records: np.ndarray,
+                     rng: np.random.Generator) -> np.ndarray:
+        """The component each seeding cluster (weighted statistics, records) merges into: k-means on the
+        clusters' means ("merge", k-FED) or splitting on their summed statistics ("split",
+        models.mixture.splitting)."""
+        if self.seeding == "split":
+            return split_labels(R, S1, S2, records, self.components,
+                                least_records(self.min_cluster, self.n_features))
+        return merge_labels(R, S1, self.components, rng)
 
     @staticmethod
     def keep(server: State, broadcast: State) -> tuple[State, State]:
@@ -381,19 +403,6 @@ class FedEM(FederatedAlgorithm):
         """The mixture twice over (the broadcast and its factors as the E-step uses them), the statistics being
         summed, and a chunk's temporaries (models.mixture.gmm works in chunks of at most 2 MiB)."""
         return 2 * self.broadcast_bytes() + 2 * self.upload_bytes() + 4 * 2**20
-
-
-def merge_clusters(R: np.ndarray, S1: np.ndarray, S2: np.ndarray, K: int, reg: float,
-                   rng: np.random.Generator) -> Mixture:
-    """K components from many clusters' statistics: weighted k-means on the cluster means, then the
-    M-step of each group's summed statistics (sums of statistics are exact)."""
-    labels = merge_labels(R, S1, K, rng)
-    gR = np.bincount(labels, weights=R, minlength=K)
-    gS1 = np.zeros((K, S1.shape[1]))
-    gS2 = np.zeros((K, *S2.shape[1:]))
-    np.add.at(gS1, labels, S1)
-    np.add.at(gS2, labels, S2)
-    return m_step(gR, gS1, gS2, reg)
 
 
 def standardised_moments(count: np.ndarray, total: np.ndarray, sumsq: np.ndarray, mean: np.ndarray,

@@ -35,6 +35,9 @@ class MixtureJobSpec(DetectorJobSpec):
                     "reg": "ridge added to every covariance, in standardised units",
                     "hard_rounds": "k-means rounds after seeding before EM rounds (at least the job's rounds: "
                     "k-means rounds throughout)",
+                    "seeding": "how the seeding round merges the devices' own clusters into the first mixture: merge "
+                    "(k-means on their means, k-FED) or split (splitting the most spread group, from their summed "
+                    "statistics)",
                     "seed_rows": "keep each device's seeding clusters as its first control-variate row (README)",
                     "min_support": "devices that must support a component for it to join the fleet's model; the "
                     "others stay personal (at most half a small fleet; 0 turns the rule off)"})

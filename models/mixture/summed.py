@@ -41,7 +41,8 @@ from models.core.federated import State, SupportView
 from models.core.pipeline import CAP_LEVEL, CAP_SCALE, cap_weights
 from models.mixture.control import SUPPORT_SHARE
 from models.mixture.fedem import FedEM, broadcast_of, mixture_of
-from models.mixture.gmm import Mixture, hard_stats, kmeans, m_step, nearest, triu_unpack
+from models.mixture.gmm import Mixture, hard_stats, kmeans, m_step, nearest
+from models.mixture.splitting import MAX_SPLITS, least_records, split_centres, splittable
 from models.private.dp import clip_rows
 
 #: the broadcast stage of a seeding round (FedEM's own: 0 seeding, 1 EM, 2 k-means)
@@ -53,8 +54,6 @@ DP_NAMES = (*DELTAS, "dC")
 #: refinement rounds after the seeding's growth (the last one's centres are the first mixture's; the k-means rounds
 #: that follow refine further)
 REFINE = 1
-#: seeding rounds that may split (centres no record chose die, so a round may grow fewer than it split)
-MAX_SPLITS = 16
 
 
 class SummedFedEM(FedEM):
@@ -197,23 +196,16 @@ class SummedFedEM(FedEM):
         if not live.any():  # no device had records: ask again
             return server, self.current(server)
         centres = S1[live] / R[live, None]
-        K, d = self.components, self.n_features
+        K = self.components
         answered = int(np.sum(server["last.live"])) if "last.live" in server else 1  # where contributions now sit
         server["grow.rounds"] = server.get("grow.rounds", np.zeros(())) + 1
         refined = int(server["refined"])
-        splittable = bool((counts[live] >= 2 * least - 0.5).any())
         growing = len(centres) > int(server.get("grow.live", 0))  # splits that left too few records die: no churn
         server["grow.live"] = np.array(len(centres))
         if refined == 0 and len(centres) < K * self.split_factor and int(server["grow.rounds"]) <= self.max_splits \
-                and splittable and growing:
-            cov = triu_unpack(S2[live], d) / R[live, None, None] - centres[:, :, None] * centres[:, None, :]
-            lam, V = np.linalg.eigh((cov + np.swapaxes(cov, -1, -2)) / 2)
-            order = np.argsort(-(R[live] * np.trace(cov, axis1=1, axis2=2)), kind="stable")
-            order = order[counts[live][order] >= 2 * least - 0.5]  # each half keeps `least` records
-            split = order[: K * self.split_factor - len(centres)]
-            step = 0.5 * np.sqrt(np.maximum(lam[split, -1], 0.0))[:, None] * V[split, :, -1]
-            grown = np.vstack([centres, centres[split] + step])
-            grown[split] -= step
+                and splittable(counts[live], least) and growing:
+            room = K * self.split_factor - len(centres)
+            grown = split_centres(R[live], S1[live], S2[live], counts[live], least, room)
             return self.keep(server, self.with_caps(server, self.grow_broadcast(grown, answered)))
         if refined == 0 and len(centres) > K:  # merge into K: weighted k-means on the centres, groups' sums
             labels = kmeans(centres, K, np.random.default_rng(int(server["seed"])), weights=R[live])[1]
@@ -240,9 +232,8 @@ class SummedFedEM(FedEM):
 
     @property
     def least_records(self) -> int:
-        """The fewest records a seeding centre keeps (over the fleet): min_cluster, and enough for a covariance of
-        full rank (d + 1)."""
-        return max(self.min_cluster, self.n_features + 1)
+        """The fewest records a seeding centre keeps (over the fleet; models.mixture.splitting.least_records)."""
+        return least_records(self.min_cluster, self.n_features)
 
     def with_caps(self, server: State, broadcast: State) -> State:
         """The weight caps of the statistics phase, for each device to cap its own weight, and the clips the job

@@ -281,3 +281,41 @@ def test_per_device_calibration_evens_out_false_positives_across_non_iid_devices
     assert device_threshold(10.0, np.full(500, 1000.0), q) == 20.0
     assert device_threshold(10.0, np.full(500, 0.01), q) == 5.0
     assert device_threshold(10.0, np.full(50, 3.0), q) == 10.0
+
+
+@pytest.mark.parametrize("seeding", ["merge", "split"])
+def test_seeding_finds_separated_groups_of_records(seeding):
+    """Either seeding (k-means on the devices' cluster means, or splitting on their summed statistics,
+    models.mixture.splitting) starts one component on each of three well-separated groups of records."""
+    X = as_device_records(blobs(900, seed=1))
+    parts = [X[i::4] for i in range(4)]
+    alg = FedEM(X.shape[1], components=3, reg=1e-3, float32=False, seeding=seeding)
+    server, bc = alg.init_server(4, np.random.default_rng(0))
+    _, up = alg.client_update({}, device_data(parts, seed=0), bc)
+    _, bc = alg.server_update(server, np.arange(4), up, np.array([len(p) for p in parts], float))  # records claimed
+    truth = np.stack([X[i * 300:(i + 1) * 300].mean(axis=0) for i in range(3)])
+    means = alg.consensus(bc).means
+    gap = np.sqrt(((means[:, None, :] - truth[None]) ** 2).sum(axis=2))
+    assert sorted(gap.argmin(axis=1).tolist()) == [0, 1, 2]
+    assert gap.min(axis=1).max() < 1.0
+
+
+def test_split_seeding_keeps_the_record_count_rule_and_at_most_k_groups():
+    """Splitting never makes more than K groups, nor a group fewer than `least` records chose."""
+    from models.mixture.splitting import grouped_sums, split_labels
+    rng = np.random.default_rng(3)
+    means = np.vstack([rng.normal(0, 5, (40, 2)), [[60.0, 60.0], [61.0, 60.0]]])  # two far-out clusters, 8 records
+    counts = np.r_[np.full(40, 20.0), 4.0, 4.0]
+    R = counts / counts.sum()
+    S1 = R[:, None] * means
+    S2 = np.stack([r * np.array([m[0] ** 2 + 1, m[0] * m[1], m[1] ** 2 + 1]) for r, m in zip(R, means)])
+    labels = split_labels(R, S1, S2, counts, K=8, least=10)
+    assert labels.max() < 8
+    per_group = np.bincount(labels, weights=counts)
+    assert per_group[per_group > 0].min() >= 10
+    assert grouped_sums(R, S1, S2, labels, 8)[0].sum() == pytest.approx(1.0)
+
+
+def test_unknown_seeding_is_refused():
+    with pytest.raises(ValueError, match="seeding must be one of merge, split"):
+        FedEM(4, seeding="random")
