@@ -1,6 +1,6 @@
 """FedMM for dictionary learning (seed 003, Alg. 2 specialised by Sec. 6, eqs. 14-18 and 28).
 
-    min over theta (features x atoms) of  sum_i mu_i E_i[ min_h 1/2 ||Z - theta h||^2 + lambda ||h||_1 ] + eta ||theta||^2
+    min_theta sum_i mu_i E_i[min_h 1/2 ||Z - theta h||^2 + lambda ||h||_1] + eta ||theta||^2   (theta: p x K)
 
 The surrogate is linear in S = (S1, S2) = (E[h h'], E[Z h']), the codes h taken under the current theta. A sampled
 client i computes its S_i (`codes.statistics`), sends Quant(Delta_i) with Delta_i = S_i - S_hat - V_i and moves its

@@ -55,7 +55,7 @@ def test_full_participation_exact_step_equals_batch_alternating_minimisation():
     # exact expectations: every record's codes solved to convergence on both sides
     alg = FedMMDictionary(12, rank=5, lam=0.1, eta=0.2, gamma=1.0, alpha=0.3, code_steps=1000, tol=1e-14)
     _, broadcast = run_fed(alg, parts, 15)
-    server0, b0 = alg.init_server(len(parts), np.random.default_rng(1))
+    _, b0 = alg.init_server(len(parts), np.random.default_rng(1))
     want = batch_alternating(np.vstack(parts), b0["theta"], 0.1, 0.2, 15)
     assert np.abs(broadcast["theta"] - want).max() < 1e-9
     # and it learned something: the objective fell from the random start
