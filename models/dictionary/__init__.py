@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from models.dictionary.fedmm import FedMMDictionary
 
-FEDERATED = {"fedmm": FedMMDictionary}
+FEDERATED = {"fedmm-dl": FedMMDictionary}
 BASELINES = ("centralized",)
 ALGORITHMS = (*BASELINES, *FEDERATED)
 

@@ -16,6 +16,8 @@ import numpy as np
 TRAIN_STEPS, TRAIN_TOL = 500, 1e-7
 #: iterations of a scoring solve (float32, no stopping test: a fixed cost per record)
 SCORE_STEPS = 40
+#: records per block of a training solve
+CHUNK = 4096
 
 
 def lasso_codes(Z: np.ndarray, theta: np.ndarray, lam: float, steps: int = TRAIN_STEPS, tol: float | None = TRAIN_TOL,
@@ -26,7 +28,7 @@ def lasso_codes(Z: np.ndarray, theta: np.ndarray, lam: float, steps: int = TRAIN
     G = theta.T @ theta
     L = float(np.linalg.eigvalsh(G.astype(np.float64))[-1]) if G.size else 0.0
     n, K = Z.shape[0], theta.shape[1]
-    H = np.zeros((n, K), dtype=dtype)
+    H: np.ndarray = np.zeros((n, K), dtype=dtype)
     if L <= 0 or n == 0:
         return H
     B = np.asarray(Z, dtype=dtype) @ theta
@@ -64,8 +66,14 @@ def objective_terms(Z: np.ndarray, H: np.ndarray, theta: np.ndarray, lam: float)
 
 def statistics(Z: np.ndarray, theta: np.ndarray, lam: float, steps: int = TRAIN_STEPS,
                tol: float = TRAIN_TOL) -> tuple[np.ndarray, np.ndarray]:
-    """A client's surrogate statistics (eq. 18) under theta, in float64: S1 = mean h h', S2 = mean z h'."""
-    Z = np.asarray(Z, dtype=np.float64)
-    H = lasso_codes(Z, theta, lam, steps, tol)
+    """A client's surrogate statistics (eq. 18) under theta, in float64: S1 = mean h h', S2 = mean z h'; a chunk of
+    records at a time (a device's memory follows the chunk, not its 50,000 records)."""
+    p, K = theta.shape
+    S1, S2 = np.zeros((K, K)), np.zeros((p, K))
+    for i in range(0, len(Z), CHUNK):
+        X = np.asarray(Z[i: i + CHUNK], dtype=np.float64)
+        H = lasso_codes(X, theta, lam, steps, tol)
+        S1 += H.T @ H
+        S2 += X.T @ H
     n = max(len(Z), 1)
-    return H.T @ H / n, Z.T @ H / n
+    return S1 / n, S2 / n

@@ -46,14 +46,14 @@ def quantized(D: np.ndarray, bits: int | None) -> np.ndarray:
 
 
 class FedMMDictionary(FederatedAlgorithm):
-    name = "fedmm"
+    name = "fedmm-dl"
     row_tables = ("slot", "diag", "V1_rows", "V2_rows")
 
-    def __init__(self, n_features: int, rank: int = 16, lam: float = 0.1, eta: float = 0.01, beta: float = 1.0,
+    def __init__(self, n_features: int, atoms: int = 16, lam: float = 0.1, eta: float = 0.01, beta: float = 1.0,
                  alpha: float = 0.05, gamma: float | None = None, bits: int | None = None,
                  code_steps: int = TRAIN_STEPS, tol: float = TRAIN_TOL):
-        if not 1 <= rank <= 256:
-            raise ValueError(f"rank (the dictionary's atoms) must be between 1 and 256, got {rank}")
+        if not 1 <= atoms <= 256:
+            raise ValueError(f"atoms (the dictionary's size K) must be between 1 and 256, got {atoms}")
         if not 0 < lam <= 100:
             raise ValueError(f"lam must be in (0, 100] (the codes' l1 penalty), got {lam}")
         if not 0 < eta <= 100:
@@ -68,14 +68,10 @@ class FedMMDictionary(FederatedAlgorithm):
             raise ValueError(f"bits must be between 2 and 16, got {bits}")
         if not 0 < tol < 1:
             raise ValueError(f"tol must be in (0, 1), got {tol}")
-        self.n_features, self.rank = int(n_features), int(rank)
+        self.n_features, self.atoms = int(n_features), int(atoms)
         self.lam, self.eta, self.beta, self.alpha = float(lam), float(eta), float(beta), float(alpha)
         self.gamma, self.bits, self.tol = gamma, bits, float(tol)
         self.code_steps = step_count("code_steps", code_steps)
-
-    @property
-    def atoms(self) -> int:
-        return self.rank
 
     def step_size(self, t: int) -> float:
         """gamma_t: the constant `gamma`, else beta / sqrt(beta + t) (seed 003 Sec. 6)."""
@@ -83,7 +79,7 @@ class FedMMDictionary(FederatedAlgorithm):
 
     def init_server(self, n_clients: int, rng: np.random.Generator) -> tuple[State, State]:
         """S_hat_0 = (I, theta_0 (1 + 2 eta)), so that T(S_hat_0) = theta_0, random atoms of unit norm."""
-        p, K = self.n_features, self.rank
+        p, K = self.n_features, self.atoms
         theta = rng.standard_normal((p, K))
         theta /= np.linalg.norm(theta, axis=0)
         S1, S2 = np.eye(K), theta * (1 + 2 * self.eta)
@@ -154,7 +150,7 @@ class FedMMDictionary(FederatedAlgorithm):
     def _variates(self, server: State, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Each client's V_i as the server follows it (zeros before its first answer)."""
         slot = server["slot"][ids]
-        K, p = self.rank, self.n_features
+        K, p = self.atoms, self.n_features
         V1, V2 = np.zeros((len(ids), K, K)), np.zeros((len(ids), p, K))
         seen = slot > 0
         V1[seen], V2[seen] = server["V1_rows"][slot[seen] - 1], server["V2_rows"][slot[seen] - 1]
@@ -194,16 +190,16 @@ class FedMMDictionary(FederatedAlgorithm):
         return broadcast["theta"]
 
     def upload_bytes(self) -> int:
-        p, K = self.n_features, self.rank
+        p, K = self.n_features, self.atoms
         if self.bits is None:
             return 8 * K * (K + p)
         return quantized_bytes(K, K, self.bits) + quantized_bytes(p, K, self.bits)
 
     def broadcast_bytes(self) -> int:
-        return 8 * self.rank * (self.rank + 2 * self.n_features)
+        return 8 * self.atoms * (self.atoms + 2 * self.n_features)
 
     def client_bytes(self) -> int:
-        return 8 * self.rank * (self.rank + self.n_features) * 4
+        return 8 * self.atoms * (self.atoms + self.n_features) * 4
 
 
 __all__ = ["FedMMDictionary", "dictionary", "project", "quantized", "statistics"]

@@ -53,7 +53,7 @@ def batch_alternating(Z: np.ndarray, theta: np.ndarray, lam: float, eta: float, 
 def test_full_participation_exact_step_equals_batch_alternating_minimisation():
     parts = sparse_data()
     # exact expectations: every record's codes solved to convergence on both sides
-    alg = FedMMDictionary(12, rank=5, lam=0.1, eta=0.2, gamma=1.0, alpha=0.3, code_steps=1000, tol=1e-14)
+    alg = FedMMDictionary(12, atoms=5, lam=0.1, eta=0.2, gamma=1.0, alpha=0.3, code_steps=1000, tol=1e-14)
     _, broadcast = run_fed(alg, parts, 15)
     _, b0 = alg.init_server(len(parts), np.random.default_rng(1))
     want = batch_alternating(np.vstack(parts), b0["theta"], 0.1, 0.2, 15)
@@ -83,7 +83,7 @@ def test_partial_participation_is_unbiased_over_the_samples():
     them (the 1/p of Alg. 2 line 13); mu_i weighs clients by their records."""
     parts = sparse_data(n_clients=4)
     weight = np.array([len(x) for x in parts], dtype=float)
-    alg = FedMMDictionary(12, rank=5, gamma=1.0, alpha=0.0)
+    alg = FedMMDictionary(12, atoms=5, gamma=1.0, alpha=0.0)
     server, _ = alg.init_server(4, np.random.default_rng(1))
     data = {"X": np.empty(4, dtype=object)}
     for i, x in enumerate(parts):
@@ -104,7 +104,7 @@ def test_partial_participation_is_unbiased_over_the_samples():
 
 def test_projection_keeps_s1_psd_under_8_bit_quantisation():
     parts = sparse_data(n_clients=6, p=12)
-    alg = FedMMDictionary(12, rank=5, bits=8, beta=1.0, alpha=0.1)
+    alg = FedMMDictionary(12, atoms=5, bits=8, beta=1.0, alpha=0.1)
     rng = np.random.default_rng(5)
     server, broadcast = run_fed(alg, parts, 30, lambda r: np.sort(rng.choice(6, 3, replace=False)))
     assert np.linalg.eigvalsh(broadcast["S1"])[0] >= -1e-12
@@ -120,7 +120,7 @@ def test_project_clips_negative_eigenvalues_only():
 
 def test_screen_refuses_statistics_no_honest_client_sends():
     parts = sparse_data()
-    alg = FedMMDictionary(12, rank=5)
+    alg = FedMMDictionary(12, atoms=5)
     server, _ = alg.init_server(4, np.random.default_rng(1))
     diag = np.stack([(x**2).mean(axis=0) for x in parts])
     server, broadcast = alg.attach_fleet(server, np.ones(4), 1.0, diag)
@@ -135,7 +135,7 @@ def test_screen_refuses_statistics_no_honest_client_sends():
     assert alg.screen(server, np.arange(4), bad).tolist() == [1.0, 0.0, 0.0, 1.0]
 
 
-@pytest.mark.parametrize("field,value,words", [("rank", 0, "atoms"), ("lam", 0.0, "l1"), ("bits", 1, "bits"),
+@pytest.mark.parametrize("field,value,words", [("atoms", 0, "atoms"), ("lam", 0.0, "l1"), ("bits", 1, "bits"),
                                                ("alpha", 2.0, "control")])
 def test_bad_settings_name_the_setting(field, value, words):
     with pytest.raises(ValueError, match=words):
