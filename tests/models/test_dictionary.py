@@ -140,3 +140,37 @@ def test_screen_refuses_statistics_no_honest_client_sends():
 def test_bad_settings_name_the_setting(field, value, words):
     with pytest.raises(ValueError, match=words):
         FedMMDictionary(10, **{field: value})
+
+
+def test_detector_scores_explains_and_travels():
+    from models.detection.preprocessing import Preprocessor
+    from models.dictionary.detector import DictionaryDetector
+    from wire.model import detector_from_envelope, model_envelope
+    from wire.protocol import decode
+
+    parts = sparse_data()
+    Z = np.vstack(parts)
+    alg = FedMMDictionary(12, atoms=5, gamma=1.0)
+    _, broadcast = run_fed(alg, parts, 10)
+    theta = broadcast["theta"]
+    names = [f"f{j}" for j in range(12)]
+    pre = Preprocessor(names, np.zeros(12, bool), np.zeros(12), np.ones(12))
+    det = DictionaryDetector.from_model(theta, pre, 1.0, lam=0.1)
+    # float32 FISTA with a fixed number of steps scores as the converged float64 loss does
+    exact = objective_terms(Z, lasso_codes(Z, theta, 0.1, 5000, 1e-13), theta, 0.1)
+    np.testing.assert_allclose(det.score_samples(Z), exact, rtol=1e-3, atol=1e-4)
+    assert det.score_samples(Z[0]) == pytest.approx(exact[0], rel=1e-3, abs=1e-4)
+    # a record far off the dictionary's span is explained by the feature no atom reproduces
+    x = Z[0].copy()
+    x[7] += 25.0
+    top = det.explain(x)[0][0]
+    assert top["feature"] == "f7" and top["share"] > 0.5 and top["value"] == x[7]
+    assert top["atoms"] and all(0 <= a["atom"] < 5 and a["weight"] > 0 for a in top["atoms"])
+    assert det.predict(np.vstack([Z[:3], x]))[-1] == 1
+    # the model envelope and the stored dict give the same detector
+    back = detector_from_envelope(decode(model_envelope("j", 1, det).encode()))
+    np.testing.assert_allclose(back.score_samples(Z), det.score_samples(Z), rtol=0, atol=0)
+    again = DictionaryDetector.from_dict(det.to_dict())
+    assert again.threshold_ == 1.0 and again.lam == 0.1
+    with pytest.raises(ValueError, match="one row per feature"):
+        DictionaryDetector.from_model(theta[:5], pre, 1.0)
