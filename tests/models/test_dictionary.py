@@ -165,6 +165,10 @@ def test_detector_scores_explains_and_travels():
     x[7] += 25.0
     top = det.explain(x)[0][0]
     assert top["feature"] == "f7" and top["share"] > 0.5 and top["value"] == x[7]
+    h = lasso_codes(x[None], theta, 0.1, 5000, 1e-13)[0]
+    r = x - theta @ h  # the residual: what no atom reproduces
+    assert top["share"] == pytest.approx(r[7] ** 2 / (r @ r), abs=1e-2)
+    assert top["expected"] == pytest.approx((theta @ h)[7], abs=1e-2)
     assert top["atoms"] and all(0 <= a["atom"] < 5 and a["weight"] > 0 for a in top["atoms"])
     assert det.predict(np.vstack([Z[:3], x]))[-1] == 1
     # the model envelope and the stored dict give the same detector
