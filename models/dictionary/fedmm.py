@@ -28,6 +28,15 @@ from models.pca.quantize import dequantize, quantize, quantized_bytes
 STATS = ("S1", "S2")
 
 
+#: atoms unless told: as many as the pooled reference of issue 26 uses, but always at least RESIDUAL_ROOM fewer than
+#: the features: a dictionary that spans every direction rebuilds any record, and its residual says nothing
+MAX_DEFAULT_ATOMS, RESIDUAL_ROOM = 16, 6
+
+
+def default_atoms(n_features: int) -> int:
+    return max(1, min(MAX_DEFAULT_ATOMS, n_features - RESIDUAL_ROOM))
+
+
 def project(S1: np.ndarray) -> np.ndarray:
     """S1 symmetrised with its negative eigenvalues clipped at 0 (Alg. 2 line 16 with B_t = I)."""
     w, U = np.linalg.eigh((S1 + S1.T) / 2)
@@ -49,9 +58,11 @@ class FedMMDictionary(FederatedAlgorithm):
     name = "fedmm-dl"
     row_tables = ("slot", "diag", "V1_rows", "V2_rows")
 
-    def __init__(self, n_features: int, atoms: int = 16, lam: float = 0.1, eta: float = 0.01, beta: float = 1.0,
-                 alpha: float = 0.05, gamma: float | None = None, bits: int | None = None,
+    def __init__(self, n_features: int, atoms: int | None = None, lam: float = 0.1, eta: float = 0.01,
+                 beta: float = 1.0, alpha: float = 0.05, gamma: float | None = None, bits: int | None = None,
                  code_steps: int = TRAIN_STEPS, tol: float = TRAIN_TOL):
+        if atoms is None:
+            atoms = default_atoms(n_features)
         if not 1 <= atoms <= 256:
             raise ValueError(f"atoms (the dictionary's size K) must be between 1 and 256, got {atoms}")
         if not 0 < lam <= 100:

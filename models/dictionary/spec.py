@@ -21,7 +21,8 @@ class DictionaryJobSpec(DetectorJobSpec):
 
     simulation: ClassVar = Simulation(
         settings=("rounds", "fraction", "seed", "quantile"), algorithms=ALGORITHMS,
-        parameters={"atoms": "dictionary atoms K", "lam": "the codes' l1 penalty lambda (standardised units)",
+        parameters={"atoms": "dictionary atoms K (none: 16, at most the features - 6)",
+                    "lam": "the codes' l1 penalty lambda (standardised units)",
                     "eta": "the dictionary's ridge eta", "beta": "step sizes gamma_t = beta / sqrt(beta + t)",
                     "bits": "quantise uploads to this many bits, 2 to 16"})
 
