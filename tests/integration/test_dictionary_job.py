@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from edge_agent.sources import Batch
 from models.dictionary.simulator import simulate_dictionary
-from store.db import Alert, ModelVersion, Round, unpack
-from tests.integration.conftest import parts_for, wait_until
+from store.db import ModelVersion, Round, unpack
+from tests.integration.conftest import late_agent_alerts, parts_for, wait_until
 
 N = 5
 
@@ -38,19 +37,8 @@ def test_deployed_dictionary_equals_the_simulators_and_alerts_explain(broker, co
     assert abs(threshold - sim["threshold"]) < 1e-6 * sim["threshold"]
 
     # a late agent scores attacks with the promoted dictionary; its alerts name the atoms and the features
-    attacks = split.X_test[split.y_test == 1][:200]
-    uids = np.array([f"C{i:05d}" for i in range(len(attacks))], dtype=object)
-    late = fleet.add("late-d", None, data.feature_names,
-                     source=iter([Batch(data.feature_names, attacks, text={"uid": uids})]),
-                     wait_for_model=True, alert_burst=1000)
-    wait_until(lambda: late.counters["records"] == 200, 20, "late agent scoring")
-    det = late.scorer.detector
-    assert type(det).__name__ == "DictionaryDetector"
-    flagged = int((det.score_samples(attacks) > det.threshold_).sum())
-    assert flagged > 20
-    with coordinator.sessions() as s:
-        wait_until(lambda: s.query(Alert).filter_by(device_id="late-d").count() == flagged, 10, "alerts stored")
-        a = s.query(Alert).filter_by(device_id="late-d").first()
+    a = late_agent_alerts(fleet, coordinator, data.feature_names, split.X_test[split.y_test == 1][:200], "late-d",
+                          "DictionaryDetector")
     top = a.explanation[0]
     assert top["feature"] in data.feature_names and np.isfinite(top["expected"])
     assert top["atoms"] and all(0 <= x["atom"] < 6 for x in top["atoms"])
