@@ -22,8 +22,8 @@ from __future__ import annotations
 import numpy as np
 
 from models.core.federated import FederatedAlgorithm, State, client_rows, step_count
+from models.core.quantize import dequantize, quantize, quantized_bytes
 from models.dictionary.codes import TRAIN_STEPS, TRAIN_TOL, statistics
-from models.pca.quantize import dequantize, quantize, quantized_bytes
 
 STATS = ("S1", "S2")
 
@@ -50,7 +50,7 @@ def dictionary(S1: np.ndarray, S2: np.ndarray, eta: float) -> np.ndarray:
 
 
 def quantized(D: np.ndarray, bits: int | None) -> np.ndarray:
-    """Quant(D): b-bit symmetric per-column quantisation (models.pca.quantize), batched; D itself without bits."""
+    """Quant(D): b-bit symmetric per-column quantisation (models.core.quantize), batched; D itself without bits."""
     return D if bits is None else dequantize(*quantize(D, bits), bits)
 
 
