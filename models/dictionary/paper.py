@@ -133,7 +133,8 @@ def run(alg: FedMMDictionary, parts: list[np.ndarray], rounds: int, share: float
         ids = np.sort(rng.choice(n, per_round, replace=False))
         X = np.empty(per_round, dtype=object)
         for j, i in enumerate(ids):
-            X[j] = parts[i] if batch is None else parts[i][rng.choice(len(parts[i]), batch, replace=False)]
+            X[j] = parts[i] if batch is None or batch >= len(parts[i]) else \
+                parts[i][rng.choice(len(parts[i]), batch, replace=False)]
         theta_before = broadcast["theta"]
         new, up = alg.client_update({k: v[ids] for k, v in states.items()}, {"X": X}, broadcast)
         for k in states:
