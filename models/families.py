@@ -85,6 +85,11 @@ FAMILIES: dict[str, JobFamily] = {
                      "federated Gaussian-mixture anomaly detection (FedMM on EM statistics): agents name the "
                      "features they provide", "anomaly", "models.mixture.detector:MixtureDetector",
                      simulator="fedsentry.runs.mixture:mixture_simulation"),
+    "dict": JobFamily("dict", "models.dictionary.spec:DictionaryJobSpec", "coordinator.dictionary_job:DictionaryJob",
+                      "edge_agent.dictionary_participant:DictionaryParticipant",
+                      "federated dictionary learning (FedMM on the lasso codes' statistics): alerts name their atoms "
+                      "and the features no atom reproduces", "anomaly", "models.dictionary.detector:DictionaryDetector",
+                      simulator="fedsentry.runs.dictionary:dictionary_simulation"),
     "recsys": JobFamily("recsys", "models.recsys.spec:RecsysJobSpec", "coordinator.recsys_job:RecsysJob",
                         "edge_agent.recsys_participant:RecsysParticipant",
                         "federated recommendation: agents hold ratings shards; the job names the item catalogue",

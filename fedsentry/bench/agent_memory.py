@@ -77,10 +77,12 @@ def training_records(n: int, data_dir: str | None, seed: int = 0) -> tuple[str, 
 
 
 def measure(records: int = 50_000, data_dir: str | None = None, budget: str | None = None,
-            timeout: float = 900) -> dict[str, Any]:
+            timeout: float = 900, detector: str | None = None) -> dict[str, Any]:
     from coordinator.broker import EmbeddedBroker, Mosquitto
     from coordinator.service import Coordinator
     from models.families import DEFAULT_DETECTOR, family
+
+    detector = detector or DEFAULT_DETECTOR
 
     tmp = Path(tempfile.mkdtemp(prefix="fedsentry-agentmem-"))
     dataset, names, train, replay = training_records(records, data_dir)
@@ -103,12 +105,12 @@ def measure(records: int = 50_000, data_dir: str | None = None, budget: str | No
     sampler.start()
     t0 = time.monotonic()
     try:
-        _wait(lambda: "mem-agent" in coordinator.online_devices(DEFAULT_DETECTOR), 60, "the agent online", proc)
+        _wait(lambda: "mem-agent" in coordinator.online_devices(detector), 60, "the agent online", proc)
         time.sleep(1.0)
         sampler.mark("idle")
         time.sleep(1.0)
         sampler.mark("training")
-        coordinator.create_job("mem-1", DEFAULT_DETECTOR, family(DEFAULT_DETECTOR).spec.default_algorithm(),
+        coordinator.create_job("mem-1", detector, family(detector).spec.default_algorithm(),
                                {"features": names, "min_agents": 1, "deadline": 120})
         _wait(lambda: coordinator.job_status("mem-1") in ("finished", "failed"), timeout, "the job", proc)
         training_seconds = time.monotonic() - t0
@@ -126,7 +128,8 @@ def measure(records: int = 50_000, data_dir: str | None = None, budget: str | No
     phases = sampler.phases
     return {
         "command": shlex.join(["fedsentry", *sys.argv[1:]]),
-        "dataset": dataset, "features": len(names), "training_records": records, "replay_records": len(replay),
+        "detector": detector, "dataset": dataset, "features": len(names), "training_records": records,
+        "replay_records": len(replay),
         "memory_budget": budget,
         "idle_mib": phases.get("idle", {}).get("VmRSS"),
         "training_peak_mib": phases.get("training", {}).get("VmHWM"),
@@ -161,7 +164,8 @@ def _wait(done, timeout: float, what: str, proc: subprocess.Popen) -> None:
 def markdown(r: dict[str, Any]) -> str:
     return "\n".join([
         "# Agent memory", "", f"Command: `{r['command']}`", "",
-        f"One `fedsentry agent` process, default detector and settings, {r['training_records']:,} training records "
+        f"One `fedsentry agent` process, the {r['detector']} detector at its default settings, "
+        f"{r['training_records']:,} training records "
         f"of {r['dataset']} ({r['features']} features), then {r['replay_records']:,} records scored:", "",
         "| phase | MiB |", "|---|---:|",
         f"| idle, before the job (VmRSS) | {r['idle_mib']:.1f} |",
@@ -171,6 +175,9 @@ def markdown(r: dict[str, Any]) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    result = measure(args.records, args.data_dir, args.memory_budget)
-    write_results(args.out, "agent-memory.md", markdown(result), result, args.json)
+    from models.families import DEFAULT_DETECTOR
+
+    result = measure(args.records, args.data_dir, args.memory_budget, detector=args.detector)
+    name = "agent-memory.md" if args.detector == DEFAULT_DETECTOR else f"agent-memory-{args.detector}.md"
+    write_results(args.out, name, markdown(result), result, args.json)
     return 0

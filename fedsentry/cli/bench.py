@@ -9,6 +9,7 @@ from typing import Any
 from fedsentry.bench import agent_memory, api, detection, fleet, rounds, secagg
 from fedsentry.cli.common import positive_int, share
 from fedsentry.errors import UsageError
+from models.families import DEFAULT_DETECTOR, DETECTORS
 
 
 def register(groups: dict[str, Any], verbs: Any) -> None:
@@ -80,9 +81,12 @@ def register_agent_memory(groups: dict[str, Any]) -> None:
                                    "job with the default detector, and while it scores afterwards")
     p.add_argument("--records", type=positive_int, default=50_000, help="training records (default 50000)")
     p.add_argument("--memory-budget", metavar="MIB", help="give the agent this --memory-budget")
+    p.add_argument("--detector", choices=DETECTORS, default=DEFAULT_DETECTOR,
+                   help=f"the job's detector family (default {DEFAULT_DETECTOR})")
     p.add_argument("--data-dir", help="where named datasets live (nsl-kdd is used when present, synthetic otherwise)")
     p.add_argument("--out", default="benchmarks/results",
-                   help="folder for agent-memory.md (default benchmarks/results)")
+                   help="folder for agent-memory.md, or agent-memory-DETECTOR.md for another detector (default "
+                   "benchmarks/results)")
     p.add_argument("--json", metavar="PATH", help="write the results as JSON (- for stdout)")
     p.set_defaults(func=agent_memory.run)
 

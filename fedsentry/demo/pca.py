@@ -1,6 +1,6 @@
 """`fedsentry demo`: a broker, the coordinator, and N agent processes on this machine, end to end.
 
-Anomaly detection (`--detector gmm`, the default, or `pca`): each agent gets one partition of the training
+Anomaly detection (`--detector gmm`, the default, `pca` or `dict`): each agent gets one partition of the training
 records (exactly the partition `simulate` would give client i with the same settings) and a share of the test
 traffic. The job trains, its model is promoted, and the agents replay their test traffic and publish alerts.
 For evaluation only, agents also write the score of every replayed record, so AUC is computed over all
@@ -106,7 +106,7 @@ def simulation_gap(args: argparse.Namespace, data, split, parts: list[np.ndarray
                    arrays: dict[str, np.ndarray], test_parts: list[np.ndarray]) -> dict[str, Any]:
     """How far the deployed model is from what `simulate` computes with the same settings (pca: subspace
     distance to centralised PCA, as simulate reports it; gmm: the largest difference of the mixtures' means and
-    the AUC simulate reaches)."""
+    the AUC simulate reaches; dict: the largest difference of the dictionaries and simulate's AUC)."""
     if "Z" in arrays and len(arrays["Z"]) != len(data.feature_names):  # a subspace of lifted features (kernel PCA)
         return {"subspace_distance": None, "gap": "kernel PCA: no centralised subspace of the features to compare"}
     if "Z" in arrays:  # a subspace of the features (PCA)
@@ -118,6 +118,16 @@ def simulation_gap(args: argparse.Namespace, data, split, parts: list[np.ndarray
         sd = subspace_distance(arrays["Z"], centralized_pca(clients.C, clients.weight, args.rank))
         return {"subspace_distance": sd, "gap": f"subspace distance to centralised PCA {sd:.4f}"}
     from fedsentry.runs.detection import algorithm_params
+
+    chosen = {k: v for k, v in algorithm_params(args).items() if v is not None}
+    if "theta" in arrays:  # a dictionary
+        from models.dictionary.simulator import simulate_dictionary
+
+        sim = simulate_dictionary(parts, split.X_test, split.y_test, data.feature_names, args.algorithm, args.rounds,
+                                  args.fraction, args.quantile or 0.99, args.seed, chosen)
+        diff = float(np.abs(sim["detector"].components_ - arrays["theta"]).max())
+        return {"simulate_auc_roc": sim["auc_roc"], "simulate_recall": sim["recall"], "dictionary_difference": diff,
+                "gap": f"simulate: AUC {sim['auc_roc']:.4f}, dictionary within {diff:.1e}"}
     from models.mixture.simulator import simulate_mixture
     from models.mixture.spec import MixtureJobSpec
 
@@ -126,8 +136,7 @@ def simulation_gap(args: argparse.Namespace, data, split, parts: list[np.ndarray
         seen_by[idx] = i
     sim = simulate_mixture(parts, split.X_test, split.y_test, data.feature_names, args.algorithm, args.rounds,
                            args.fraction, args.quantile or MixtureJobSpec.quantile, args.seed,
-                           {k: v for k, v in algorithm_params(args).items() if v is not None},
-                           args.holdout, test_devices=seen_by)
+                           chosen, args.holdout, test_devices=seen_by)
     diff = float(np.abs(sim["detector"].mixture_.means - arrays["means"]).max())
     return {"simulate_auc_roc": sim["auc_roc"], "simulate_recall": sim["recall"], "mixture_mean_difference": diff,
             "gap": f"simulate: AUC {sim['auc_roc']:.4f}, mixture means within {diff:.1e}"}

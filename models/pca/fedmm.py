@@ -33,8 +33,8 @@ import numpy as np
 from models.core.aggregation import trimmed_weighted_mean
 from models.core.federated import State, client_rows
 from models.core.linalg import orth, top_eigvecs
+from models.core.quantize import quantize_with_feedback, quantized_bytes
 from models.pca.base import PCAAlgorithm
-from models.pca.quantize import quantize_with_feedback, quantized_bytes
 
 #: "mean": seed 003's weighted mean of the clients' statistics; "trimmed": FedSentry's hardening, a
 #: coordinate-wise trimmed weighted mean over clients, so that one client cannot steer the basis

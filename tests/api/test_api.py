@@ -69,6 +69,17 @@ def test_a_mixture_job_for_zeek_fields(client, keys):
     assert got["params"]["categorical"] == ["proto", "service"] and got["params"]["holdout"] == 0.25
 
 
+def test_a_dictionary_job(client, keys):
+    body = {"id": "d-a", "type": "dict", "features": ["a", "b", "c"], "algorithm_params": {"atoms": 8, "bits": 8}}
+    r = client.post("/api/v1/jobs", json=body, headers=bearer(keys["admin"]))
+    assert r.status_code == 201, r.text
+    got = client.get("/api/v1/jobs/d-a", headers=bearer(keys["admin"])).json()
+    assert got["type"] == "dict" and got["algorithm"] == "fedmm-dl"
+    bad = {**body, "id": "d-b", "algorithm_params": {"lam": -1}}
+    r = client.post("/api/v1/jobs", json=bad, headers=bearer(keys["admin"]))
+    assert r.status_code == 422 and "lam" in r.text and "l1 penalty" in r.text
+
+
 PCA3 = {"type": "pca", "features": ["a", "b", "c"]}  # gmm is the default family: PCA settings name their type
 
 
@@ -78,9 +89,9 @@ PCA3 = {"type": "pca", "features": ["a", "b", "c"]}  # gmm is the default family
     ({**PCA3, "algorithm": "fedavg"}, "body.algorithm", "must be one of"),
     ({**PCA3, "rank": 0}, "body.rank", "must be at least 1"),
     ({"type": "pca", "features": ["a", "a", "b"]}, "body.features", "distinct"),
-    ({"features": ["a", "b", "c"], "type": "graph"}, "body.type", "must be one of pca, gmm, recsys"),
-    ({"type": ""}, "body.type", "must be one of pca, gmm, recsys"),
-    ({"detector": "recsys", "items": [1, 2, 3]}, "body.type", "detector: one of the anomaly detectors, gmm, pca"),
+    ({"features": ["a", "b", "c"], "type": "graph"}, "body.type", "must be one of pca, gmm, dict, recsys"),
+    ({"type": ""}, "body.type", "must be one of pca, gmm, dict, recsys"),
+    ({"detector": "recsys", "items": [1, 2, 3]}, "body.type", "detector: one of the anomaly detectors, gmm, dict, pca"),
     ({"type": "recsys"}, "body.items", "needs the item catalogue"),
     ({"type": "recsys", "items": [1, 2, 3], "rank": 1, "features": ["a", "b", "c"]}, "body.features",
      "not a setting of a recsys job"),

@@ -72,13 +72,16 @@ def test_an_agent_imports_a_family_only_when_a_job_of_it_comes(tmp_path):
         "import sys\n"
         "from edge_agent.agent import Agent, AgentConfig\n"
         "agent = Agent(AgentConfig('a', 'mqtt://127.0.0.1:1', sys.argv[1]))\n"
-        "prefixes = ('models.pca', 'models.recsys', 'edge_agent.pca_participant', 'edge_agent.recsys_participant',\n"
+        "prefixes = ('models.pca', 'models.recsys', 'models.dictionary', 'edge_agent.pca_participant',\n"
+        "            'edge_agent.recsys_participant', 'edge_agent.dictionary_participant',\n"
         "            'subprocess', 'scipy', 'sqlalchemy', 'pydantic', 'fastapi', 'coordinator', 'store', 'api')\n"
         "print(sorted(m for m in sys.modules if m.startswith(prefixes)), agent.participants.families())\n"
+        "agent.participants['dict']\n"  # a dict job's participant: numpy only, nothing of the PCA family
+        "print(sorted(m for m in sys.modules if m.startswith(('models.pca', 'scipy', 'sklearn'))))\n"
         "agent.participants['pca']\n"
         "print('models.pca' in sys.modules, 'edge_agent.pca_participant' in sys.modules)\n")
     out = subprocess.run([sys.executable, "-c", code, str(tmp_path / "a")], capture_output=True, text=True, check=True)
-    assert out.stdout.splitlines() == ["[] ['gmm', 'pca']", "True True"], out.stdout + out.stderr
+    assert out.stdout.splitlines() == ["[] ['dict', 'gmm', 'pca']", "[]", "True True"], out.stdout + out.stderr
 
 
 def test_an_agent_loads_no_tls_proxy_or_websocket_module_until_it_uses_one(tmp_path):
@@ -143,3 +146,16 @@ def test_a_real_agent_stays_within_its_budget_through_a_training_job():
     # what the page cache cannot explain, e.g. the agent's fixed mmap threshold gone, 71 MiB)
     assert r["scoring_anon_max_mib"] <= 27, r
     assert r["scoring_rss_max_mib"] <= 56, r
+
+
+def test_a_dict_agent_stays_within_100_mib_training_and_50_scoring():
+    """Issue 26 point 6 as a test: one agent process, 50,000 records, a dict job at its defaults: VmHWM through
+    training at most 100 MiB (64.3 measured), VmRSS while scoring at most 50 MiB (44.7 measured); the codes are
+    solved a chunk of records at a time (models.dictionary.codes.CHUNK)."""
+    from fedsentry.bench.agent_memory import measure
+
+    r = measure(records=50_000, budget="100", detector="dict")
+    print(r)
+    assert r["agent_exit"] == 0
+    assert r["training_peak_mib"] <= 100, r
+    assert r["scoring_rss_max_mib"] <= 50, r

@@ -103,3 +103,25 @@ def wait_until(predicate, timeout: float = 30.0, what: str = "condition") -> Non
             return
         time.sleep(0.05)
     raise AssertionError(f"timed out waiting for {what}")
+
+
+def late_agent_alerts(fleet, coordinator, feature_names, attacks, name: str, detector: str):
+    """A late agent that replays `attacks` (each with a uid) once the promoted model reaches it: its detector is
+    the family's, it flags more than 20 of them and every flagged record is stored as an alert. Returns the first
+    stored alert."""
+    from edge_agent.sources import Batch
+    from store.db import Alert
+
+    uids = np.array([f"C{i:05d}" for i in range(len(attacks))], dtype=object)
+    late = fleet.add(name, None, feature_names, source=iter([Batch(feature_names, attacks, text={"uid": uids})]),
+                     wait_for_model=True, alert_burst=1000)
+    wait_until(lambda: late.counters["records"] == len(attacks), 20, "late agent scoring")
+    det = late.scorer.detector
+    assert type(det).__name__ == detector
+    flagged = int((det.score_samples(attacks) > det.threshold_).sum())
+    assert flagged > 20
+    with coordinator.sessions() as s:
+        wait_until(lambda: s.query(Alert).filter_by(device_id=name).count() == flagged, 10, "alerts stored")
+        a = s.query(Alert).filter_by(device_id=name).first()
+    assert a.flow["uid"] in set(uids)  # the alert names its record, stored and served
+    return a

@@ -13,6 +13,8 @@ import pytest
 from edge_agent.detector_participant import TrainingBuffer
 from edge_agent.sources import Batch
 from edge_agent.store import AgentStore
+from models.dictionary import FEDERATED as DICT
+from models.dictionary.simulator import simulate_dictionary
 from models.families import FAMILIES, family, job_spec
 from models.mixture import FEDERATED as GMM
 from models.mixture.simulator import simulate_mixture
@@ -40,14 +42,15 @@ PCA_CASES = [("fedpe", {}), ("fedpg", {}), ("fedmm", {}), ("fedpg", {"aggregator
              ("fedmm", {"transport": False})]
 GMM_CASES = [("fedem", {"components": 4, "reg": 1e-2, "hard_rounds": 2}),
              ("fedem", {"components": 3, "float32": False})]
+DICT_CASES = [("fedmm-dl", {"atoms": 6}), ("fedmm-dl", {"atoms": 5, "bits": 8, "alpha": 0.2})]
 RECSYS_CASES = [("fedmc-admm", {}), ("fedmc-admm", {"regularizer": "l1"}), ("fedmavg", {}),
                 ("altgdmin", {"power_iterations": 3})]
 
 
 def test_every_registered_algorithm_is_covered():
     assert {a for a, _ in PCA_CASES} == set(PCA) and {a for a, _ in RECSYS_CASES} == set(RECSYS)
-    assert {a for a, _ in GMM_CASES} == set(GMM)
-    assert set(FAMILIES) == {"pca", "gmm", "recsys"}
+    assert {a for a, _ in GMM_CASES} == set(GMM) and {a for a, _ in DICT_CASES} == set(DICT)
+    assert set(FAMILIES) == {"pca", "gmm", "dict", "recsys"}
 
 
 class Loopback:
@@ -162,6 +165,27 @@ def test_mixture_deployment_equals_simulation(tmp_path, traffic, algorithm, para
     assert mv.info["detector"] == "gmm"
     assert mv.info["threshold"] == pytest.approx(sim["threshold"], rel=1e-9)
     assert (m.weights > 1e-3).sum() == params["components"]  # seeding placed every component on data
+
+
+@pytest.mark.parametrize(("algorithm", "params"), DICT_CASES, ids=[f"{a}{p}" for a, p in DICT_CASES])
+def test_dictionary_deployment_equals_simulation(tmp_path, traffic, algorithm, params):
+    features, parts = traffic
+    rounds, fraction = 6, 0.3
+    participants = pca_participants(tmp_path, features, parts, "dict")
+    settings = {"features": features, "rounds": rounds, "fraction": fraction, "seed": 3, "algorithm_params": params}
+    mv = Loopback(tmp_path, "dict", algorithm, settings, participants).run()
+
+    X = np.vstack(parts)
+    sim = simulate_dictionary(parts, X, np.r_[np.zeros(len(X) - 1), 1], features, algorithm, rounds, fraction,
+                              seed=3, params=params)
+    theta = unpack(mv.arrays)["theta"]
+    assert mv.info["detector"] == "dict"
+    np.testing.assert_allclose(theta, sim["detector"].components_, atol=1e-6)
+    assert np.abs(theta).max() > 0.05  # a dictionary was learned, not left at zero
+    assert mv.info["threshold"] == pytest.approx(sim["threshold"], rel=1e-6)
+    # the promoted model scores as the simulator's detector does
+    det = detector_from_envelope(stored_envelope("loop", 1, unpack(mv.arrays), dict(mv.info)))
+    np.testing.assert_allclose(det.score_samples(X), sim["detector"].score_samples(X), rtol=1e-4, atol=1e-6)
 
 
 def _shard(r, users):

@@ -6,10 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from edge_agent.sources import Batch
 from models.mixture.simulator import simulate_mixture
-from store.db import Alert, ModelVersion, Round, unpack
-from tests.integration.conftest import parts_for, wait_until
+from store.db import ModelVersion, Round, unpack
+from tests.integration.conftest import late_agent_alerts, parts_for, wait_until
 
 N = 5
 
@@ -59,19 +58,7 @@ def test_deployed_mixture_equals_the_simulators_and_alerts_explain(broker, coord
 
     # agents score with the promoted mixture; a late agent's alerts carry the responsible component's
     # explanation: observed and expected values in original units
-    attacks = split.X_test[split.y_test == 1][:200]
-    uids = np.array([f"C{i:05d}" for i in range(len(attacks))], dtype=object)
-    late = fleet.add("late-g", None, data.feature_names,
-                     source=iter([Batch(data.feature_names, attacks, text={"uid": uids})]),
-                     wait_for_model=True, alert_burst=1000)
-    wait_until(lambda: late.counters["records"] == 200, 20, "late agent scoring")
-    det = late.scorer.detector
-    assert type(det).__name__ == "MixtureDetector"
-    flagged = int((det.score_samples(attacks) > det.threshold_).sum())
-    assert flagged > 20
-    with coordinator.sessions() as s:
-        wait_until(lambda: s.query(Alert).filter_by(device_id="late-g").count() == flagged, 10, "alerts stored")
-        a = s.query(Alert).filter_by(device_id="late-g").first()
-    assert a.flow["uid"] in set(uids)  # the alert names its record, stored and served
+    a = late_agent_alerts(fleet, coordinator, data.feature_names, split.X_test[split.y_test == 1][:200], "late-g",
+                          "MixtureDetector")
     top = a.explanation[0]
     assert top["feature"] in data.feature_names and np.isfinite(top["expected"]) and "component" in top

@@ -2,11 +2,11 @@ import numpy as np
 import pytest
 
 from models.core.federated import take
+from models.core.quantize import dequantize, quantize, quantize_with_feedback
 from models.core.rounds import run_round, sample_clients
 from models.pca import FEDERATED, FedMM, make_algorithm
 from models.pca.baselines import centralized_pca, local_pca
 from models.pca.fedmm import completion
-from models.pca.quantize import dequantize, quantize, quantize_with_feedback
 from models.pca.simulator import prepare_clients, run_federated
 
 D, K = 12, 3

@@ -1,4 +1,5 @@
-"""b-bit uploads with error feedback: what a client sends instead of a float64 matrix."""
+"""b-bit uploads (with error feedback for FedMM for PCA): what a client sends instead of a float64 matrix; shared by
+the PCA and dictionary families."""
 
 from __future__ import annotations
 
