@@ -9,9 +9,11 @@ close."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import shutil
+import signal
 import subprocess
 import tempfile
 import time
@@ -76,9 +78,11 @@ class RabbitCluster:
                 f"mqtt.listeners.tcp.default = 127.0.0.1:{node['mqtt']}\n"
                 "mqtt.allow_anonymous = false\nmqtt.durable_queue_type = quorum\n"
                 "mqtt.exchange = amq.topic\nloopback_users = none\n")
+            # a session of its own: the script runs the Erlang VM as its child, and a node that will not stop is
+            # killed with its whole process group
             self.procs.append(subprocess.Popen([str(BIN / "rabbitmq-server")], env=self.env(i), cwd=root,
                                                stdout=open(root / "out.log", "w"),  # noqa: SIM115
-                                               stderr=subprocess.STDOUT))
+                                               stderr=subprocess.STDOUT, start_new_session=True))
         try:
             for i, node in enumerate(self.nodes):
                 self.await_node(i)
@@ -118,7 +122,8 @@ class RabbitCluster:
                     self.ctl(i, "stop", timeout=60)
                     p.wait(timeout=30)
                 except Exception:
-                    p.kill()
+                    with contextlib.suppress(ProcessLookupError):
+                        os.killpg(p.pid, signal.SIGKILL)
                     p.wait()
         shutil.rmtree(self.dir, ignore_errors=True)
 
