@@ -13,7 +13,6 @@ as stored: a field name an agent chose can never sit beside or shadow an ECS fie
 
 from __future__ import annotations
 
-import ipaddress
 import json
 import os
 import re
@@ -22,16 +21,10 @@ from typing import Any
 
 from coordinator.forward import DeliveryError, RefusedError, Webhook
 from store.db import Alert
+from wire.flows import ip_text
 
 ECS_VERSION = "8.11.0"
 _PROTOCOL = re.compile(r"[a-z0-9][a-z0-9_.+-]{0,31}")
-
-
-def _ip(value: Any) -> str | None:
-    try:
-        return str(ipaddress.ip_address(str(value)))
-    except ValueError:
-        return None
 
 
 def _port(value: Any) -> int | None:
@@ -44,7 +37,7 @@ def _port(value: Any) -> int | None:
 
 def _endpoint(flow: dict[str, Any], host: str, port: str) -> dict[str, Any]:
     out: dict[str, Any] = {}
-    if (ip := _ip(flow.get(host))) is not None:
+    if (ip := ip_text(flow.get(host))) is not None:
         out["ip"] = ip
     if (p := _port(flow.get(port))) is not None:
         out["port"] = p

@@ -11,7 +11,6 @@ is left out and counted (`dropped["record"]`), never a reason to refuse the upda
 from __future__ import annotations
 
 import hashlib
-import ipaddress
 import json
 import math
 from collections import Counter
@@ -25,7 +24,7 @@ from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session
 
 from store.db import FlaggedRecord
-from wire.flows import clean_flow, finite
+from wire.flows import clean_flow, finite, ip_text
 
 #: records one incident update may carry (the agent sends more updates for more)
 RECORDS_PER_ALERT = 64
@@ -39,14 +38,9 @@ def _text(flow: dict[str, Any] | None, key: str) -> str | None:
 
 
 def canonical_address(text: str | None) -> str | None:
-    """An address as it is stored and searched: an IP address in its one canonical text (IPv6 compressed, lower
-    case), so that 2001:DB8:0::1 and 2001:db8::1 find the same flows; any other text as it was given."""
-    if text is None:
-        return None
-    try:
-        return str(ipaddress.ip_address(text))
-    except ValueError:
-        return text
+    """An address as it is stored and searched: an IP address in its canonical text (wire.flows.ip_text), so that
+    2001:DB8:0::1 and 2001:db8::1 find the same flows; any other text as it was given."""
+    return None if text is None else ip_text(text) or text
 
 
 def record_rows(update: dict[str, Any], raw: Any, earliest: float, latest: float,

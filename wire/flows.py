@@ -21,6 +21,18 @@ MAX_FIELDS, MAX_NAME, MAX_TEXT = 16, 32, 256
 CUT = "…"
 
 
+def ip_text(value: Any) -> str | None:
+    """An IP address in its one canonical text (IPv6 compressed, lower case), or None for anything that is not one:
+    how addresses are stored, searched and forwarded, however a device wrote them. (The coordinator's: imported
+    here when first used, so an agent, which imports this module for the flow-field rule, never loads it.)"""
+    import ipaddress
+
+    try:
+        return str(ipaddress.ip_address(str(value)))
+    except ValueError:
+        return None
+
+
 def visible(ch: str) -> str:
     """One character as agent-supplied text is kept and forwarded: itself if printable, else the visible text
     \\uXXXX (\\UXXXXXXXX beyond the BMP): no control, format or separator character reaches a log line."""
