@@ -12,6 +12,7 @@ moment resumes from the last completed round and samples exactly the same client
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import time
 from abc import ABC, abstractmethod
@@ -20,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
-from sqlalchemy import update
+from sqlalchemy import delete, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from models.core.federated import FederatedAlgorithm
@@ -28,9 +29,9 @@ from models.core.messages import Decline, MessageType, RoundMessage
 from models.core.rounds import sample_clients
 from models.families import job_spec
 from store import row_tables
-from store.db import Device, Job, JobState, ModelVersion, Round, pack, unpack, utcnow
+from store.db import Device, Job, JobState, ModelVersion, Round, RoundUpload, pack, unpack, utcnow
 from wire.messages import envelope, read
-from wire.protocol import Envelope, ProtocolError
+from wire.protocol import Envelope, ProtocolError, decode
 
 log = logging.getLogger("fedsentry.coordinator")
 
@@ -70,6 +71,16 @@ class JobRunner(ABC):
         self.pending: dict[str, Any] = {}  # sender -> its reply to this round (the phase's message)
         self.declined: dict[str, str] = {}  # this round's agents that said they cannot take part, and why
         self.refused: dict[str, str] = {}  # this round's agents whose answer was refused on arrival, and why
+        #: a digest of each accepted answer as sent, this round's and the last one's: the same answer sent again
+        #: (after a takeover, or a re-published round) is acknowledged, not refused
+        self.digests: dict[str, bytes] = {}
+        self.previous: dict[str, bytes] = {}
+        #: accepted answers not yet in round_uploads: (device, payload as sent)
+        self.unsaved: list[tuple[str, bytes]] = []
+        #: answers this round that repeated an accepted one (a resend after a takeover or a re-published round)
+        self.repeated = 0
+        #: answers to this round an earlier leader had stored (round_uploads)
+        self.restored = 0
         self.sampled: list[str] = []
         self.started_at = self.deadline = 0.0
         self.rng: np.random.Generator | None = None
@@ -175,8 +186,10 @@ class JobRunner(ABC):
         return None
 
     def begin(self, phase: str, rnd: int, sampled: list[str]) -> None:
-        self.phase, self.round, self.sampled, self.pending, self.declined = phase, rnd, sampled, {}, {}
-        self.refused = {}
+        self.phase, self.sampled, self.pending, self.declined = phase, sampled, {}, {}
+        self.previous = self.digests if rnd == self.round + 1 else {}
+        self.refused, self.digests, self.unsaved, self.repeated, self.restored = {}, {}, [], 0, 0
+        self.round = rnd
         self.started_at = time.monotonic()
         self.deadline = self.started_at + self.deadline_s
         msg = self.content(phase, {"phase": phase, "type": self.type, "sampled": sampled,
@@ -184,6 +197,7 @@ class JobRunner(ABC):
         self.publish(self.job_topic, envelope(msg, self.job_id, rnd, "coordinator").encode(), True)
         self.set_job(status="running", phase=phase, current_round=rnd)
         log.info("job=%s round=%s phase=%s sampled=%d", self.job_id, rnd, phase, len(sampled))
+        self.restore_uploads()
 
     def sample(self, phase: str, rnd: int) -> None:
         """Start a round with the job's seeded share of the participants."""
@@ -210,8 +224,15 @@ class JobRunner(ABC):
         return ids, self._weights[ids]
 
     # -- messages -------------------------------------------------------------------------------------
-    def accept(self, env: Envelope) -> None:
-        """Validate a reply for this job; raise ProtocolError (with a reason) to reject it."""
+    def accept(self, env: Envelope, payload: bytes | None = None, stored: bool = False) -> bool:
+        """Validate a reply for this job (`payload`: as the device sent it); raise ProtocolError (with a reason) to
+        reject it. False: the same answer again from a device whose answer is accepted already (nothing changes);
+        True: accepted, and to be stored (`store_uploads`) unless it comes from round_uploads (`stored`)."""
+        digest = hashlib.sha256(payload).digest() if payload is not None else None
+        if digest is not None and digest == {self.round: self.digests, self.round - 1: self.previous}.get(
+                env.round, {}).get(env.sender):
+            self.repeated += 1
+            return False
         if env.round < self.round:
             raise ProtocolError("stale", f"round {env.round} < current {self.round}")
         if env.round > self.round:
@@ -231,7 +252,7 @@ class JobRunner(ABC):
             self.declined[env.sender] = printable(reason)
             log.warning("job=%s round=%s agent=%s declined: %s", self.job_id, self.round, env.sender,
                         self.declined[env.sender])
-            return
+            return False
         try:  # the content first: garbage is reported as such even when it repeats an answer
             msg = read(reply, env)
             self.validate(msg, env.sender)
@@ -242,6 +263,42 @@ class JobRunner(ABC):
         if env.sender in self.pending:
             raise ProtocolError("duplicate", f"{env.sender} already answered round {self.round}")
         self.pending[env.sender] = msg
+        if digest is not None:
+            self.digests[env.sender] = digest
+            if not stored:
+                self.unsaved.append((env.sender, bytes(payload or b"")))
+        return True
+
+    def store_uploads(self) -> int:
+        """Store the answers accepted since the last call (fenced, one transaction), so that a coordinator that
+        takes the job over closes this round with them; the caller acknowledges their messages after this."""
+        if not self.unsaved:
+            return 0
+        rows = list(self.unsaved)
+        with self.sessions.begin() as s:
+            self.fence(s)
+            for device, payload in rows:
+                s.merge(RoundUpload(job_id=self.job_id, round=self.round, device=device, phase=self.phase,
+                                    payload=payload))
+        del self.unsaved[:len(rows)]  # only once committed: the database being down keeps them for the next try
+        return len(rows)
+
+    def restore_uploads(self) -> None:
+        """Take the stored answers to the round just begun (an earlier leader accepted them) as if they came now:
+        nothing already answered is asked for again."""
+        with self.sessions() as s:
+            rows = list(s.execute(select(RoundUpload.device, RoundUpload.payload).where(
+                RoundUpload.job_id == self.job_id, RoundUpload.round == self.round, RoundUpload.phase == self.phase)))
+        for device, payload in rows:
+            try:
+                env = decode(payload)
+                if env.sender != device:
+                    raise ProtocolError("sender", f"stored answer of {device!r} names {env.sender!r}")
+                self.restored += self.accept(env, payload, stored=True)
+            except ProtocolError as e:
+                log.warning("job=%s round=%s stored answer of %s not taken: %s", self.job_id, self.round, device, e)
+        if rows:
+            log.info("job=%s round=%s took %d stored answers", self.job_id, self.round, self.restored)
 
     def tick(self) -> bool:
         """Close the round if everyone answered or the deadline passed; True when the job is over."""
@@ -255,6 +312,9 @@ class JobRunner(ABC):
                                    "dropouts": len(self.sampled) - len(answered)}
         if self.declined:
             metrics["declined"] = dict(self.declined)
+        for name in ("restored", "repeated"):
+            if getattr(self, name):
+                metrics[name] = getattr(self, name)
         metrics.update(self.close(answered))
         if self.refused:
             metrics.setdefault("influence", {}).setdefault("refused", {}).update(self.refused)
@@ -302,11 +362,13 @@ class JobRunner(ABC):
                                  participants=self.participants, counts=self.counts, info=_jsonable(self.info),
                                  server=pack(small), broadcast=pack(self.broadcast)))
             row_tables.store(s, self.job_id, row_tables.changed(self.server, tables, self.touched, lengths))
+            s.execute(delete(RoundUpload).where(RoundUpload.job_id == self.job_id, RoundUpload.round <= rnd.round))
             if rnd.answered:  # one statement for every device that answered
                 s.execute(update(Device).where(Device.id.in_(list(rnd.answered)))
                           .values(rounds=Device.rounds + 1, last_seen=utcnow()))
         self.touched = {}
         self.roster_saved = True
+        self.unsaved = []  # the closed round's answers are in the state just saved
 
     def load_server(self, s: Session, small: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """The server state as saved: the small arrays and the row tables rebuilt from their chunks."""

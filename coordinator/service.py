@@ -49,9 +49,16 @@ ALERT_BATCH = 2000  # alerts stored in one transaction at most
 ALERT_WAIT = 0.05  # seconds an alert may wait for its batch
 PRESENCE_EVERY, PRESENCE_BATCH = 200, 20  # under a flood of alerts, 20 statuses every 200 messages
 HOUSEKEEPING = (0.05, 1.0)  # database polling interval: after activity, and at most
+ELSEWHERE_READ = 0.2  # seconds between reads of the active jobs for answers to a job not led here
 
 
 MODEL_STATES = ("none", "loaded", "scoring", "refused")
+#: what a coordinator process does (`fedsentry coordinator --role`): a driver leads jobs (rounds, answers, promoted
+#: models), an ingest worker stores alerts (forwarding, retention); both keep devices' status. Any number of each
+#: may run on one database: every job, and each of forwarding, retention and publishing, has one holder at a time.
+ROLES = ("driver", "ingest")
+#: the agents' topics each role reads
+ROLE_TOPICS = {"driver": ("status", "upload"), "ingest": ("status", "alerts")}
 
 
 def model_status(m: Any) -> dict[str, Any] | None:
@@ -73,8 +80,11 @@ class Coordinator:
                  username: str | None = None, password: str | None = None, tls: bool = False,
                  ca_cert: str | None = None, retention_days: float | None = None,
                  alert_rate: float = 1000.0, alert_burst: float = 20000.0,
-                 forward: list[Destination] | None = None):
+                 forward: list[Destination] | None = None, roles: tuple[str, ...] = ROLES):
+        if not roles or set(roles) - set(ROLES):
+            raise ValueError(f"roles must be some of {', '.join(ROLES)}, not {roles!r}")
         self.client_id = client_id
+        self.roles = frozenset(roles)
         self.retention_days = retention_days
         self._pruned = -1e9
         self.instance = f"{client_id}-{uuid.uuid4().hex[:8]}"
@@ -91,6 +101,11 @@ class Coordinator:
         self.capabilities: dict[str, tuple[str, ...]] = {}  # from the agents' retained status messages
         self.announced: dict[str, tuple[str, ...]] = {}  # the numeric features each agent's records have
         self.accepted = 0
+        #: accepted answers acknowledged at the next tick, once stored
+        self._upload_acks: list[tuple[int, int]] = []
+        #: active jobs another coordinator leads (answers to them are theirs, not refused here)
+        self.led_elsewhere: set[str] = set()
+        self._elsewhere_read = 0.0
         self.stop_event = threading.Event()
         self.connected = threading.Event()
         parse_broker_url(broker)
@@ -110,7 +125,8 @@ class Coordinator:
         self.feedback = Reports(self.sessions)
         self.thread: threading.Thread | None = None
         #: stored alerts sent on to webhooks and syslog servers, each from its own thread
-        self.forwarder = Forwarder(self.sessions, list(forward), locks=self.locks) if forward else None
+        self.forwarder = (Forwarder(self.sessions, list(forward), locks=self.locks)
+                          if forward and "ingest" in self.roles else None)
 
     def _connect_db(self) -> None:
         delay = 1.0
@@ -135,7 +151,8 @@ class Coordinator:
         if reason_code.is_failure:
             log.error("broker refused the coordinator: %s", reason_code)
             return
-        client.subscribe(AGENT_SUBSCRIPTIONS)
+        topics = {t for r in self.roles for t in ROLE_TOPICS[r]}
+        client.subscribe([(topic, qos) for topic, qos in AGENT_SUBSCRIPTIONS if topic.rsplit("/", 1)[1] in topics])
         self.connected.set()
         log.info("coordinator connected to %s:%s", self.broker.host, self.broker.port)
 
@@ -208,9 +225,16 @@ class Coordinator:
 
     # -- jobs -----------------------------------------------------------------------------------------
     def tick(self) -> None:
-        """Close the rounds that can be closed (in memory; a closed round is stored)."""
+        """Store the answers accepted since the last tick and acknowledge them, then close the rounds that can be
+        closed (in memory; a closed round is stored)."""
         if not self.connected.is_set():
             return
+        for job_id, runner in list(self.jobs.items()):
+            if runner.unsaved:
+                self._isolated(job_id, runner, f"storing answers to round {runner.round}", runner.store_uploads)
+        acks, self._upload_acks = self._upload_acks, []
+        for mid, qos in acks:
+            self.client.ack(mid, qos)
         for job_id, runner in list(self.jobs.items()):
             if runner.phase != "waiting" and self._isolated(job_id, runner, f"closing round {runner.round}",
                                                             runner.tick):
@@ -222,11 +246,14 @@ class Coordinator:
         if not self.connected.is_set():
             return False
         before = set(self.jobs)
-        self._claim_jobs()
         self._flush_rejections()
+        if "ingest" in self.roles:
+            self._prune()
+        if "driver" not in self.roles:
+            return False
+        self._claim_jobs()
         published = (publish_promoted(self.sessions, self.publish) + publish_feedback(self.sessions, self.publish)
                      if self.locks.held("publishing promoted models and feedback") else 0)
-        self._prune()
         started = False
         for job_id, runner in list(self.jobs.items()):
             if runner.phase == "waiting":
@@ -245,6 +272,8 @@ class Coordinator:
         now = utcnow()
         with self.sessions.begin() as s:
             active = list(s.scalars(select(Job).where(Job.status.in_(("pending", "running")))))
+            self.led_elsewhere = {j.id for j in active} - set(self.jobs)
+            self._elsewhere_read = time.monotonic()
             for gone in set(self.jobs) - {j.id for j in active}:  # finished or cancelled (by the API)
                 log.info("job=%s no longer led here (status changed)", gone)
                 self.jobs.pop(gone)
@@ -276,6 +305,16 @@ class Coordinator:
                     log.info("job=%s led by %s", job.id, self.instance)
                 else:
                     self.locks.release(_job_lock(job.id))
+
+    def _led_elsewhere(self, job_id: str) -> bool:
+        """Whether this active job is another coordinator's (read again at most every ELSEWHERE_READ seconds, for a
+        job that started since the last poll: answers naming unknown jobs cannot make a read each)."""
+        if job_id not in self.led_elsewhere and time.monotonic() - self._elsewhere_read >= ELSEWHERE_READ:
+            self._elsewhere_read = time.monotonic()
+            with self.sessions() as s:
+                active = set(s.scalars(select(Job.id).where(Job.status.in_(("pending", "running")))))
+            self.led_elsewhere = active - set(self.jobs)
+        return job_id in self.led_elsewhere
 
     def _lost(self, job_id: str, why: str) -> None:
         """Stop leading a job another coordinator leads now (its round message and state are the new leader's)."""
@@ -376,10 +415,16 @@ class Coordinator:
                 self.accepted += accepted
                 return status
             elif what == "upload":
+                # an accepted answer is acknowledged once stored (round_uploads), so a coordinator taking the job
+                # over has it; the device's rounds and last_seen are written with the round. Acknowledged at once:
+                # the same answer again, and answers to a job another coordinator leads (its leader takes them)
                 runner = self.jobs.get(env.job)
-                if runner is None:
+                if runner is None and not self._led_elsewhere(env.job):
                     raise ProtocolError("unknown_job", f"job {env.job!r} is not led here")
-                runner.accept(env)  # the device's rounds and last_seen are written with the round
+                if runner is not None and runner.accept(env, bytes(payload)):
+                    self._upload_acks.append((mid, qos))
+                    self.accepted += 1
+                    return "buffered"
             else:
                 raise ProtocolError("kind", f"{env.kind} on {what}")
             self.accepted += 1

@@ -119,6 +119,19 @@ class ServerChunk(Base):
     data: Mapped[bytes] = mapped_column(LargeBinary)
 
 
+class RoundUpload(Base):
+    """An accepted answer to the round a job is in, stored before the device's message is acknowledged: a
+    coordinator that takes the job over mid-round (issue 27) closes the round with it instead of asking again.
+    A round's rows are deleted in the transaction that stores the closed round."""
+
+    __tablename__ = "round_uploads"
+    job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True)
+    round: Mapped[int] = mapped_column(Integer, primary_key=True)
+    device: Mapped[str] = mapped_column(String(64), primary_key=True)
+    phase: Mapped[str] = mapped_column(String(16))
+    payload: Mapped[bytes] = mapped_column(LargeBinary)  # the message as the device sent it
+
+
 class Round(Base):
     __tablename__ = "rounds"
     job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True)

@@ -35,6 +35,13 @@ JOB_STATUSES = ("pending", "running", "finished", "failed", "cancelled")
 def register(groups: dict[str, Any], verbs: Any) -> None:
     c = verbs.add_parser("coordinator", help="run the coordinator (jobs, rounds, alerts)")
     add_service_args(c)
+    c.add_argument("--role", choices=("all", "driver", "ingest"), default=os.environ.get("FEDSENTRY_ROLE", "all"),
+                   help="what this process does: driver (lead jobs: rounds, answers, promoted models), ingest (store "
+                        "alerts, forward them, retention) or all (default $FEDSENTRY_ROLE, else all). Several "
+                        "processes of each role may share one PostgreSQL database (README: Several coordinators)")
+    c.add_argument("--client-id", default=os.environ.get("FEDSENTRY_CLIENT_ID", "fedsentry-coordinator"),
+                   help="MQTT client id; each coordinator on a broker needs its own (default $FEDSENTRY_CLIENT_ID, "
+                        "else fedsentry-coordinator)")
     c.set_defaults(func=run_coordinator)
 
     job = verbs.add_parser("job", help="manage training jobs").add_subparsers(dest="action", required=True)
@@ -255,8 +262,10 @@ def run_coordinator(args: argparse.Namespace) -> int:
     forward = forward_destinations(args)
     broker, url, username, password = service_broker(args)
     try:
-        coord = Coordinator(url, args.db, username=username, password=password, tls=args.tls, ca_cert=args.ca_cert,
-                            forward=forward)
+        roles = ("driver", "ingest") if args.role == "all" else (args.role,)
+        coord = Coordinator(url, args.db, client_id=args.client_id,
+                            username=username, password=password, tls=args.tls, ca_cert=args.ca_cert,
+                            forward=forward, roles=roles)
     except ValueError as e:
         if broker:
             broker.stop()
