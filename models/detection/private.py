@@ -16,6 +16,7 @@ shares), and the fleet's size divides the sums (a fixed denominator, as DP-FedAv
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -90,7 +91,7 @@ MEAN_SCALES = {"m1": value_bound(True), "w": 1.0}
 CENTRED_SCALES = {"c2": value_bound(True) ** 2}
 
 
-def own_moments(summaries: list[tuple[float, np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
+def own_moments(summaries: Sequence[tuple[float, np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
     """Each device's mean and mean square per feature of its log-scaled records, from its (count, sum, sum of
     squares) (a batch: one row per device)."""
     n = np.maximum(np.array([c for c, _, _ in summaries], dtype=float), 1.0)[:, None]
