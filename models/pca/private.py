@@ -55,6 +55,8 @@ def simulate_private_pca(train_parts: list[np.ndarray], X_test: np.ndarray, y_te
 
         ledger.noise = ledger_for(dp, {1.0: 5}, n, 1.0, secure, seed).noise({})
     clients = private_clients(parts, feature_names, guard, ledger)
+    if ledger.noise is None:  # the threshold's sum: its weighted shares are within the largest capped weight
+        ledger.clip = largest_weight(clients.caps, clients.claimed)
     if not 1 <= rank < d:
         raise ValueError(f"rank must be between 1 and {d - 1} (the number of features - 1), got {rank}")
     moments = np.stack([own_moment(x) for x in clients.X])  # each device's, on the device
@@ -72,7 +74,7 @@ def simulate_private_pca(train_parts: list[np.ndarray], X_test: np.ndarray, y_te
     threshold, _ = private_tail(histograms, clients.weight, quantile, 0.0, ledger)
     det = PCADetector.from_model(Z, clients.preprocessor, threshold, None, quantile=quantile)
     sent = ledger.phase_bytes + secure_sum.sent[0] * n
-    out = {"algorithm": "fedmm", "private": secure, "rank": rank, "kernel": "none", "rounds": 1, "history": [],
+    out = {"algorithm": "fedmm", "private": secure, "rank": rank, "Z": Z, "kernel": "none", "rounds": 1, "history": [],
            "seconds_per_round": time.perf_counter() - t0, "upload_bytes_per_client_round": secure_sum.sent[0],
            "all_device_rounds": 1, "threshold": threshold,
            "upload_bytes_per_device_round": sent / (n * 4),  # statistics (2 sums), the moments, the threshold

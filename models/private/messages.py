@@ -45,6 +45,7 @@ class Routed(Message):
     """Step 3's input, coordinator to one device: the encrypted shares its neighbours sent it (`sender`: theirs)."""
 
     kind: ClassVar[str] = "routed"
+    label: str  # the sum's (models.private.relay.Announced.label)
     sender: np.ndarray = array(1, "i")
     data: np.ndarray = array(2, "u")
 

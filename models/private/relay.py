@@ -161,7 +161,7 @@ class Relay:
         for i, incoming in self.routed.items():
             sender, data = _rows(incoming, CIPHERTEXT_BYTES) if incoming else \
                 (np.zeros(0, np.int64), np.zeros((0, CIPHERTEXT_BYTES), np.uint8))
-            out[i] = Routed(sender=sender, data=data)
+            out[i] = Routed(label=self.announced.label, sender=sender, data=data)
         return out
 
     def check_upload(self, msg: Masked) -> None:

@@ -1,0 +1,175 @@
+"""A private PCA job (issue 23) through the coordinator's job runner and the agents' participants, without a broker:
+every message a real encoded envelope, the shares each device receives on its own topic. The model equals the
+simulator's private mode with the same seed, with devices that drop after their masked upload; too few uploads
+fail the job naming why; a coordinator restarted between two steps of a secure sum goes on where it was; an
+agent without the `private` extra declines saying what to install."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from models.families import family, job_spec
+from models.pca.simulator import simulate_pca
+from store.db import Job as JobRow
+from store.db import JobState, ModelVersion, make_engine, migrate, session_factory, unpack
+from store.jobs import create_job
+from tests.integration.test_loopback import pca_participants
+from wire.protocol import decode
+
+pytest.importorskip("cryptography", reason="private mode needs the cryptography package (the dev extra has it)")
+
+N, RANK, SEED = 6, 2, 4
+
+
+class PrivateLoopback:
+    """A job runner and its participants, messages passed as bytes by topic; `silent(phase)` names the devices
+    that do not answer a round of that phase (its deadline then closes it)."""
+
+    def __init__(self, tmp, settings: dict, participants: list, silent=lambda phase: ()):
+        engine = make_engine(f"sqlite:///{tmp}/loop.db")
+        migrate(engine)
+        self.sessions = session_factory(engine)
+        create_job(self.sessions, "loop", job_spec("pca", {**settings, "algorithm": "fedmm"}))
+        self.participants, self.silent = {p.id: p for p in participants}, silent
+        self.outbox: list[tuple[str, bytes]] = []
+        self.runner = self.make_runner()
+        self.phases: list[str] = []
+
+    def make_runner(self):
+        with self.sessions() as s:
+            row = s.get(JobRow, "loop")
+        return family("pca").load_runner()(row, self.sessions, lambda t, p, r: self.outbox.append((t, p)),
+                                           "fedsentry/v1/jobs/loop/round")
+
+    def restart(self) -> None:
+        """A new coordinator process: the runner rebuilt from the database, the retained messages gone."""
+        self.outbox.clear()
+        self.runner = self.make_runner()
+        self.runner.start(sorted(self.participants))
+
+    def step(self) -> None:
+        """Deliver what was published (the round message last), then close the round."""
+        published, self.outbox = self.outbox, []
+        phase = self.runner.phase
+        self.phases.append(phase)
+        quiet = set(self.silent(phase))
+        for topic, payload in published:
+            if not payload:
+                continue
+            env = decode(payload)
+            if topic.endswith("/secagg"):
+                name = topic.split("/")[-2]
+                reply = None if name in quiet else self.participants[name].on_routed(env)
+                self.answer(reply)
+            else:
+                for name, p in self.participants.items():
+                    if name not in quiet:
+                        self.answer(p.on_round(env))
+        if quiet:
+            self.runner.deadline = 0.0
+        self.runner.tick()
+
+    def answer(self, reply) -> None:
+        if reply is not None:
+            self.runner.accept(decode(reply.encode()))
+
+    def run(self, restart_after=None) -> str:
+        self.runner.start(sorted(self.participants))
+        while self.runner.phase not in ("finished", "failed"):
+            before = self.runner.phase
+            self.step()
+            if before == restart_after and self.runner.phase != before:
+                restart_after = None
+                self.restart()
+        return self.runner.phase
+
+    def model(self) -> ModelVersion:
+        with self.sessions() as s:
+            return s.query(ModelVersion).filter_by(job_id="loop").one()
+
+    def error(self) -> str:
+        with self.sessions() as s:
+            return str(s.get(JobRow, "loop").error)
+
+
+@pytest.fixture(scope="module")
+def fleet():
+    """Non-i.i.d. devices of different sizes (each stretches another direction), and test records."""
+    rng = np.random.default_rng(2)
+    mix = np.array([[1.0, 0.9, 0.0, 0.1], [0.0, 0.2, 1.0, 0.5], [0.3, 0.0, 0.1, 1.0], [0.1, 0.1, 0.1, 0.1]])
+    parts = [np.abs(rng.normal(size=(40 + 30 * i, 4)) * (1 + 4 * np.eye(4)[i % 4]) @ mix) * 100 for i in range(N)]
+    test = np.vstack([np.abs(rng.normal(size=(50, 4)) @ mix) * 100, rng.uniform(0, 1e5, size=(10, 4))])
+    return ["a", "b", "c", "d"], parts, test, np.r_[np.zeros(50), np.ones(10)]
+
+
+def settings(names) -> dict:
+    return {"features": names, "rank": RANK, "seed": SEED, "private": True}
+
+
+def simulated(fleet) -> dict:
+    names, parts, test, y = fleet
+    return simulate_pca(parts, test, y, names, rank=RANK, seed=SEED, private=True, dropout=1 / 3)
+
+
+def assert_same_model(mv: ModelVersion, sim: dict) -> None:
+    Z = unpack(mv.arrays)["Z"]
+    np.testing.assert_allclose(Z @ Z.T, sim["Z"] @ sim["Z"].T, atol=1e-6)
+    assert mv.info["threshold"] == pytest.approx(sim["threshold"], rel=1e-6)
+
+
+def test_a_private_pca_job_equals_the_simulators_private_mode_with_devices_dropping_after_upload(tmp_path, fleet):
+    names, parts, _, _ = fleet
+    # dev-01 and dev-04 vanish after their masked upload of each sum: their values still count
+    loop = PrivateLoopback(tmp_path, settings(names), pca_participants(tmp_path, names, parts),
+                           silent=lambda phase: ("dev-01", "dev-04") if phase.endswith(":unmask") else ())
+    assert loop.run() == "finished", loop.error()
+    assert loop.phases[:5] == ["stats", "mean:advertise", "mean:share", "mean:upload", "mean:unmask"]
+    assert "moments:unmask" in loop.phases and loop.phases[-1] == "threshold:unmask"
+    assert_same_model(loop.model(), simulated(fleet))
+    with loop.sessions() as s:  # the saved state after the job: no sum in progress, nothing of one upload
+        st = s.get(JobState, "loop")
+        assert not [k for k in unpack(st.server) if k.startswith("secagg.")] and "secagg" not in st.info
+
+
+def test_a_coordinator_restarted_in_the_middle_of_a_secure_sum_goes_on(tmp_path, fleet):
+    names, parts, _, _ = fleet
+    loop = PrivateLoopback(tmp_path, settings(names), pca_participants(tmp_path, names, parts))
+    assert loop.run(restart_after="moments:share") == "finished", loop.error()
+    # the restarted coordinator re-sent each device its routed shares; the devices re-sent the same masked upload
+    assert loop.phases.count("moments:upload") == 1 and loop.phases.count("moments:share") == 1
+    assert_same_model(loop.model(), simulated(fleet))
+
+
+def test_too_few_uploads_fail_the_job_naming_the_sum_and_why(tmp_path, fleet):
+    names, parts, _, _ = fleet
+    loop = PrivateLoopback(tmp_path, settings(names), pca_participants(tmp_path, names, parts),
+                           silent=lambda phase: ("dev-00", "dev-01", "dev-02", "dev-03")
+                           if phase == "moments:upload" else ())
+    assert loop.run() == "failed"
+    assert "secure sum 'moments' failed at its upload step: 2 devices uploaded; a secure sum needs at least" \
+        in loop.error()
+
+
+def test_an_agent_without_the_private_extra_declines_saying_what_to_install(tmp_path, fleet, monkeypatch):
+    import sys
+
+    names, parts, _, _ = fleet
+    participant = pca_participants(tmp_path, names, parts[:1])[0]
+    loop = PrivateLoopback(tmp_path, settings(names), [participant])
+    loop.runner.start(["dev-00", "dev-01"])
+    _, payload = loop.outbox[-1]
+    monkeypatch.setitem(sys.modules, "cryptography", None)  # as on a device without the extra
+    with pytest.raises(ValueError, match=r"pip install 'fedsentry\[private\]'"):
+        participant.on_round(decode(payload))
+
+
+def test_a_private_gmm_job_is_still_refused_naming_the_setting():
+    from models.params import SettingError
+
+    with pytest.raises(SettingError) as e:
+        job_spec("gmm", {"features": ["a", "b"], "private": True})
+    assert e.value.field == "private" and "pca job does" in str(e.value)
+    with pytest.raises(SettingError) as e:
+        job_spec("pca", {"features": ["a", "b", "c"], "rank": 1, "private": True, "algorithm": "fedpg"})
+    assert e.value.field == "algorithm"
