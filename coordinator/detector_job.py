@@ -149,9 +149,13 @@ class DetectorJob(PrivateDetector):
                                   log_mask=self.info["log_mask"], broadcast=dict(self.broadcast), init=self.initial(),
                                   mean=np.array(self.info["mean"]), scale=np.array(self.info["scale"]), weights=weights)
 
-    def phase_table(self) -> list[Phase]:
+    def follow(self) -> None:
         if self.spec.private:
-            return self.private_table()
+            self.private_follow()
+        else:
+            super().follow()
+
+    def phase_table(self) -> list[Phase]:
         return [Phase("stats"), Phase("train", self.spec.rounds, sampled=True), Phase("threshold")]
 
     def device_weights(self, counts: np.ndarray) -> np.ndarray:

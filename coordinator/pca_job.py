@@ -73,7 +73,7 @@ class PCAJob(DetectorJob):
         d = len(self.spec.features)
         return {"C": (d * (d + 1) // 2,), "w": ()}, MOMENT_SCALES, BITS
 
-    def summed_family(self, name: str, total: dict[str, np.ndarray]) -> dict[str, Any]:
+    def summed_family(self, name: str, total: dict[str, np.ndarray], members: list[str]) -> dict[str, Any]:
         d = len(self.spec.features)
         Z = pooled_subspace(total["C"][0] / float(total["w"][0]), d, self.spec.rank)
         self.broadcast = {"Q": Z}  # FedMM's broadcast: its consensus is the first rank columns

@@ -18,8 +18,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from coordinator.job_runner import Phase
-from coordinator.secure_sums import SecureSums, secure_phases
+from coordinator.secure_sums import SecureSums, step_of
 from models.core.messages import MessageType
 from models.detection.messages import Counted
 from models.detection.preprocessing import Preprocessor
@@ -35,6 +34,7 @@ from models.detection.private import (
 )
 from models.detection.screening import weight_caps
 from models.detection.threshold import EDGES
+from models.private.relay import STEPS
 from wire.protocol import ProtocolError
 
 
@@ -58,17 +58,40 @@ class PrivateDetector(SecureSums):
         """(shapes, scales, ring bits) of one of the family's sums."""
         raise NotImplementedError
 
-    def summed_family(self, name: str, total: dict[str, np.ndarray]) -> dict[str, Any]:
+    def summed_family(self, name: str, total: dict[str, np.ndarray], members: list[str]) -> dict[str, Any]:
         raise NotImplementedError
+
+    def start_private(self) -> None:
+        """Set up the family's server state and broadcast once the counts are known (the caps in self.server)."""
 
     def histogram_records(self) -> np.ndarray:
         """How many records each participant histograms in the threshold phase (its training records)."""
         return np.asarray(self.counts, dtype=float)
 
     # -- the phases -----------------------------------------------------------------------------------
-    def private_table(self) -> list[Phase]:
-        sums = ["mean", "centred", *self.family_sums(), "threshold"]
-        return [Phase("stats"), *[p for name in sums for p in secure_phases(name)]]
+    def next_sum(self, done: str) -> str | None:
+        """The secure sum after `done` ("stats": the statistics phase), None after the last (`info["sums"]` counts
+        those done)."""
+        order = ["mean", "centred", *self.family_sums(), "threshold"]
+        i = order.index(done) + 1 if done in order else 0
+        return order[i] if i < len(order) else None
+
+    def sum_members(self, name: str) -> list[str]:
+        """The devices asked to the secure sum `name` (every participant; a family's sampled rounds fewer)."""
+        return self.participants
+
+    def private_follow(self) -> None:
+        """The next step of the sum in progress, else the first step of the next sum, else the end."""
+        at = step_of(self.phase)
+        if at is not None and at[1] != STEPS[-1]:
+            phase = f"{at[0]}:{STEPS[STEPS.index(at[1]) + 1]}"
+            self.begin(phase, self.round + 1, self.asked(phase))
+            return
+        nxt = self.next_sum(at[0] if at is not None else self.phase)
+        if nxt is None:
+            self.finish()
+        else:
+            self.begin(f"{nxt}:{STEPS[0]}", self.round + 1, self.sum_members(nxt))
 
     def private_reply(self, phase: str) -> MessageType | None:
         return Counted if phase == "stats" else SecureSums.reply_type(self, phase)
@@ -119,9 +142,10 @@ class PrivateDetector(SecureSums):
         self.rng = np.random.default_rng(self.spec.seed)
         self.server = dict(caps.state())
         self.broadcast = {}
+        self.start_private()
         return {"records": int(counts.sum())}
 
-    def announce(self, name: str, rnd: int) -> Any:
+    def announce(self, name: str, rnd: int, members: list[str]) -> Any:
         from models.private.relay import Announced
         from models.private.transport import BITS
 
@@ -137,10 +161,10 @@ class PrivateDetector(SecureSums):
         else:
             shapes, scales, bits = self.announce_family(name)
         seed = int(np.random.default_rng([self.spec.seed, rnd]).integers(2**31))
-        return Announced(f"{self.job_id}/{name}/{rnd}", tuple(self.participants), shapes, dict(scales),
+        return Announced(f"{self.job_id}/{name}/{rnd}", tuple(members), shapes, dict(scales),
                          float(self.info["clip"]), bits, seed)
 
-    def summed(self, name: str, total: dict[str, np.ndarray]) -> dict[str, Any]:
+    def summed(self, name: str, total: dict[str, np.ndarray], members: list[str]) -> dict[str, Any]:
         if name == "mean":
             mean, W = fleet_mean(total)
             self.info.update(mean=mean.tolist(), W=W)
@@ -153,7 +177,7 @@ class PrivateDetector(SecureSums):
             threshold, self.tail = tail_from(total, self.spec.quantile, self.private_holdout())
             self.store_model(self.standardisation(), threshold, {})
             return {"threshold": threshold}
-        return self.summed_family(name, total)
+        return self.summed_family(name, total, members)
 
     def private_holdout(self) -> float:
         """The share of records a device holds out for its threshold (0: all of them, PCA)."""

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from coordinator.job_runner import JobRunner, Phase
+from coordinator.job_runner import JobRunner
 from models.core.messages import MessageType
 from wire.messages import envelope
 from wire.protocol import ProtocolError, agent_topic
@@ -28,13 +28,6 @@ log = logging.getLogger("fedsentry.coordinator")
 
 #: the server-state keys of the sum in progress (what the coordinator may know of it)
 PREFIX = "secagg."
-
-
-def secure_phases(name: str) -> list[Phase]:
-    """The four rounds of the secure sum `name`, every device of the sum asked in each."""
-    from models.private.relay import STEPS
-
-    return [Phase(f"{name}:{step}") for step in STEPS]
 
 
 def step_of(phase: str) -> tuple[str, str] | None:
@@ -48,12 +41,14 @@ class SecureSums(JobRunner):
 
     _relay: Any = None
 
-    def announce(self, name: str, rnd: int) -> Any:
-        """The announcement (models.private.relay.Announced) of the secure sum `name`, begun in round `rnd`."""
+    def announce(self, name: str, rnd: int, members: list[str]) -> Any:
+        """The announcement (models.private.relay.Announced) of the secure sum `name` of these devices, begun in
+        round `rnd`."""
         raise NotImplementedError
 
-    def summed(self, name: str, total: dict[str, np.ndarray]) -> dict[str, Any]:
-        """Take the decoded sum of `name` (each statistic with a leading axis of 1); the round's metrics."""
+    def summed(self, name: str, total: dict[str, np.ndarray], members: list[str]) -> dict[str, Any]:
+        """Take the decoded sum of `name` (each statistic with a leading axis of 1) over the devices whose uploads
+        it holds; the round's metrics."""
         raise NotImplementedError
 
     # -- what the runner asks -------------------------------------------------------------------------
@@ -95,7 +90,7 @@ class SecureSums(JobRunner):
         if at is not None and at[1] == "advertise":  # a new sum (or the same again after a restart)
             self._relay = None
             self.server = {k: v for k, v in self.server.items() if not k.startswith(PREFIX)}
-            self.info["secagg"] = self.announce(at[0], rnd).to_meta()
+            self.info["secagg"] = self.announce(at[0], rnd, sampled).to_meta()
         super().begin(phase, rnd, sampled)
         if at is not None and at[1] == "upload":  # each device's incoming shares, on its own topic
             relay = self.relay()
@@ -159,13 +154,16 @@ class SecureSums(JobRunner):
                 out["dropped_after_sharing"] = len(relay.uploaded(replies)["dropped"])
             else:
                 total = relay.finish(replies)
-                out["survivors"] = len(relay.server.uploads)
+                members = [relay.announced.names[i] for i in sorted(relay.server.uploads)]
+                out["survivors"] = len(members)
+                done = self.info.setdefault("sums", {})
+                done[name] = done.get(name, 0) + 1
                 for n in relay.announced.names:  # the routed shares are of no more use
                     self.publish(agent_topic(n, "secagg"), b"", True)
                 self.server = {k: v for k, v in self.server.items() if not k.startswith(PREFIX)}
                 self.info.pop("secagg", None)
                 self._relay = None
-                out.update(self.summed(name, total))
+                out.update(self.summed(name, total, members))
                 return out
         except SecAggError as e:
             self.fail(f"secure sum {name!r} failed at its {step} step: {e}")
