@@ -87,6 +87,10 @@ class SecureSums(JobRunner):
 
     def begin(self, phase: str, rnd: int, sampled: list[str]) -> None:
         at = step_of(phase)
+        if at is not None and at[1] == "advertise" and len(sampled) < 2:
+            self.fail(f"secure sum {at[0]!r} would sum {len(sampled)} device(s); a secure sum needs at least 2 "
+                      "(raise the share sampled, or the devices)")
+            return
         if at is not None and at[1] == "advertise":  # a new sum (or the same again after a restart)
             self._relay = None
             self.server = {k: v for k, v in self.server.items() if not k.startswith(PREFIX)}

@@ -33,6 +33,10 @@ class MixtureParticipant(DetectorParticipant[MixtureRound]):
         return {"n_features": len(msg.features)}
 
     def algorithm(self, msg: MixtureRound) -> FedEM:
+        if msg.private:  # the coordinator sees only sums: this device keeps its own control variate
+            from models.mixture.summed import SummedFedEM
+
+            return SummedFedEM(len(msg.features), **msg.params)
         alg = super().algorithm(msg)
         if not isinstance(alg, FedEM):
             raise TypeError(f"{type(alg).__name__} is not FedEM")
@@ -53,9 +57,27 @@ class MixtureParticipant(DetectorParticipant[MixtureRound]):
     def client_data(self, req: Request) -> dict[str, np.ndarray]:
         msg: MixtureRound = req.msg
         X = np.empty(1, dtype=object)
-        X[0] = self.standardised(msg)
         # this device's position among the participants (the seeding round samples all of them, in order)
-        return {"X": X, "seed": np.array([device_seed(int(msg.seed), msg.sampled.index(self.id))])}
+        data = {"X": X, "seed": np.array([device_seed(int(msg.seed), msg.sampled.index(self.id))])}
+        if not msg.private:
+            X[0] = self.standardised(msg)
+            return data
+        # private mode: as the simulator's devices hold them (float64), and the records it claimed (its own weight)
+        X[0] = self.preprocessor(msg).transform(self.records(msg))
+        return {**data, "claimed": np.array([float(len(X[0]))])}
+
+    def secure_family_values(self, name: str, req: Request, w: np.ndarray) -> dict[str, np.ndarray]:
+        """A private job's seeding and EM rounds: the summed FedEM's client step (the simulator's), whose upload is
+        the change of this device's contribution; its new contribution kept (its control variate)."""
+        if name not in ("seed", "train"):
+            return super().secure_family_values(name, req, w)
+        alg, data = self.algorithm(req.msg), self.client_data(req)
+        state, _ = self.load_state(req.job)
+        if state is None:
+            state = alg.init_clients(data, req.msg.broadcast)
+        state, upload = alg.client_update(state, data, req.msg.broadcast)
+        self.save_state(req.job, state, False)
+        return {k: v[0] for k, v in upload.items()}
 
     def _seed(self, req: Request) -> Envelope:
         """The statistics of this device's own clusters (the algorithm's client step on the seeding broadcast)."""

@@ -72,12 +72,14 @@ class DetectorJobSpec(JobSpec):
               "trains on sums (the summed mixture, pooled PCA), which the coordinator's MQTT rounds do not run yet")
 
     def check_private(self) -> None:
-        """What private mode over MQTT takes (coordinator.private_detector): PCA with FedMM's statistic summed whole,
-        on numeric features, every one log-scaled."""
-        check(self.family == "pca", "private", f"private mode runs a {self.family} job in `fedsentry simulate` only so "
-              "far: its seeding and EM rounds do not run as secure sums over MQTT yet (a pca job does)")
-        check(self.algorithm == "fedmm", "algorithm", "private mode sums FedMM's statistic whole: the algorithm must "
-              "be fedmm")
+        """What private mode over MQTT takes (coordinator.private_detector): numeric features, every one log-scaled;
+        for PCA, FedMM's statistic summed whole (the mixture's own checks: models.mixture.spec)."""
+        if self.family == "gmm":
+            check(self.algorithm == "fedem", "algorithm", "private mode trains the summed FedEM: the algorithm must be "
+                  "fedem")
+        if self.family == "pca":
+            check(self.algorithm == "fedmm", "algorithm", "private mode sums FedMM's statistic whole: the algorithm "
+                  "must be fedmm")
         check(not self.categorical and not self.flags, "categorical", "private mode trains on numeric features only "
               "(the value counts of text fields would be each device's own)")
         check(self.log_transform, "log_transform", "private mode log-scales every feature (its bounds assume it)")

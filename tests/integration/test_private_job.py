@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from models.families import family, job_spec
+from models.mixture.simulator import simulate_mixture
 from models.pca.simulator import simulate_pca
 from store.db import Job as JobRow
 from store.db import JobState, ModelVersion, make_engine, migrate, session_factory, unpack
@@ -20,17 +21,19 @@ from wire.protocol import decode
 pytest.importorskip("cryptography", reason="private mode needs the cryptography package (the dev extra has it)")
 
 N, RANK, SEED = 6, 2, 4
+ALGORITHM = {"pca": "fedmm", "gmm": "fedem"}
 
 
 class PrivateLoopback:
     """A job runner and its participants, messages passed as bytes by topic; `silent(phase)` names the devices
     that do not answer a round of that phase (its deadline then closes it)."""
 
-    def __init__(self, tmp, settings: dict, participants: list, silent=lambda phase: ()):
+    def __init__(self, tmp, settings: dict, participants: list, silent=lambda phase: (), kind: str = "pca"):
         engine = make_engine(f"sqlite:///{tmp}/loop.db")
         migrate(engine)
         self.sessions = session_factory(engine)
-        create_job(self.sessions, "loop", job_spec("pca", {**settings, "algorithm": "fedmm"}))
+        self.kind = kind
+        create_job(self.sessions, "loop", job_spec(kind, {**settings, "algorithm": ALGORITHM[kind]}))
         self.participants, self.silent = {p.id: p for p in participants}, silent
         self.outbox: list[tuple[str, bytes]] = []
         self.runner = self.make_runner()
@@ -39,7 +42,7 @@ class PrivateLoopback:
     def make_runner(self):
         with self.sessions() as s:
             row = s.get(JobRow, "loop")
-        return family("pca").load_runner()(row, self.sessions, lambda t, p, r: self.outbox.append((t, p)),
+        return family(self.kind).load_runner()(row, self.sessions, lambda t, p, r: self.outbox.append((t, p)),
                                            "fedsentry/v1/jobs/loop/round")
 
     def restart(self) -> None:
@@ -164,12 +167,34 @@ def test_an_agent_without_the_private_extra_declines_saying_what_to_install(tmp_
         participant.on_round(decode(payload))
 
 
-def test_a_private_gmm_job_is_still_refused_naming_the_setting():
+def test_a_private_gmm_job_equals_the_simulators_private_mode_with_devices_dropping_after_upload(tmp_path, fleet):
+    names, parts, _, _ = fleet
+    rounds, fraction, params = 3, 0.5, {"components": 3}
+    loop = PrivateLoopback(tmp_path, {"features": names, "seed": SEED, "private": True, "rounds": rounds,
+                                      "fraction": fraction, "algorithm_params": params},
+                           pca_participants(tmp_path, names, parts, "gmm"),
+                           silent=lambda phase: ("dev-02",) if phase.endswith(":unmask") else (), kind="gmm")
+    assert loop.run() == "finished", loop.error()
+    phases = [p for p in loop.phases if p.endswith(":advertise")]
+    assert phases[:3] == ["mean:advertise", "centred:advertise", "seed:advertise"]
+    assert phases.count("train:advertise") == rounds and phases[-1] == "threshold:advertise"
+    X = np.vstack(parts)
+    sim = simulate_mixture(parts, X, np.zeros(len(X)), names, "fedem", rounds, fraction, seed=SEED, params=params,
+                           private=True, dropout=1 / 3)
+    stored, m = unpack(loop.model().arrays), sim["detector"].mixture_
+    assert phases.count("seed:advertise") == sim["all_device_rounds"]  # as many seeding rounds, every device
+    np.testing.assert_allclose(stored["weights"], m.weights, atol=1e-6)
+    np.testing.assert_allclose(stored["means"], m.means, atol=1e-6)
+    np.testing.assert_allclose(stored["prec_chol"], m.prec_chol, rtol=1e-6, atol=1e-6)
+    assert loop.model().info["threshold"] == pytest.approx(sim["threshold"], rel=1e-6)
+
+
+def test_private_job_settings_are_checked_naming_the_setting():
     from models.params import SettingError
 
     with pytest.raises(SettingError) as e:
-        job_spec("gmm", {"features": ["a", "b"], "private": True})
-    assert e.value.field == "private" and "pca job does" in str(e.value)
-    with pytest.raises(SettingError) as e:
         job_spec("pca", {"features": ["a", "b", "c"], "rank": 1, "private": True, "algorithm": "fedpg"})
     assert e.value.field == "algorithm"
+    with pytest.raises(SettingError) as e:
+        job_spec("gmm", {"features": ["a", "b"], "private": True, "categorical": ["proto"]})
+    assert e.value.field == "categorical" and "numeric features only" in str(e.value)
