@@ -33,7 +33,7 @@ class DetectorJobSpec(JobSpec):
     device_trim: float = setting(Guard.device_trim, help="share of the devices' error quantiles left out on either "
                                  "side of the threshold")
     private: bool = setting(False, help="private mode: the coordinator learns only sums of the devices' statistics "
-                            "(secure aggregation; pca jobs over MQTT, gmm in `fedsentry simulate` so far)")
+                            "(secure aggregation, SecAgg+; numeric, log-scaled features)")
     dp_epsilon: float | None = setting(None, help="differential privacy: the budget epsilon for each device's whole "
                                        "contribution, Gaussian noise on every sum (none: off; in `fedsentry "
                                        "simulate` so far)")
