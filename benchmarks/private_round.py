@@ -121,7 +121,7 @@ def measure(devices: int, length: int, leave: float, seed: int = 0) -> dict[str,
             replies.append(envelope(msg, "bench", runner.round, n).encode())
         device_cpu += time.process_time() - c
 
-        def accept_all() -> None:
+        def accept_all(replies: list[bytes] = replies) -> None:
             for payload in replies:
                 runner.accept(decode(payload))
             runner.deadline = 0.0  # the leavers do not answer: the step closes at its deadline

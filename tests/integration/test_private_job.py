@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from models.core.messages import Decline
 from models.families import family, job_spec
 from models.mixture.simulator import simulate_mixture
 from models.pca.simulator import simulate_pca
@@ -16,7 +17,6 @@ from store.db import Job as JobRow
 from store.db import JobState, ModelVersion, Round, make_engine, migrate, session_factory, unpack
 from store.jobs import create_job
 from tests.integration.test_loopback import pca_participants
-from models.core.messages import Decline
 from wire.messages import envelope
 from wire.protocol import decode
 
