@@ -123,6 +123,7 @@ class Relay:
     announced: Announced
     server: Any = None  # secagg.Server
     routed: dict[int, dict[int, bytes]] = field(default_factory=dict)  # receiver -> sender -> ciphertext
+    _graph: dict[int, tuple[int, ...]] | None = None  # the neighbours (secagg.Setup.neighbours), once computed
 
     def __post_init__(self) -> None:
         if self.server is None:
@@ -145,7 +146,9 @@ class Relay:
         """Refuse shares addressed to devices that are not the sender's advertised neighbours."""
         from models.private.secagg import SecAggError
 
-        mine = set(self.announced.setup().neighbours()[me]) & set(self.server.keys)
+        if self._graph is None:  # once per sum: every sender's shares are checked against it
+            self._graph = self.server.setup.neighbours()
+        mine = set(self._graph[me]) & set(self.server.keys)
         sent = _bytes_rows(msg.to, msg.data, CIPHERTEXT_BYTES, "shares")
         if not set(sent) <= mine:
             raise SecAggError(f"shares addressed to {sorted(set(sent) - mine)[:5]}, not advertised neighbours")
