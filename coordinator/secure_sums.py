@@ -83,7 +83,7 @@ class SecureSums(JobRunner):
             return [names[i] for i in sorted(relay.server.keys)]
         if at[1] == "upload":
             return [names[i] for i in sorted(relay.server.shared)]
-        return [names[i] for i in sorted(relay.server.uploads)]
+        return [names[i] for i in sorted(relay.server.uploaded)]
 
     def begin(self, phase: str, rnd: int, sampled: list[str]) -> None:
         at = step_of(phase)
@@ -113,9 +113,9 @@ class SecureSums(JobRunner):
         if at[1] == "share":
             arrays = relay.keys_arrays()
         elif at[1] == "unmask":
-            survivors = np.array(sorted(relay.server.uploads), dtype=np.int64)
+            survivors = np.array(sorted(relay.server.uploaded), dtype=np.int64)
             arrays = {"survivors": survivors,
-                      "dropped": np.array(sorted(relay.server.shared - set(relay.server.uploads)), dtype=np.int64)}
+                      "dropped": np.array(sorted(relay.server.shared - set(relay.server.uploaded)), dtype=np.int64)}
         return {"secagg": {**relay.announced.to_meta(), "step": at[1]}, "secagg_arrays": arrays}
 
     def validate_step(self, msg: Any, sender: str) -> None:
@@ -158,7 +158,7 @@ class SecureSums(JobRunner):
                 out["dropped_after_sharing"] = len(relay.uploaded(replies)["dropped"])
             else:
                 total = relay.finish(replies)
-                members = [relay.announced.names[i] for i in sorted(relay.server.uploads)]
+                members = [relay.announced.names[i] for i in sorted(relay.server.uploaded)]
                 out["survivors"] = len(members)
                 done = self.info.setdefault("sums", {})
                 done[name] = done.get(name, 0) + 1

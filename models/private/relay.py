@@ -12,8 +12,9 @@ that a coordinator or an agent restarted between two steps goes on where it was.
                rebuild exactly those secrets (`Revealed`); the coordinator decodes the sum
 
 The coordinator keeps (and a job saves) only what the protocol lets it know: the announcement, the public keys,
-the ciphertexts it relays and cannot read, and the masked uploads; the shares revealed to it are used when the sum
-is decoded and never kept. A device keeps its own secrets on its own disk.
+the ciphertexts it relays and cannot read, and the sum of the masked uploads (one vector, not one per device); the
+shares revealed to it are used when the sum is decoded and never kept. A device keeps its own secrets on its own
+disk.
 
 `flatten` and `unflatten` are how every secure sum (this one, and the simulator's in-process transport,
 models.private.transport) lays a device's named statistics out as one vector and reads the decoded sum back.
@@ -175,7 +176,7 @@ class Relay:
             raise SecAggError(f"a masked upload has {self.announced.length * ring.width} bytes, got {len(msg.y)}")
 
     def uploaded(self, replies: Mapping[int, Masked]) -> dict[str, np.ndarray]:
-        """Keep the masked uploads; the unmask step's round arrays: who uploaded and who dropped after sharing. A
+        """Add up the masked uploads; the unmask step's round arrays: who uploaded and who dropped after sharing. A
         SecAggError when fewer than the threshold uploaded (the sum cannot be decoded)."""
         survivors, dropped = self.server.collect({i: bytes(m.y) for i, m in replies.items()})
         return {"survivors": np.array(sorted(survivors), dtype=np.int64),
@@ -201,10 +202,9 @@ class Relay:
                 data.append(ct)
         out["routed.to"], out["routed.sender"] = np.array(to, np.int64), np.array(sender, np.int64)
         out["routed.data"] = np.frombuffer(b"".join(data), np.uint8).reshape(len(data), CIPHERTEXT_BYTES)
-        ids = np.array(sorted(self.server.uploads), dtype=np.int64)
-        out["uploads.ids"] = ids
-        out["uploads.y"] = (np.stack([self.server.uploads[i] for i in ids]) if len(ids)
-                            else np.zeros((0, self.announced.length), np.uint64)).astype(np.uint64)
+        out["uploaded"] = np.array(sorted(self.server.uploaded), dtype=np.int64)
+        if self.server.masked is not None:  # the sum of the masked uploads, not each one
+            out["masked"] = np.asarray(self.server.masked, dtype=np.uint64)
         return out
 
     @classmethod
@@ -219,8 +219,9 @@ class Relay:
             relay.routed.setdefault(int(i), {})[int(j)] = bytes(ct)
         for i in relay.server.shared:
             relay.routed.setdefault(i, {})
-        relay.server.uploads = {int(i): np.asarray(y, dtype=np.uint64)
-                                for i, y in zip(arrays["uploads.ids"], arrays["uploads.y"])}
+        relay.server.uploaded = {int(i) for i in arrays["uploaded"]}
+        if "masked" in arrays:
+            relay.server.masked = np.asarray(arrays["masked"], dtype=np.uint64)
         return relay
 
 

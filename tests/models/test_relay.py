@@ -125,10 +125,13 @@ def test_what_the_coordinator_saves_holds_no_device_secret():
             assert bytes(s[secret]) not in coordinator
         for share in s["held.shares"]:  # the plaintext shares a device holds never reach the coordinator's store
             assert bytes(share[:66]) not in coordinator and bytes(share[66:]) not in coordinator
-    # the stored masked upload is not the device's encoding
-    member = Member.restore(a, states[0])
-    plain = member.client.setup.ring.encode(member.x, np.random.default_rng(0))
-    assert not np.array_equal(kept[-1]["uploads.y"][0], plain)
+    # of the uploads it keeps their masked sum only (one vector), which is not the sum of the devices' encodings
+    assert kept[-1]["masked"].shape == (a.length,) and not [k for k in kept[-1] if k.startswith("uploads")]
+    setup = Member.restore(a, states[0]).client.setup
+    plain = np.zeros(a.length, np.uint64)
+    for i in states:
+        plain = setup.ring.add(plain, setup.ring.encode(Member.restore(a, states[i]).x, np.random.default_rng(i)))
+    assert not np.array_equal(kept[-1]["masked"], plain)
 
 
 def test_a_device_with_other_statistics_than_announced_is_refused_by_name():
