@@ -121,7 +121,7 @@ class SecureSums(JobRunner):
     def validate_step(self, msg: Any, sender: str) -> None:
         """Refuse a step's answer that does not fit the sum (wrong sizes, shares for devices that are not the
         sender's neighbours), naming what is wrong."""
-        from models.private.messages import Advertised, Masked, Shares
+        from models.private.messages import Advertised, Masked, Revealed, Shares
         from models.private.relay import KEYS_BYTES
         from models.private.secagg import SecAggError
 
@@ -134,6 +134,8 @@ class SecureSums(JobRunner):
                 relay.check_shares(relay.announced.names.index(sender), msg)
             elif isinstance(msg, Masked):
                 relay.check_upload(msg)
+            elif isinstance(msg, Revealed):
+                relay.check_reveal(msg)
         except SecAggError as e:
             raise ProtocolError("value", str(e)) from None
 

@@ -175,6 +175,10 @@ class Relay:
         if msg.y.dtype != np.uint8 or len(msg.y) != self.announced.length * ring.width:
             raise SecAggError(f"a masked upload has {self.announced.length * ring.width} bytes, got {len(msg.y)}")
 
+    def check_reveal(self, msg: Revealed) -> None:
+        """Refuse revealed shares of the wrong layout (their values are checked when the sum is decoded)."""
+        _share_rows(msg)
+
     def uploaded(self, replies: Mapping[int, Masked]) -> dict[str, np.ndarray]:
         """Add up the masked uploads; the unmask step's round arrays: who uploaded and who dropped after sharing. A
         SecAggError when fewer than the threshold uploaded (the sum cannot be decoded)."""

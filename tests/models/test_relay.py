@@ -116,6 +116,17 @@ def test_an_altered_revealed_share_fails_the_sum():
         run(announced(), values(), tamper=tamper)
 
 
+def test_revealed_shares_of_the_wrong_layout_are_refused_naming_it():
+    from models.private.secagg import SecAggError
+
+    relay = Relay(announced())
+    bad = Revealed(of=np.array([1, 2]), what=np.array([0, 2], np.uint8), share=np.zeros((2, 66), np.uint8))
+    with pytest.raises(SecAggError, match="what must be 0"):
+        relay.check_reveal(bad)
+    with pytest.raises(SecAggError, match="one row of 66 bytes"):
+        relay.check_reveal(Revealed(of=np.array([1]), what=np.array([0], np.uint8), share=np.zeros((1, 5), np.uint8)))
+
+
 def test_what_the_coordinator_saves_holds_no_device_secret():
     a, vals = announced(), values()
     _, kept, states = run(a, vals, gone_after_upload={2})
