@@ -103,6 +103,12 @@ class SecureSums(JobRunner):
                 self.publish(agent_topic(name, "secagg"), envelope(msg, self.job_id, rnd, "coordinator").encode(),
                              True)
 
+    def fail(self, why: str) -> None:
+        """Fail the job; the shares routed for a sum in progress are cleared from the devices' topics."""
+        for name in (self.info.get("secagg") or {}).get("names", []):
+            self.publish(agent_topic(name, "secagg"), b"", True)
+        super().fail(why)
+
     def secure_fields(self, phase: str) -> dict[str, Any]:
         """What a step's round message carries: the announcement and the step, and the step's arrays."""
         at = step_of(phase)

@@ -167,6 +167,8 @@ def test_too_few_uploads_fail_the_job_naming_the_sum_and_why(tmp_path, fleet):
     assert loop.run() == "failed"
     assert "secure sum 'mean' failed at its upload step: 2 devices uploaded; a secure sum needs at least" \
         in loop.error()
+    cleared = [t for t, p in loop.outbox if t.endswith("/secagg") and not p]  # no routed shares left retained
+    assert len(cleared) == N
 
 
 def test_an_agent_without_the_private_extra_declines_and_the_job_goes_on_without_it(tmp_path, fleet):
