@@ -86,7 +86,19 @@ class MixtureJob(DetectorJob):
         ids = np.array([index[m] for m in members], dtype=np.int64)
         self.server, self.broadcast = close_round(self.algorithm(), self.server, ids, total,
                                                   np.array(self.counts, dtype=float)[ids])
+        counted = self.info.setdefault("counted", {})
+        for m in members:  # the sum holds their changes: each device commits its new contribution when told
+            counted[m] = self.info["secagg"]["label"]
         return {"stage": int(self.broadcast["stage"])}
+
+    def advertise_extra(self, name: str) -> dict[str, Any]:
+        """A seeding or EM sum tells each of its devices the last sum whose total holds its change: the device keeps
+        the contribution it made then (its control variate), or, if its upload did not count (it left before
+        uploading, or the sum failed), the one before."""
+        if name not in ("seed", "train"):
+            return {}
+        counted = self.info.get("counted", {})
+        return {"counted": {n: counted[n] for n in self.sampled if n in counted}}
 
     def histogram_records(self) -> np.ndarray:
         return np.asarray(self.info["held"], dtype=float)

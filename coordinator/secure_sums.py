@@ -122,7 +122,13 @@ class SecureSums(JobRunner):
             survivors = np.array(sorted(relay.server.uploaded), dtype=np.int64)
             arrays = {"survivors": survivors,
                       "dropped": np.array(sorted(relay.server.shared - set(relay.server.uploaded)), dtype=np.int64)}
-        return {"secagg": {**relay.announced.to_meta(), "step": at[1]}, "secagg_arrays": arrays}
+        extra = self.advertise_extra(at[0]) if at[1] == "advertise" else {}
+        return {"secagg": {**relay.announced.to_meta(), "step": at[1], **extra}, "secagg_arrays": arrays}
+
+    def advertise_extra(self, name: str) -> dict[str, Any]:
+        """What a sum's advertise round tells its devices besides the announcement (the mixture: which of their
+        last uploads counted)."""
+        return {}
 
     def validate_step(self, msg: Any, sender: str) -> None:
         """Refuse a step's answer that does not fit the sum (wrong sizes, shares for devices that are not the
@@ -173,9 +179,9 @@ class SecureSums(JobRunner):
                 for n in relay.announced.names:  # the routed shares are of no more use
                     self.publish(agent_topic(n, "secagg"), b"", True)
                 self.server = {k: v for k, v in self.server.items() if not k.startswith(PREFIX)}
-                self.info.pop("secagg", None)
                 self._relay = None
                 out.update(self.summed(name, total, members))
+                self.info.pop("secagg", None)
                 return out
         except SecAggError as e:
             self.fail(f"secure sum {name!r} failed at its {step} step: {e}")

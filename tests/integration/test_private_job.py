@@ -205,6 +205,36 @@ def test_a_private_gmm_job_equals_the_simulators_private_mode_with_devices_dropp
     assert loop.model().info["threshold"] == pytest.approx(sim["threshold"], rel=1e-6)
 
 
+def test_a_device_leaving_before_its_upload_keeps_the_contribution_the_sums_hold(tmp_path, fleet):
+    """The summed FedEM's server holds the sum of every device's last contribution; a device that computed a new one
+    for an EM sum and left before uploading it must keep its old one, or the sums and the devices part for good."""
+    names, parts, _, _ = fleet
+    left: list[tuple[int, str]] = []  # (round, device)
+
+    def silent(phase):  # the first device asked to the first EM sum's upload step leaves before it
+        if phase != "train:upload":
+            return ()
+        if not left:
+            left.append((loop.runner.round, loop.runner.sampled[0]))
+        return (left[0][1],) if left[0][0] == loop.runner.round else ()
+
+    participants = pca_participants(tmp_path, names, parts, "gmm")
+    loop = PrivateLoopback(tmp_path, {"features": names, "seed": SEED, "private": True, "rounds": 2, "fraction": 0.5,
+                                      "algorithm_params": {"components": 2}}, participants, silent=silent, kind="gmm")
+    assert loop.run() == "finished", loop.error()
+    K, counted = 2, loop.runner.info["counted"]
+    total = {k: 0.0 for k in ("R", "S1", "S2")}
+    for p in participants:  # each device's contribution as the sums should hold it
+        pending = p.store.load_arrays("pending-loop") or {}
+        label = bytes(pending.pop("__pending_label__", np.zeros(0, np.uint8))).decode()
+        state = pending if pending and counted.get(p.id) == label else p.load_state("loop")[0]
+        for k in total:
+            total[k] = total[k] + state[k][0][:K]
+    assert left and left[0][1] in counted  # it took part in the seeding, then left one EM sum
+    for k in total:
+        np.testing.assert_allclose(loop.runner.server[k], total[k], atol=1e-6)
+
+
 def test_private_job_settings_are_checked_naming_the_setting():
     from models.params import SettingError
 
