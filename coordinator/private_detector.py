@@ -81,7 +81,10 @@ class PrivateDetector(SecureSums):
         return self.participants
 
     def private_follow(self) -> None:
-        """The next step of the sum in progress, else the first step of the next sum, else the end."""
+        """The next step of the sum in progress, else a failed sum again, else the first step of the next sum, else the
+        end."""
+        if self.retried():
+            return
         at = step_of(self.phase)
         if at is not None and at[1] != STEPS[-1]:
             phase = f"{at[0]}:{STEPS[STEPS.index(at[1]) + 1]}"

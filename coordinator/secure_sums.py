@@ -5,8 +5,10 @@ A secure sum named S is the phases "S:advertise", "S:share", "S:upload", "S:unma
 narrows from step to step: every participant to advertise, those that advertised to share, those that shared to
 upload (each receives its neighbours' encrypted shares on its own topic, retained until the sum is done), those
 that uploaded to unmask. A device that drops after its upload still counts (its self-mask is rebuilt from its
-neighbours' shares); too few devices left to decode the sum fail the job, naming why. The job saves, after each
-step, only what the coordinator may know (models.private.relay.Relay.state): no share it is shown is kept.
+neighbours' shares). A sum that cannot be decoded (too few devices left, an altered share) counts for nothing and
+starts again from its advertise step with fresh keys, at most ATTEMPTS times; then the job fails, naming why. The
+job saves, after each step, only what the coordinator may know (models.private.relay.Relay.state): no share it is
+shown is kept.
 
 A job says what each sum is (`announce`: its statistics' shapes and scales, the clip and ring) and what its decoded
 total gives (`summed`).
@@ -28,6 +30,8 @@ log = logging.getLogger("fedsentry.coordinator")
 
 #: the server-state keys of the sum in progress (what the coordinator may know of it)
 PREFIX = "secagg."
+#: how many times a secure sum is tried before the job fails
+ATTEMPTS = 3
 
 
 def step_of(phase: str) -> tuple[str, str] | None:
@@ -176,6 +180,7 @@ class SecureSums(JobRunner):
                 out["survivors"] = len(members)
                 done = self.info.setdefault("sums", {})
                 done[name] = done.get(name, 0) + 1
+                self.info.get("attempts", {}).pop(name, None)
                 for n in relay.announced.names:  # the routed shares are of no more use
                     self.publish(agent_topic(n, "secagg"), b"", True)
                 self.server = {k: v for k, v in self.server.items() if not k.startswith(PREFIX)}
@@ -184,7 +189,34 @@ class SecureSums(JobRunner):
                 self.info.pop("secagg", None)
                 return out
         except SecAggError as e:
-            self.fail(f"secure sum {name!r} failed at its {step} step: {e}")
-            return out
+            return {**out, **self.failed_sum(name, step, str(e))}
         self.server.update({PREFIX + k: v for k, v in relay.state().items()})
         return out
+
+    def failed_sum(self, name: str, step: str, why: str) -> dict[str, Any]:
+        """A sum that cannot be decoded: nothing of it counts. It starts again from its advertise step with the same
+        devices and fresh keys (a new round, a new label: no secret of the failed attempt is used again), at most
+        ATTEMPTS times; then the job fails, naming the sum, the step and why."""
+        attempts = self.info.setdefault("attempts", {})
+        attempts[name] = attempts.get(name, 0) + 1
+        reason = f"secure sum {name!r} failed at its {step} step: {why}"
+        if attempts[name] >= ATTEMPTS:
+            self.fail(f"{reason} ({ATTEMPTS} attempts)")
+            return {}
+        log.warning("job=%s round=%s %s; starting it again (attempt %d of %d)", self.job_id, self.round, reason,
+                    attempts[name] + 1, ATTEMPTS)
+        names = list(self.relay().announced.names)
+        for n in names:
+            self.publish(agent_topic(n, "secagg"), b"", True)
+        self.server = {k: v for k, v in self.server.items() if not k.startswith(PREFIX)}
+        self._relay = None
+        self.info["retry"] = {"name": name, "members": names}
+        return {"failed": reason, "attempt": attempts[name]}
+
+    def retried(self) -> bool:
+        """Start a failed sum again (its advertise step) if one waits; True if so."""
+        retry = self.info.pop("retry", None)
+        if retry is None:
+            return False
+        self.begin(f"{retry['name']}:advertise", self.round + 1, list(retry["members"]))
+        return True

@@ -159,14 +159,36 @@ def test_a_private_pca_job_equals_the_simulators_private_mode_through_dropouts_a
         assert not [k for k in unpack(st.server) if k.startswith("secagg.")] and "secagg" not in st.info
 
 
-def test_too_few_uploads_fail_the_job_naming_the_sum_and_why(tmp_path, fleet):
+def test_a_sum_with_too_few_uploads_starts_again_with_fresh_keys(tmp_path, fleet):
+    names, parts, _, _ = fleet
+    failed: list[int] = []
+
+    def silent(phase):  # four devices miss the first attempt's upload step only
+        if phase == "mean:upload" and not failed:
+            failed.append(loop.runner.round)
+            return ("dev-00", "dev-01", "dev-02", "dev-03")
+        return ()
+
+    loop = PrivateLoopback(tmp_path, settings(names), pca_participants(tmp_path, names, parts), silent=silent)
+    assert loop.run(until="centred:advertise") == "centred:advertise", loop.error()
+    assert loop.phases[1:] == ["mean:advertise", "mean:share", "mean:upload",  # failed: started again
+                               "mean:advertise", "mean:share", "mean:upload", "mean:unmask"]
+    with loop.sessions() as s:
+        rounds = s.query(Round).filter_by(job_id="loop").order_by(Round.round).all()
+    assert "2 devices uploaded; a secure sum needs at least" in rounds[3].metrics["failed"]
+    assert rounds[3].metrics["attempt"] == 1 and rounds[7].metrics["survivors"] == N
+    assert loop.runner.info["mean"]  # the second attempt's sum counted
+
+
+def test_a_sum_that_keeps_failing_fails_the_job_naming_the_sum_and_why(tmp_path, fleet):
     names, parts, _, _ = fleet
     loop = PrivateLoopback(tmp_path, settings(names), pca_participants(tmp_path, names, parts),
                            silent=lambda phase: ("dev-00", "dev-01", "dev-02", "dev-03")
                            if phase == "mean:upload" else ())
     assert loop.run() == "failed"
+    assert loop.phases.count("mean:advertise") == 3
     assert "secure sum 'mean' failed at its upload step: 2 devices uploaded; a secure sum needs at least" \
-        in loop.error()
+        in loop.error() and "(3 attempts)" in loop.error()
     cleared = [t for t, p in loop.outbox if t.endswith("/secagg") and not p]  # no routed shares left retained
     assert len(cleared) == N
 
