@@ -38,7 +38,8 @@ MAX_PACKET = MAX_PAYLOAD + 64 * 1024
 def device_acl(agent_id: str) -> tuple[list[str], list[str]]:
     """What a device may write and read: deploy/mosquitto/acl with %u = its username (= its agent id)."""
     write = [agent_topic(agent_id, what) for what in ("status", "upload", "alerts")]
-    read = [JOB_SUBSCRIPTION, f"{PREFIX}/models/#", agent_topic(agent_id, "ack"), agent_topic(agent_id, "feedback")]
+    read = [JOB_SUBSCRIPTION, f"{PREFIX}/models/#", agent_topic(agent_id, "ack"), agent_topic(agent_id, "feedback"),
+            agent_topic(agent_id, "secagg")]
     return write, read
 
 

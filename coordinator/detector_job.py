@@ -18,7 +18,8 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from coordinator.job_runner import JobRunner, Phase
+from coordinator.job_runner import Phase
+from coordinator.private_detector import PrivateDetector
 from models.core.messages import MessageType, Upload
 from models.core.pipeline import CAP_LEVEL, close_round
 from models.detection.encoding import check_counts, encoded_statistics
@@ -46,7 +47,7 @@ log = logging.getLogger("fedsentry.coordinator")
 MAX_UPLOAD_NORM = 1e8
 
 
-class DetectorJob(JobRunner):
+class DetectorJob(PrivateDetector):
     replies: ClassVar[dict[str, MessageType]] = {"stats": Statistics, "train": Upload, "threshold": Histogram}
     #: fields of the family's statistics message that are record counts (the mixture's held-out count)
     stats_counts: ClassVar[tuple[str, ...]] = ()
@@ -130,12 +131,13 @@ class DetectorJob(JobRunner):
     #: the family's round message (models.detection.messages.DetectorRound or a subclass)
     round_message: ClassVar[type[DetectorRound]] = DetectorRound
 
-    def round_fields(self) -> dict[str, Any]:
-        """The fields the family's round message adds to the detector's."""
-        return {}
-
     # -- rounds ---------------------------------------------------------------------------------------
+    def reply_type(self, phase: str) -> MessageType | None:
+        return self.private_reply(phase) if self.spec.private else super().reply_type(phase)
+
     def content(self, phase: str, header: dict[str, Any]) -> DetectorRound:
+        if self.spec.private:
+            return self.private_content(phase, header)
         common = {**header, "params": self.spec.algorithm_params, "rank": self.spec.rank,
                   "log_transform": self.spec.log_transform, **self.round_fields()}
         if phase == "stats":
@@ -146,6 +148,12 @@ class DetectorJob(JobRunner):
         return self.round_message(**common, features=self.info["features"], encoding=self.info["encoding"],
                                   log_mask=self.info["log_mask"], broadcast=dict(self.broadcast), init=self.initial(),
                                   mean=np.array(self.info["mean"]), scale=np.array(self.info["scale"]), weights=weights)
+
+    def follow(self) -> None:
+        if self.spec.private:
+            self.private_follow()
+        else:
+            super().follow()
 
     def phase_table(self) -> list[Phase]:
         return [Phase("stats"), Phase("train", self.spec.rounds, sampled=True), Phase("threshold")]
@@ -161,7 +169,9 @@ class DetectorJob(JobRunner):
         """Nothing a device claims is taken on trust (models.detection.screening): sums that real records could
         have, an upload of the algorithm's shape with finite values, a histogram of exactly the records
         it claimed, on the agreed grid."""
-        if isinstance(msg, Statistics):
+        if self.spec.private:
+            self.private_validate(msg, sender)
+        elif isinstance(msg, Statistics):
             d = len(self.spec.features)
             expect_shapes("statistics", {"count": (msg.count, (1,)), "total": (msg.total, (d,)),
                                          "sumsq": (msg.sumsq, (d,)), "present": (msg.present, (d,)),
@@ -196,6 +206,8 @@ class DetectorJob(JobRunner):
 
     # -- closing rounds -------------------------------------------------------------------------------
     def close(self, answered: list[str]) -> dict[str, Any]:
+        if self.spec.private:
+            return self.private_close(answered)
         if self.phase == "stats":
             return self.close_stats(answered)
         if self.phase == "threshold":
@@ -270,19 +282,23 @@ class DetectorJob(JobRunner):
             return float("nan")
         pre = Preprocessor(self.info["features"], np.array(self.info["log_mask"], bool), np.array(self.info["mean"]),
                            np.array(self.info["scale"]), encoding=self.info["encoding"])
+        self.store_model(pre, threshold, self.model_info(answered, weights))
+        return threshold
+
+    def store_model(self, pre: Preprocessor, threshold: float, extra: dict[str, Any]) -> None:
+        """The finished detector as the job's next model version (promoted when the job finishes), or the job
+        failed when it fails its sanity check."""
         try:
             arrays, info = self.detector(pre, threshold).to_wire()
         except ValueError as e:
             self.fail(f"the model failed its sanity check and is not promoted: {e}")
-            return threshold
+            return
         with self.sessions.begin() as s:
             self.fence(s)
             version = s.query(ModelVersion).filter_by(job_id=self.job_id).count() + 1
             s.add(ModelVersion(job_id=self.job_id, version=version, type=self.type, round=self.spec.rounds,
-                               arrays=pack(arrays), info={**info, **self.model_info(answered, weights)},
-                               published=False))
+                               arrays=pack(arrays), info={**info, **extra}, published=False))
         self.info["threshold"] = threshold
-        return threshold
 
     def model_info(self, answered: list[str], weights: np.ndarray) -> dict[str, Any]:
         """What a family records with the model version from the threshold replies, besides the threshold."""

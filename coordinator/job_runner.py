@@ -144,7 +144,16 @@ class JobRunner(ABC):
         if nxt.sampled:
             self.sample(nxt.name, rnd)
         else:
-            self.begin(nxt.name, rnd, self.participants)
+            self.begin(nxt.name, rnd, self.asked(nxt.name))
+
+    def asked(self, phase: str) -> list[str]:
+        """Who a round of a phase that samples nobody asks: every participant (a secure sum's later steps, those
+        that answered its step before)."""
+        return self.participants
+
+    def reply_type(self, phase: str) -> MessageType | None:
+        """The message a reply to `phase` is."""
+        return self.replies.get(phase)
 
     def finish(self) -> None:
         """What the job does after its last round (a family stores and promotes its model here)."""
@@ -237,7 +246,7 @@ class JobRunner(ABC):
             raise ProtocolError("stale", f"round {env.round} < current {self.round}")
         if env.round > self.round:
             raise ProtocolError("future", f"round {env.round} > current {self.round}")
-        reply = self.replies.get(self.phase)
+        reply = self.reply_type(self.phase)
         if reply is None or env.kind not in (reply.kind, Decline.kind):
             raise ProtocolError("kind", f"{env.kind} during phase {self.phase}")
         if env.sender not in self.sampled:

@@ -16,6 +16,8 @@ from coordinator.detector_job import DetectorJob
 from coordinator.job_runner import Phase
 from models.core.aggregation import winsorized_weighted_mean
 from models.core.messages import MessageType, Upload
+from models.core.pipeline import close_round
+from models.core.rounds import sample_clients
 from models.detection.preprocessing import Preprocessor
 from models.detection.screening import Federation, fleet_tail
 from models.detection.threshold import EDGES, Tail
@@ -23,6 +25,10 @@ from models.mixture.detector import MixtureDetector
 from models.mixture.fedem import FedEM, colluders, shared_of, standardised_moments
 from models.mixture.messages import MixtureHistogram, MixtureRound, MixtureStatistics
 from models.mixture.spec import MixtureJobSpec
+from models.mixture.summed import GROW, SummedFedEM, summed_scales
+
+#: the most seeding rounds of a private job (as the simulator's `everyone_while`)
+MAX_SEEDING = 64
 
 
 class MixtureJob(DetectorJob):
@@ -36,7 +42,69 @@ class MixtureJob(DetectorJob):
     tail: Tail | None = None  # set with the threshold, published with the model
 
     def algorithm(self) -> FedEM:
+        if self.spec.private:  # the coordinator sees only sums: the devices hold their control variates
+            return SummedFedEM(len(self.spec.features), **self.spec.algorithm_params)
         return cast(FedEM, super().algorithm())
+
+    # -- private mode: the seeding grows from sums (every device, until it is done), then the sampled EM rounds,
+    # each a secure sum of the devices' changes (models.mixture.summed), as the simulator runs them ---------------
+    def start_private(self) -> None:
+        alg = self.algorithm()
+        assert self.rng is not None and isinstance(alg, SummedFedEM)
+        caps = dict(self.server)
+        self.server, broadcast = alg.init_server(len(self.participants), self.rng)
+        self.server.update(caps)
+        self.broadcast = alg.with_caps(self.server, broadcast)
+
+    def next_sum(self, done: str) -> str | None:
+        sums = self.info.get("sums", {})
+        if done == "centred" or (done == "seed" and int(self.broadcast["stage"]) == GROW
+                                 and sums.get("seed", 0) < MAX_SEEDING):
+            return "seed"
+        if done in ("seed", "train"):
+            return "train" if sums.get("train", 0) < self.spec.rounds else "threshold"
+        return super().next_sum(done)
+
+    def sum_members(self, name: str) -> list[str]:
+        if name != "train":
+            return self.participants
+        assert self.rng is not None
+        return [self.participants[i] for i in sample_clients(self.rng, len(self.participants), self.spec.fraction)]
+
+    def announce_family(self, name: str) -> tuple[dict[str, tuple[int, ...]], dict[str, float], int]:
+        from models.private.transport import BITS
+
+        alg = self.algorithm()
+        assert isinstance(alg, SummedFedEM)
+        shapes = alg.upload_shapes(self.broadcast)
+        scales = summed_scales(float(max(self.counts)))
+        return shapes, {k: scales[k] for k in shapes}, BITS
+
+    def summed_family(self, name: str, total: dict[str, np.ndarray], members: list[str]) -> dict[str, Any]:
+        """The server step on the round's sum (the pipeline's stages and rules, as every round)."""
+        index = self.index()
+        ids = np.array([index[m] for m in members], dtype=np.int64)
+        self.server, self.broadcast = close_round(self.algorithm(), self.server, ids, total,
+                                                  np.array(self.counts, dtype=float)[ids])
+        counted = self.info.setdefault("counted", {})
+        for m in members:  # the sum holds their changes: each device commits its new contribution when told
+            counted[m] = self.info["secagg"]["label"]
+        return {"stage": int(self.broadcast["stage"])}
+
+    def advertise_extra(self, name: str) -> dict[str, Any]:
+        """A seeding or EM sum tells each of its devices the last sum whose total holds its change: the device keeps
+        the contribution it made then (its control variate), or, if its upload did not count (it left before
+        uploading, or the sum failed), the one before."""
+        if name not in ("seed", "train"):
+            return {}
+        counted = self.info.get("counted", {})
+        return {"counted": {n: counted[n] for n in self.sampled if n in counted}}
+
+    def histogram_records(self) -> np.ndarray:
+        return np.asarray(self.info["held"], dtype=float)
+
+    def private_holdout(self) -> float:
+        return float(self.spec.holdout)
 
     round_message = MixtureRound
 

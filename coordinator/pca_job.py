@@ -14,6 +14,7 @@ from models.kernel import RandomFourierFeatures
 from models.pca import PCAAlgorithm
 from models.pca.detector import PCADetector
 from models.pca.messages import PCARound
+from models.pca.private import MOMENT_SCALES, pooled_subspace
 from models.pca.spec import PCAJobSpec
 
 
@@ -61,6 +62,22 @@ class PCAJob(DetectorJob):
         alg = self.algorithm()
         return {"subspace_change": subspace_distance(alg.consensus(self.broadcast), alg.consensus(before)),
                 **super().round_metrics(before)}
+
+    # -- private mode: FedMM's statistic whole, one secure sum of every device's weighted second moment -----------
+    def family_sums(self) -> list[str]:
+        return ["moments"]
+
+    def announce_family(self, name: str) -> tuple[dict[str, tuple[int, ...]], dict[str, float], int]:
+        from models.private.transport import BITS
+
+        d = len(self.spec.features)
+        return {"C": (d * (d + 1) // 2,), "w": ()}, MOMENT_SCALES, BITS
+
+    def summed_family(self, name: str, total: dict[str, np.ndarray], members: list[str]) -> dict[str, Any]:
+        d = len(self.spec.features)
+        Z = pooled_subspace(total["C"][0] / float(total["w"][0]), d, self.spec.rank)
+        self.broadcast = {"Q": Z}  # FedMM's broadcast: its consensus is the first rank columns
+        return {}
 
     def detector(self, pre: Preprocessor, threshold: float) -> PCADetector:
         Z = self.algorithm().consensus(self.broadcast)

@@ -132,6 +132,8 @@ class Agent:
             data["ratings"] = tuple(ratings)
         local = {name: data[f.data] for name, f in FAMILIES.items() if f.data in data}
         self.participants = Participants(cfg.agent_id, self.store, local)
+        self.job_families: dict[str, str] = {}  # job -> its family, from its round messages (private mode's shares)
+        self.routed_waiting: dict[str, bytes] = {}  # shares routed for a job whose round message has not come yet
         self.scorer = Scorer(cfg.agent_id, cfg.alert_burst, cfg.alert_window)
         #: analysts' false-positive feedback, applied to every model's threshold (edge_agent.feedback)
         self.feedback = DeviceFeedback(self.store, cfg.feedback_training)
@@ -255,7 +257,7 @@ class Agent:
             return
         self._last_problem = ("", 0.0)
         client.subscribe([(JOB_SUBSCRIPTION, 1), (model_topic(), 1), (self.topic("ack"), 1),
-                          (self.topic("feedback"), 1)])
+                          (self.topic("feedback"), 1), (self.topic("secagg"), 1)])
         client.publish(self.topic("status"), self._status().encode(), qos=1, retain=True)
         self.connected.set()
         self.inbox.put(("__resend__", b""))
@@ -283,6 +285,8 @@ class Agent:
                 log.warning("agent=%s refused the analysts' feedback (kept what it had): %s", self.cfg.agent_id, e)
                 return
             self.apply_feedback()
+        elif env.kind == "routed" and topic == self.topic("secagg"):
+            self._routed(env, payload)
         elif env.kind == "model":
             if self.cfg.model_job and env.job != self.cfg.model_job:
                 return
@@ -304,6 +308,9 @@ class Agent:
             participant = self.participants.get(header.type or LEGACY_JOBS[0])
             if participant is None:
                 return  # a job of a kind this agent has no data for
+            self.job_families[env.job] = header.type or LEGACY_JOBS[0]
+            if env.job in self.routed_waiting:
+                self._routed(decode(self.routed_waiting.pop(env.job)), b"")
             try:
                 reply = participant.on_round(env)
             except (KeyError, ValueError) as e:  # includes SchemaError: the data lacks the job's features
@@ -319,6 +326,25 @@ class Agent:
             if reply is not None:
                 self.counters["rounds"] += 1
                 self.client.publish(self.topic("upload"), reply.encode(), qos=1)
+
+    def _routed(self, env: Envelope, payload: bytes) -> None:
+        """Private mode: the shares routed to this device for a secure sum's upload step; its masked upload. Shares
+        that come before the job's round message (after a restart) wait for it."""
+        name = self.job_families.get(env.job)
+        if name is None:
+            self.routed_waiting[env.job] = payload
+            return
+        try:
+            reply = self.participants[name].on_routed(env)
+        except (KeyError, ValueError) as e:
+            self.counters["rejected"] += 1
+            log.error("agent=%s cannot upload to the secure sum of job=%s round=%s: %s", self.cfg.agent_id, env.job,
+                      env.round, e)
+            decline = envelope(Decline(reason=str(e)[:300]), env.job, env.round, self.cfg.agent_id)
+            self.client.publish(self.topic("upload"), decline.encode(), qos=1)
+            return
+        if reply is not None:
+            self.client.publish(self.topic("upload"), reply.encode(), qos=1)
 
     def handle_safely(self, topic: str, payload: bytes) -> None:
         """One message; whatever breaks its handler beyond the errors `handle` expects (a bug, the runtime) is

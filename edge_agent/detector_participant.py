@@ -16,13 +16,13 @@ from typing import ClassVar, Generic, TypeVar
 import numpy as np
 
 from edge_agent.memory import buffer_capacity, import_numpy_random
-from edge_agent.participant import Participant, Request
+from edge_agent.participant import Participant, Request, require_private
 from edge_agent.sources import FLOW_FIELDS, Batch, SchemaError, batch_counts, encode_batch, select, take_rows
 from edge_agent.store import AgentStore
 from models.core.messages import RoundMessage
 from models.detection.encoding import FeatureEncoder, RecordSchema
-from models.detection.messages import DetectorRound, Histogram, Statistics
-from models.detection.preprocessing import RECORD_DTYPE, Preprocessor, signed_log1p
+from models.detection.messages import Counted, DetectorRound, Histogram, Statistics
+from models.detection.preprocessing import RECORD_DTYPE, Moments, Preprocessor, signed_log1p
 from models.detection.threshold import sparse_histogram
 from wire.protocol import Envelope
 
@@ -292,6 +292,8 @@ class DetectorParticipant(Participant, Generic[R]):
         """Count, and per numeric feature the sum and sum of squares of its set values and how many are set
         (transformed); the counts of every text value and unset number (models.detection.encoding)."""
         msg: R = req.msg
+        if msg.private:
+            return self._count(req)
         spec_schema = RecordSchema(list(msg.features), list(msg.categorical), list(msg.flags))
         self.require_records()
         rows = self.training_rows(msg)
@@ -310,6 +312,39 @@ class DetectorParticipant(Participant, Generic[R]):
         stats = self.statistics(count=np.array([len(X)], dtype=np.int64), total=total, sumsq=sumsq, present=present,
                                 counts=batch_counts(batch, spec_schema, numeric=X), **self.stats_extra(msg))
         return req.reply(stats, self.id)
+
+    # -- private mode (coordinator.private_detector): counts in the clear, every statistic as a secure sum ------
+    def _count(self, req: Request) -> Envelope:
+        """A private job's statistics phase: the records this device trains on (and holds out), nothing more."""
+        require_private()
+        self.require_records()
+        rows = self.training_rows(req.msg)
+        n = len(self.buffer.X) if rows is None else int(np.count_nonzero(rows)) if rows.dtype == bool else len(rows)
+        held = self.stats_extra(req.msg).get("held")
+        return req.reply(Counted(count=np.array([n], dtype=np.int64), held=held), self.id)
+
+    def secure_values(self, name: str, req: Request) -> dict[str, np.ndarray]:
+        """This device's statistics for a private job's sums, by the simulator's own functions
+        (models.detection.private): each a batch of one, its row sent."""
+        from models.detection.private import centred_uploads, dense_histograms, mean_uploads, own_moments, tail_uploads
+
+        msg: R = req.msg
+        w = np.array([self.weight(msg)])
+        if name in ("mean", "centred"):
+            m1, m2 = own_moments([Moments.of(self.transformed(self.records(msg), msg)).summary()])
+            if name == "mean":
+                return {k: v[0] for k, v in mean_uploads(w, m1).items()}
+            if msg.mean is None:
+                raise ValueError("the centred sum's round carries the fleet's mean")
+            return {k: v[0] for k, v in centred_uploads(w, m1, m2, np.asarray(msg.mean)).items()}
+        if name == "threshold":
+            dense = dense_histograms([sparse_histogram(self.threshold_errors(msg, self.preprocessor(msg)))])
+            return {k: v[0] for k, v in tail_uploads(dense, w).items()}
+        return self.secure_family_values(name, req, w)
+
+    def secure_family_values(self, name: str, req: Request, w: np.ndarray) -> dict[str, np.ndarray]:
+        """The family's own secure sums (PCA: the device's second moment)."""
+        raise ValueError(f"a {self.family} agent has no secure sum {name!r}")
 
     def threshold_extras(self, msg: R, errors: np.ndarray) -> dict[str, np.ndarray]:
         """The fields a family's histogram message adds (`histogram`)."""

@@ -22,6 +22,9 @@ from models.mixture.fedem import FedEM, device_seed, shared_of
 from models.mixture.messages import MixtureHistogram, MixtureRound, MixtureStatistics
 from wire.protocol import Envelope
 
+#: the key of the sum a device's pending contribution was made for
+PENDING = "__pending_label__"
+
 
 class MixtureParticipant(DetectorParticipant[MixtureRound]):
     family = "gmm"
@@ -33,6 +36,10 @@ class MixtureParticipant(DetectorParticipant[MixtureRound]):
         return {"n_features": len(msg.features)}
 
     def algorithm(self, msg: MixtureRound) -> FedEM:
+        if msg.private:  # the coordinator sees only sums: this device keeps its own control variate
+            from models.mixture.summed import SummedFedEM
+
+            return SummedFedEM(len(msg.features), **msg.params)
         alg = super().algorithm(msg)
         if not isinstance(alg, FedEM):
             raise TypeError(f"{type(alg).__name__} is not FedEM")
@@ -53,9 +60,42 @@ class MixtureParticipant(DetectorParticipant[MixtureRound]):
     def client_data(self, req: Request) -> dict[str, np.ndarray]:
         msg: MixtureRound = req.msg
         X = np.empty(1, dtype=object)
-        X[0] = self.standardised(msg)
         # this device's position among the participants (the seeding round samples all of them, in order)
-        return {"X": X, "seed": np.array([device_seed(int(msg.seed), msg.sampled.index(self.id))])}
+        data = {"X": X, "seed": np.array([device_seed(int(msg.seed), msg.sampled.index(self.id))])}
+        if not msg.private:
+            X[0] = self.standardised(msg)
+            return data
+        # private mode: as the simulator's devices hold them (float64), and the records it claimed (its own weight)
+        X[0] = self.preprocessor(msg).transform(self.records(msg))
+        return {**data, "claimed": np.array([float(len(X[0]))])}
+
+    def secure_family_values(self, name: str, req: Request, w: np.ndarray) -> dict[str, np.ndarray]:
+        """A private job's seeding and EM rounds: the summed FedEM's client step (the simulator's), whose upload is
+        the change of this device's contribution; its new contribution kept (its control variate)."""
+        if name not in ("seed", "train"):
+            return super().secure_family_values(name, req, w)
+        alg, data = self.algorithm(req.msg), self.client_data(req)
+        state = self.counted_state(req)
+        if state is None:
+            state = alg.init_clients(data, req.msg.broadcast)
+        new, upload = alg.client_update(state, data, req.msg.broadcast)
+        # kept aside until a later sum says this one holds its change (`counted_state`)
+        label = np.frombuffer(str(req.msg.secagg["label"]).encode(), np.uint8)
+        self.store.save_arrays(f"pending-{req.job}", {**new, PENDING: label})
+        return {k: v[0] for k, v in upload.items()}
+
+    def counted_state(self, req: Request) -> dict[str, np.ndarray] | None:
+        """This device's contribution as the coordinator's sums hold it: the one it made for the last sum whose
+        total holds its change (the round message says which), committed now; one whose upload did not count is
+        dropped (the device left before uploading, or the sum failed)."""
+        pending = self.store.load_arrays(f"pending-{req.job}")
+        if pending:
+            label = bytes(pending.pop(PENDING)).decode()
+            if (req.msg.secagg.get("counted") or {}).get(self.id) == label:
+                self.save_state(req.job, pending, False)
+            self.store.save_arrays(f"pending-{req.job}", {})
+        state, _ = self.load_state(req.job)
+        return state
 
     def _seed(self, req: Request) -> Envelope:
         """The statistics of this device's own clusters (the algorithm's client step on the seeding broadcast)."""

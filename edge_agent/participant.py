@@ -86,7 +86,7 @@ class Participant(ABC):
                 self.settle(req)
                 return None
             return self._train_once(req)
-        handler = self.phases().get(phase)
+        handler = self.phases().get(phase) or (self._secure_step if ":" in phase else None)
         if handler is None:
             return None
         key = f"reply-{env.job}-{phase}-{env.round}.bin"
@@ -96,6 +96,62 @@ class Participant(ABC):
         reply = handler(req)
         if reply is not None:
             self.store.save_bytes(key, reply.encode())
+        return reply
+
+    # -- private mode: the steps of a secure sum (models.private.relay) ------------------------------------
+    def secure_values(self, name: str, req: Request) -> dict[str, np.ndarray]:
+        """This device's statistics for the secure sum `name` (a family's private mode says what they are)."""
+        raise ValueError(f"a {self.family} agent has no secure sum {name!r}")
+
+    def _secure_step(self, req: Request) -> Envelope | None:
+        """One step of a secure sum: advertise (this device's values kept with fresh secrets), share, unmask (the
+        upload step is driven by the shares routed to this device, `on_routed`). What the device keeps between
+        steps is on its own disk."""
+        from models.private.relay import Announced, Member
+
+        name, _, step = req.msg.phase.partition(":")
+        if self.id not in req.msg.sampled:
+            return None
+        if req.msg.secagg is None:
+            raise ValueError(f"the {req.msg.phase} round does not carry its secure sum's announcement")
+        announced = Announced.from_meta(req.msg.secagg)
+        arrays = req.msg.secagg_arrays
+        key = f"secagg-{req.job}"
+        if step == "advertise":
+            require_private()
+            member, msg = Member.advertise(announced, self.id, self.secure_values(name, req))
+            self.store.save_json(key, announced.to_meta())
+        elif step == "upload":
+            return None
+        else:
+            member = self._member(req.job, announced.label)
+            msg = member.share(arrays["ids"], arrays["keys"]) if step == "share" else \
+                member.unmask(arrays["survivors"], arrays["dropped"])
+        self.store.save_arrays(key, member.state())
+        return req.reply(msg, self.id)
+
+    def _member(self, job: str, label: str) -> Any:
+        from models.private.relay import Announced, Member
+
+        meta, state = self.store.load_json(f"secagg-{job}", None), self.store.load_arrays(f"secagg-{job}")
+        if meta is None or state is None or meta.get("label") != label:
+            raise ValueError(f"this agent did not advertise keys for secure sum {label}")
+        return Member.restore(Announced.from_meta(meta), state)
+
+    def on_routed(self, env: Envelope) -> Envelope | None:
+        """The secure sum's upload step: the neighbours' shares for this device, routed by the coordinator on the
+        device's own topic; the masked upload (re-sent unchanged if the same shares come again)."""
+        from models.private.messages import Routed
+
+        key = f"reply-{env.job}-routed-{env.round}.bin"
+        cached = self.store.load_bytes(key)
+        if cached is not None:
+            return decode(cached)
+        routed = read(Routed, env)
+        member = self._member(env.job, routed.label)
+        reply = envelope(member.upload(routed, np.random.default_rng()), env.job, env.round, self.id)
+        self.store.save_arrays(f"secagg-{env.job}", member.state())
+        self.store.save_bytes(key, reply.encode())
         return reply
 
     # -- the algorithm and its state ----------------------------------------------------------------------
@@ -159,3 +215,12 @@ class Participant(ABC):
         self.save_state(req.job, state, True, {REPLY: np.frombuffer(reply.encode(), dtype=np.uint8),
                                                REPLY_ROUND: np.array(req.round)})
         return reply
+
+
+def require_private() -> None:
+    """Private mode needs the `private` extra; an agent without it declines a private job saying so."""
+    try:
+        import cryptography  # noqa: F401
+    except ImportError:
+        raise ValueError("this job runs in private mode, which needs the 'cryptography' package: pip install "
+                         "'fedsentry[private]' on this device") from None

@@ -52,6 +52,15 @@ class PCAParticipant(DetectorParticipant[PCARound]):
             C = second_moment(lift.transform((T - mean) / scale))
         return {"C": C[None], "weight": np.array([self.weight(msg)])}
 
+    def secure_family_values(self, name: str, req: Request, w: np.ndarray) -> dict[str, np.ndarray]:
+        """Private mode's one sum of PCA: this device's weighted second moment of its standardised records."""
+        from models.pca.private import moment_uploads, own_moment
+
+        if name != "moments":
+            return super().secure_family_values(name, req, w)
+        moment = own_moment(self.preprocessor(req.msg).transform(self.records(req.msg)))
+        return {k: v[0] for k, v in moment_uploads(w, moment[None]).items()}
+
     def threshold_errors(self, msg: PCARound, pre: Preprocessor) -> np.ndarray:
         Z = self.algorithm(msg).consensus(msg.broadcast)
         X = pre.transform(self.records(msg))

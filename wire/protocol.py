@@ -31,7 +31,8 @@ _FIXED = struct.Struct("<4sHI")
 ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 
 KINDS = ("round", "upload", "model", "status", "alert", "alerts", "stats", "histogram", "setup", "eval", "ack",
-         "decline", "feedback")
+         "decline", "feedback", "keys", "shares", "routed", "masked", "revealed",
+         "count")
 
 
 class ProtocolError(ValueError):

@@ -157,6 +157,10 @@ class RoundMessage(Message):
     params: dict[str, Any] = field(default_factory=dict)
     broadcast: dict[str, np.ndarray] = open_arrays()
     init: dict[str, np.ndarray] = open_arrays("init.")
+    #: private mode: the secure sum this round is a step of (its announcement and step, models.private.relay) and
+    #: the step's arrays (the advertised public keys, who uploaded and who dropped)
+    secagg: dict[str, Any] | None = None
+    secagg_arrays: dict[str, np.ndarray] = open_arrays("secagg.")
 
 
 #: a message class (what a phase table names: the reply a phase expects)

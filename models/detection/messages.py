@@ -27,6 +27,17 @@ class DetectorRound(RoundMessage):
     mean: np.ndarray | None = array(default=None)
     scale: np.ndarray | None = array(default=None)
     weights: np.ndarray | None = array(default=None)
+    private: bool = False  # private mode: the statistics phase asks for counts only (`Counted`), sums follow
+
+
+@dataclass(kw_only=True)
+class Counted(Message):
+    """A device's answer to a private job's statistics phase: how many records it trains on and, for the mixture,
+    how many it holds out (a count says how much a device saw, not what; its statistics follow as secure sums)."""
+
+    kind: ClassVar[str] = "count"
+    count: np.ndarray = array()
+    held: np.ndarray | None = array(default=None)
 
 
 @dataclass(kw_only=True)

@@ -16,6 +16,7 @@ shares), and the fleet's size divides the sums (a fixed denominator, as DP-FedAv
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -69,26 +70,57 @@ def private_clients(parts: list[np.ndarray], feature_names: list[str], guard: Gu
         return noisy_clients(parts, feature_names, T, claims, count, transport)
     caps = weight_caps(count, guard)
     weight = caps.apply(count)
-    n = np.maximum(count, 1.0)[:, None]
-    m1 = np.stack([total for _, total, _ in claims]) / n
-    m2 = np.stack([sumsq for _, _, sumsq in claims]) / n
-    bound = value_bound(True)
+    m1, m2 = own_moments(claims)
     clip = largest_weight(caps, count)
     everyone = np.arange(len(parts))
     # two secure sums: the fleet's mean, then each device's mean square around it (no cancellation of large sums)
-    # (a 64-bit ring: the bound on log-scaled values is wide, and these are few values)
-    first = SecureTransport({"m1": bound, "w": 1.0}, clip, transport.dropout, transport.seed + 1, bits=64)
-    total = first(everyone, {"m1": weight[:, None] * m1, "w": weight})
-    W = float(total["w"][0])
-    mean = total["m1"][0] / W
-    second = SecureTransport({"c2": bound * bound}, clip, transport.dropout, transport.seed + 2, bits=64)
-    centred = second(everyone, {"c2": weight[:, None] * (m2 - 2 * mean * m1 + mean**2)})["c2"][0]
+    first = SecureTransport(MEAN_SCALES, clip, transport.dropout, transport.seed + 1, bits=STATS_BITS)
+    mean, W = fleet_mean(first(everyone, mean_uploads(weight, m1)))
+    second = SecureTransport(CENTRED_SCALES, clip, transport.dropout, transport.seed + 2, bits=STATS_BITS)
+    centred = second(everyone, centred_uploads(weight, m1, m2, mean))
     transport.phase_bytes += (first.sent[0] + second.sent[0]) * len(parts)  # the phase's bytes count as the job's
-    scale = np.sqrt(np.maximum(centred / W, 0.0))
-    scale = np.where(constant(mean, scale), 1.0, scale)
-    pre = Preprocessor(list(feature_names), np.ones(d, bool), mean, scale)
-    X = [(t - mean) / scale for t in T]
+    pre = fleet_standardisation(feature_names, mean, centred, W)
+    X = [(t - mean) / pre.scale for t in T]
     return Clients(pre, X, weight, caps, count)
+
+
+#: the statistics phase's secure sums: a 64-bit ring (the bound on log-scaled values is wide, and these are few
+#: values), each device's weighted mean over the bound on log-scaled values, its weighted mean square over its square
+STATS_BITS = 64
+MEAN_SCALES = {"m1": value_bound(True), "w": 1.0}
+CENTRED_SCALES = {"c2": value_bound(True) ** 2}
+
+
+def own_moments(summaries: Sequence[tuple[float, np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
+    """Each device's mean and mean square per feature of its log-scaled records, from its (count, sum, sum of
+    squares) (a batch: one row per device)."""
+    n = np.maximum(np.array([c for c, _, _ in summaries], dtype=float), 1.0)[:, None]
+    return np.stack([total for _, total, _ in summaries]) / n, np.stack([sumsq for _, _, sumsq in summaries]) / n
+
+
+def mean_uploads(weight: np.ndarray, m1: np.ndarray) -> dict[str, np.ndarray]:
+    """The first secure sum of the statistics phase, per device: its weighted mean, and its weight."""
+    weight = np.asarray(weight, dtype=float)
+    return {"m1": weight[:, None] * m1, "w": weight}
+
+
+def fleet_mean(total: dict[str, np.ndarray]) -> tuple[np.ndarray, float]:
+    """The fleet's mean and total weight from the first sum."""
+    W = float(total["w"][0])
+    return total["m1"][0] / W, W
+
+
+def centred_uploads(weight: np.ndarray, m1: np.ndarray, m2: np.ndarray, mean: np.ndarray) -> dict[str, np.ndarray]:
+    """The second secure sum, per device: its weighted mean square around the fleet's mean."""
+    return {"c2": np.asarray(weight, dtype=float)[:, None] * (m2 - 2 * mean * m1 + mean**2)}
+
+
+def fleet_standardisation(feature_names: list[str], mean: np.ndarray, centred: dict[str, np.ndarray],
+                          W: float) -> Preprocessor:
+    """The fleet's standardisation (signed log1p of every feature, then the mean and scale) from the two sums."""
+    scale = np.sqrt(np.maximum(centred["c2"][0] / W, 0.0))
+    scale = np.where(constant(mean, scale), 1.0, scale)
+    return Preprocessor(list(feature_names), np.ones(len(feature_names), bool), mean, scale)
 
 
 def noisy_clients(parts: list[np.ndarray], feature_names: list[str], T: list[np.ndarray], claims: list,
@@ -122,23 +154,45 @@ def private_tail(histograms: list[tuple[np.ndarray, np.ndarray]], weight: np.nda
     the threshold attack's colluders are not bounded in private mode)."""
     if transport.noise is not None:
         return noisy_tail(histograms, q, holdout, transport)
-    G = len(EDGES) - 1
-    n_dev = len(histograms)
-    dense = np.zeros((n_dev, G))
+    dense = dense_histograms(histograms)
+    n = dense.sum(axis=1)
+    secure = SecureTransport(tail_scales(max(float(n.max()), 1.0)), transport.clip, transport.dropout,
+                             transport.seed + 3)
+    S = secure(np.arange(len(histograms)), tail_uploads(dense, weight))
+    transport.phase_bytes += secure.sent[0] * len(histograms)
+    return tail_from(S, q, holdout)
+
+
+def dense_histograms(histograms: list[tuple[np.ndarray, np.ndarray]]) -> np.ndarray:
+    """The devices' sparse histograms over the whole grid (one row per device)."""
+    dense = np.zeros((len(histograms), len(EDGES) - 1))
     for i, (b, c) in enumerate(histograms):
         np.add.at(dense[i], np.asarray(b, dtype=np.int64), np.asarray(c, dtype=float))
+    return dense
+
+
+def tail_scales(most: float) -> dict[str, float]:
+    """The threshold's secure sum's scales: counts over the most records a device histograms (the coordinator knows
+    every device's count), shares and weights over 1."""
+    return {"c": most, "wa": 1.0, "wa2": 1.0, "na": most, "w": 1.0, "wn": 1.0, "n": most}
+
+
+def tail_uploads(dense: np.ndarray, weight: np.ndarray) -> dict[str, np.ndarray]:
+    """Per device: its histogram, its weighted share above each bin, that share's square, its records above each
+    bin, its weight, weight over records and records."""
     n = dense.sum(axis=1)
     some = n > 0
     w = np.where(some, np.asarray(weight, dtype=float), 0.0)
     above = 1.0 - np.cumsum(dense, axis=1) / np.maximum(n, 1.0)[:, None]
     above[~some] = 0.0
-    most = max(float(n.max()), 1.0)
-    secure = SecureTransport({"c": most, "wa": 1.0, "wa2": 1.0, "na": most, "w": 1.0, "wn": 1.0, "n": most},
-                             transport.clip, transport.dropout, transport.seed + 3)
-    uploads = {"c": dense, "wa": w[:, None] * above, "wa2": w[:, None] * above**2,
-               "na": n[:, None] * above, "w": w, "wn": w / np.maximum(n, 1.0), "n": n}
-    S = {k: v[0] for k, v in secure(np.arange(n_dev), uploads).items()}
-    transport.phase_bytes += secure.sent[0] * n_dev
+    return {"c": dense, "wa": w[:, None] * above, "wa2": w[:, None] * above**2,
+            "na": n[:, None] * above, "w": w, "wn": w / np.maximum(n, 1.0), "n": n}
+
+
+def tail_from(total: dict[str, np.ndarray], q: float, holdout: float) -> tuple[float, Tail]:
+    """The fleet's threshold and tail from the threshold's secure sum, as `fleet_tail` reads the devices'."""
+    G = len(EDGES) - 1
+    S = {k: v[0] for k, v in total.items()}
     used = np.flatnonzero(S["c"] > 0.5)
     curve = S["wa"][used] / S["w"]
     fleet = crossing(used, curve, 1 - q)

@@ -33,7 +33,7 @@ class DetectorJobSpec(JobSpec):
     device_trim: float = setting(Guard.device_trim, help="share of the devices' error quantiles left out on either "
                                  "side of the threshold")
     private: bool = setting(False, help="private mode: the coordinator learns only sums of the devices' statistics "
-                            "(secure aggregation; in `fedsentry simulate` so far)")
+                            "(secure aggregation, SecAgg+; numeric, log-scaled features)")
     dp_epsilon: float | None = setting(None, help="differential privacy: the budget epsilon for each device's whole "
                                        "contribution, Gaussian noise on every sum (none: off; in `fedsentry "
                                        "simulate` so far)")
@@ -66,10 +66,25 @@ class DetectorJobSpec(JobSpec):
         else:  # the algorithm's settings are checked once the agents' features are known (with_features)
             self.check_common()
             self.check_family()
-        check(not self.private, "private", "private mode runs in `fedsentry simulate` so far: the agents and the "
-              "coordinator do not run its secure-sum steps over MQTT yet")
+        if self.private:
+            self.check_private()
         check(self.dp_epsilon is None, "dp_epsilon", "differential privacy runs in `fedsentry simulate` so far: it "
               "trains on sums (the summed mixture, pooled PCA), which the coordinator's MQTT rounds do not run yet")
+
+    def check_private(self) -> None:
+        """What private mode over MQTT takes (coordinator.private_detector): numeric features, every one log-scaled;
+        for PCA, FedMM's statistic summed whole (the mixture's own checks: models.mixture.spec)."""
+        if self.family == "gmm":
+            check(self.algorithm == "fedem", "algorithm", "private mode trains the summed FedEM: the algorithm must be "
+                  "fedem")
+        if self.family == "pca":
+            check(self.algorithm == "fedmm", "algorithm", "private mode sums FedMM's statistic whole: the algorithm "
+                  "must be fedmm")
+        check(not self.categorical and not self.flags, "categorical", "private mode trains on numeric features only "
+              "(the value counts of text fields would be each device's own)")
+        check(self.log_transform, "log_transform", "private mode log-scales every feature (its bounds assume it)")
+        check(getattr(self, "kernel", "none") == "none", "kernel", "private mode sums the second moment of the "
+              "features themselves: no kernel")
 
     def with_features(self, features: list[str]) -> None:
         """Name the features a job that named none trains on (those its agents share), and check again: the

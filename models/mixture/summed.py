@@ -271,6 +271,16 @@ class SummedFedEM(FedEM):
 
     row_tables = ()
 
+    def table_lengths(self, server: State) -> dict[str, int]:
+        return {}
+
+    def upload_shapes(self, broadcast: State) -> dict[str, tuple[int, ...]]:
+        """One device's upload's shapes for this broadcast (what a secure sum of the round announces)."""
+        K, d, p = self.components, self.n_features, self.packed
+        upto = int(broadcast["span"]) if int(broadcast["stage"]) == GROW else K
+        shapes = {"dR": (upto,), "dS1": (upto, d), "dS2": (upto, p), "dH": (upto,), "dN": ()}
+        return {**shapes, "dC": (upto,)} if int(broadcast["stage"]) == GROW else shapes
+
 
 def _pad(a: np.ndarray, slots: int) -> np.ndarray:
     out = np.zeros((slots, *a.shape[1:]))
@@ -302,6 +312,10 @@ def summed_transport(clip: float, seed: int, dropout: float, most: float = 1.0) 
     claimed. (Imported here: private mode's `cryptography` is an optional extra.)"""
     from models.private.transport import SecureTransport
 
+    return SecureTransport(summed_scales(most), clip, dropout, seed)
+
+
+def summed_scales(most: float) -> dict[str, float]:
+    """What each upload name is divided by before its secure sum (`summed_transport`)."""
     b = PRIVATE_VALUE_BOUND
-    return SecureTransport({"dR": 1.0, "dS1": b, "dS2": b * b, "dH": 1.0, "dN": 1.0, "dC": most}, clip, dropout,
-                           seed)
+    return {"dR": 1.0, "dS1": b, "dS2": b * b, "dH": 1.0, "dN": 1.0, "dC": most}

@@ -55,25 +55,26 @@ def simulate_private_pca(train_parts: list[np.ndarray], X_test: np.ndarray, y_te
 
         ledger.noise = ledger_for(dp, {1.0: 5}, n, 1.0, secure, seed).noise({})
     clients = private_clients(parts, feature_names, guard, ledger)
+    if ledger.noise is None:  # the threshold's sum: its weighted shares are within the largest capped weight
+        ledger.clip = largest_weight(clients.caps, clients.claimed)
     if not 1 <= rank < d:
         raise ValueError(f"rank must be between 1 and {d - 1} (the number of features - 1), got {rank}")
-    upper = np.triu_indices(d)
-    moments = np.stack([second_moment(x)[upper] for x in clients.X])  # each device's, on the device
+    moments = np.stack([own_moment(x) for x in clients.X])  # each device's, on the device
     if ledger.noise is None:
-        secure_sum = ledger.phase({"C": VALUE_BOUND**2, "w": 1.0}, largest_weight(clients.caps, clients.claimed), 5)
-        total = secure_sum(np.arange(n), {"C": clients.weight[:, None] * moments, "w": clients.weight})
+        secure_sum = ledger.phase(MOMENT_SCALES, largest_weight(clients.caps, clients.claimed), 5)
+        total = secure_sum(np.arange(n), moment_uploads(clients.weight, moments))
         W = float(total["w"][0])
     else:  # each device weighs 1: the fleet's size divides
         secure_sum = ledger.phase({"C": VALUE_BOUND**2}, 1.0, 5, ledger.noise.ledger.noise({"C": float(d)}))
         total, W = secure_sum(np.arange(n), {"C": moments}), float(n)
-    Z = top_eigvecs(symmetric(total["C"][0] / W, d), rank)[1]
+    Z = pooled_subspace(total["C"][0] / W, d, rank)
     # what the sum would be without fixed point: the simulator's yardstick
     reference = top_eigvecs(symmetric(clients.weight @ moments / clients.weight.sum(), d), rank)[1]
     histograms = [sparse_histogram(residuals(x, Z)) for x in clients.X]
     threshold, _ = private_tail(histograms, clients.weight, quantile, 0.0, ledger)
     det = PCADetector.from_model(Z, clients.preprocessor, threshold, None, quantile=quantile)
     sent = ledger.phase_bytes + secure_sum.sent[0] * n
-    out = {"algorithm": "fedmm", "private": secure, "rank": rank, "kernel": "none", "rounds": 1, "history": [],
+    out = {"algorithm": "fedmm", "private": secure, "rank": rank, "Z": Z, "kernel": "none", "rounds": 1, "history": [],
            "seconds_per_round": time.perf_counter() - t0, "upload_bytes_per_client_round": secure_sum.sent[0],
            "all_device_rounds": 1, "threshold": threshold,
            "upload_bytes_per_device_round": sent / (n * 4),  # statistics (2 sums), the moments, the threshold
@@ -89,6 +90,26 @@ def simulate_private_pca(train_parts: list[np.ndarray], X_test: np.ndarray, y_te
     # the secure sum's fixed-point error (with differential privacy: and the noise and clipping)
     out["subspace_distance"] = subspace_distance(Z, reference)
     return out
+
+
+#: the secure sum of the devices' weighted second moments: over the bound's square, and their weights
+MOMENT_SCALES = {"C": VALUE_BOUND**2, "w": 1.0}
+
+
+def own_moment(X: np.ndarray) -> np.ndarray:
+    """A device's second moment of its standardised records, its upper triangle (np.triu_indices order)."""
+    return second_moment(X)[np.triu_indices(X.shape[1])]
+
+
+def moment_uploads(weight: np.ndarray, moments: np.ndarray) -> dict[str, np.ndarray]:
+    """Per device (a batch): its weighted second moment and its weight."""
+    weight = np.asarray(weight, dtype=float)
+    return {"C": weight[:, None] * moments, "w": weight}
+
+
+def pooled_subspace(C: np.ndarray, d: int, rank: int) -> np.ndarray:
+    """The top `rank` eigenvectors of the pooled second moment (its upper triangle): FedMM's statistic whole."""
+    return top_eigvecs(symmetric(C, d), rank)[1]
 
 
 def symmetric(upper: np.ndarray, d: int) -> np.ndarray:

@@ -256,7 +256,9 @@ class Server:
     setup: Setup
     keys: dict[int, Keys] = field(default_factory=dict)
     shared: set[int] = field(default_factory=set)  # completed step 2
-    uploads: dict[int, np.ndarray] = field(default_factory=dict)
+    uploaded: set[int] = field(default_factory=set)  # completed step 3
+    #: the sum of the masked uploads (ring elements): all the coordinator keeps of them, one vector whatever the round
+    masked: np.ndarray | None = None
 
     def hand_keys(self, advertised: dict[int, Keys]) -> dict[int, dict[int, Keys]]:
         """Each advertising device's advertised neighbours' keys."""
@@ -275,11 +277,15 @@ class Server:
         return out
 
     def collect(self, uploads: dict[int, bytes]) -> tuple[set[int], set[int]]:
-        """Keep the masked uploads of devices that shared; (survivors, dropped) for the unmasking step."""
+        """Add up the masked uploads of devices that shared; (survivors, dropped) for the unmasking step."""
+        ring = self.setup.ring
+        total = np.zeros(self.setup.length, dtype=np.uint64) if self.masked is None else self.masked
         for i, data in uploads.items():
-            if i in self.shared:
-                self.uploads[i] = self.setup.ring.unpack(data, self.setup.length)
-        survivors = set(self.uploads)
+            if i in self.shared and i not in self.uploaded:
+                total = ring.add(total, ring.unpack(data, self.setup.length))
+                self.uploaded.add(i)
+        self.masked = total
+        survivors = set(self.uploaded)
         if len(survivors) < self.setup.threshold:
             raise SecAggError(f"{len(survivors)} devices uploaded; a secure sum needs at least "
                               f"{self.setup.threshold}")
@@ -287,7 +293,7 @@ class Server:
 
     def finish(self, reveals: dict[int, dict[int, bytes]]) -> np.ndarray:
         """The sum of the survivors' values (decoded), from the survivors' revealed shares."""
-        survivors = set(self.uploads)
+        survivors = set(self.uploaded)
         dropped = self.shared - survivors
         ring, graph = self.setup.ring, self.setup.neighbours()
         b_parts: dict[int, dict[int, bytes]] = {}
@@ -303,9 +309,8 @@ class Server:
                     s_parts.setdefault(j, {})[holder + 1] = body
                 else:
                     raise SecAggError(f"device {holder} revealed a share the unmasking did not ask for")
-        total = np.zeros(self.setup.length, dtype=np.uint64)
+        total = np.zeros(self.setup.length, dtype=np.uint64) if self.masked is None else self.masked.copy()
         for i in survivors:
-            total = ring.add(total, self.uploads[i])
             b = self._rebuild(b_parts.get(i, {}), i, "self-mask seed")
             if crypto.commitment(b) != self.keys[i].b_commitment:
                 raise SecAggError(f"the shares of device {i}'s self-mask seed do not match its commitment: a "

@@ -24,6 +24,7 @@ from models.core.federated import State
 from models.core.rounds import RoundFailedError
 from models.private.dp import Noise
 from models.private.fixedpoint import Ring
+from models.private.relay import flatten, unflatten
 
 #: ring width: 48 bits leave 34 fractional bits at a clip of 5 over 1,000 devices (6 bytes a value on the wire)
 BITS = 48
@@ -69,10 +70,8 @@ class SecureTransport:
         if self.noise is not None:  # each device clips, then adds its share of the noise before masking
             uploads = self.noise.device_shares(ids, uploads)
             clip += max(self.noise.headroom(k, len(uploads), len(ids)) / self.scales[k] for k in uploads)
-        names = sorted(uploads)
-        shapes = {k: np.asarray(uploads[k]).shape[1:] for k in names}
-        flat = {int(i): np.concatenate([np.asarray(uploads[k][j], dtype=float).reshape(-1) / self.scales[k]
-                                        for k in names]) for j, i in enumerate(ids)}
+        shapes = {k: np.asarray(v).shape[1:] for k, v in uploads.items()}
+        flat = {int(i): flatten({k: v[j] for k, v in uploads.items()}, self.scales) for j, i in enumerate(ids)}
         ring = Ring.for_sum(clip, len(ids), self.bits)
         self.clipped += int(sum(np.count_nonzero(np.abs(v) > clip) for v in flat.values()))
         self.sums += 1
@@ -90,12 +89,7 @@ class SecureTransport:
         self.sent.append(float(np.mean(list(log.sent.values()))))
         self.device_cpu.append(max(log.cpu.values()))
         self.server_cpu.append(log.server_cpu)
-        out, at = {}, 0
-        for k in names:
-            size = int(np.prod(shapes[k], dtype=np.int64))
-            out[k] = (total[at: at + size] * self.scales[k]).reshape(1, *shapes[k])
-            at += size
-        return out
+        return unflatten(total, shapes, self.scales)
 
     def plain(self, ids: np.ndarray, uploads: State) -> State:
         """The round's uploads summed in the clear (float64 on the wire), with the central noise if any."""

@@ -1,0 +1,195 @@
+"""A detector job in private mode on the coordinator (issue 23): it learns the fleet's sums, never one device's
+statistics. The phases are the simulator's (models.detection.private), each sum a secure sum over MQTT
+(coordinator.secure_sums):
+
+    stats      every participant sends its record count (and held-out count) in the clear: the weight caps
+    mean       secure sum of each device's capped weight times its mean of log-scaled records, and its weight
+    centred    secure sum of each device's weighted mean square around the fleet's mean: the standardisation
+    (family)   the family's sums (PCA: every device's weighted second moment, once)
+    threshold  secure sum of each device's histogram statistics: the fleet's threshold and tail
+
+The job trains on numeric features, every one log-scaled (as the simulator's private mode), and builds the model
+version as a plaintext job does.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import numpy as np
+
+from coordinator.secure_sums import SecureSums, step_of
+from models.core.messages import MessageType
+from models.detection.messages import Counted
+from models.detection.preprocessing import Preprocessor
+from models.detection.private import (
+    CENTRED_SCALES,
+    MEAN_SCALES,
+    STATS_BITS,
+    fleet_mean,
+    fleet_standardisation,
+    largest_weight,
+    tail_from,
+    tail_scales,
+)
+from models.detection.screening import weight_caps
+from models.detection.threshold import EDGES
+from models.private.relay import STEPS
+from wire.protocol import ProtocolError
+
+
+class PrivateDetector(SecureSums):
+    """The private-mode half of `coordinator.detector_job.DetectorJob` (used when the job's `private` is set)."""
+
+    spec: Any  # models.detection.spec.DetectorJobSpec
+    round_message: ClassVar[Any]
+    tail: Any = None  # the fleet's tail (models.detection.threshold.Tail), with the threshold
+
+    def round_fields(self) -> dict[str, Any]:
+        """The fields the family's round message adds to the detector's."""
+        return {}
+
+    # -- what a family adds ---------------------------------------------------------------------------
+    def family_sums(self) -> list[str]:
+        """The secure sums of the family's own, between the standardisation and the threshold."""
+        return []
+
+    def announce_family(self, name: str) -> tuple[dict[str, tuple[int, ...]], dict[str, float], int]:
+        """(shapes, scales, ring bits) of one of the family's sums."""
+        raise NotImplementedError
+
+    def summed_family(self, name: str, total: dict[str, np.ndarray], members: list[str]) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def start_private(self) -> None:
+        """Set up the family's server state and broadcast once the counts are known (the caps in self.server)."""
+
+    def histogram_records(self) -> np.ndarray:
+        """How many records each participant histograms in the threshold phase (its training records)."""
+        return np.asarray(self.counts, dtype=float)
+
+    # -- the phases -----------------------------------------------------------------------------------
+    def next_sum(self, done: str) -> str | None:
+        """The secure sum after `done` ("stats": the statistics phase), None after the last (`info["sums"]` counts
+        those done)."""
+        order = ["mean", "centred", *self.family_sums(), "threshold"]
+        i = order.index(done) + 1 if done in order else 0
+        return order[i] if i < len(order) else None
+
+    def sum_members(self, name: str) -> list[str]:
+        """The devices asked to the secure sum `name` (every participant; a family's sampled rounds fewer)."""
+        return self.participants
+
+    def private_follow(self) -> None:
+        """The next step of the sum in progress, else a failed sum again, else the first step of the next sum, else the
+        end."""
+        if self.retried():
+            return
+        at = step_of(self.phase)
+        if at is not None and at[1] != STEPS[-1]:
+            phase = f"{at[0]}:{STEPS[STEPS.index(at[1]) + 1]}"
+            self.begin(phase, self.round + 1, self.asked(phase))
+            return
+        nxt = self.next_sum(at[0] if at is not None else self.phase)
+        if nxt is None:
+            self.finish()
+        else:
+            self.begin(f"{nxt}:{STEPS[0]}", self.round + 1, self.sum_members(nxt))
+
+    def private_reply(self, phase: str) -> MessageType | None:
+        return Counted if phase == "stats" else SecureSums.reply_type(self, phase)
+
+    def private_content(self, phase: str, header: dict[str, Any]) -> Any:
+        d = len(self.spec.features)
+        common = {**header, "params": self.spec.algorithm_params, "rank": self.spec.rank, "log_transform": True,
+                  "features": self.spec.features, "private": True, **self.round_fields()}
+        if phase == "stats":
+            return self.round_message(**common)
+        mean, scale = self.info.get("mean"), self.info.get("scale")
+        return self.round_message(**common, log_mask=[1] * d, broadcast=dict(self.broadcast),
+                                  mean=None if mean is None else np.array(mean),
+                                  scale=None if scale is None else np.array(scale),
+                                  weights=self.weights(self.sampled)[1], **self.secure_fields(phase))
+
+    def private_validate(self, msg: Any, sender: str) -> None:
+        if isinstance(msg, Counted):
+            for k in ("count", "held"):
+                v = getattr(msg, k)
+                if v is not None and (v.shape != (1,) or not 0 <= float(v[0]) <= self.spec.max_records):
+                    raise ProtocolError("value", f"{k} must be one count between 0 and {self.spec.max_records}")
+            if float(msg.count[0]) < 1:
+                raise ProtocolError("value", "a device with no training records cannot take part")
+            return
+        self.validate_step(msg, sender)
+
+    def private_close(self, answered: list[str]) -> dict[str, Any]:
+        if self.phase == "stats":
+            return self.private_stats(answered)
+        return self.close_step(answered)
+
+    def private_stats(self, answered: list[str]) -> dict[str, Any]:
+        """The counts: the participants, their weight caps (a device weighs itself with them) and the sums' clip."""
+        if len(answered) < 2:
+            self.fail(f"{len(answered)} agents answered the statistics phase; private mode sums at least 2")
+            return {}
+        self.participants = answered
+        counts = np.array([float(self.pending[a].count[0]) for a in answered])
+        self.counts, self.roster_saved = counts.tolist(), False
+        caps = weight_caps(counts, self.spec.guard())
+        d = len(self.spec.features)
+        self.info = {"features": list(self.spec.features), "log_mask": [1] * d, "encoding": None,
+                     "clip": largest_weight(caps, counts)}
+        held = [self.pending[a].held for a in answered]
+        if all(h is not None for h in held):
+            self.info["held"] = [float(h[0]) for h in held]
+        self.rng = np.random.default_rng(self.spec.seed)
+        self.server = dict(caps.state())
+        self.broadcast = {}
+        self.start_private()
+        return {"records": int(counts.sum())}
+
+    def announce(self, name: str, rnd: int, members: list[str]) -> Any:
+        from models.private.relay import Announced
+        from models.private.transport import BITS
+
+        d = len(self.spec.features)
+        if name == "mean":
+            shapes, scales, bits = {"m1": (d,), "w": ()}, MEAN_SCALES, STATS_BITS
+        elif name == "centred":
+            shapes, scales, bits = {"c2": (d,)}, CENTRED_SCALES, STATS_BITS
+        elif name == "threshold":
+            G = len(EDGES) - 1
+            shapes = {"c": (G,), "wa": (G,), "wa2": (G,), "na": (G,), "w": (), "wn": (), "n": ()}
+            scales, bits = tail_scales(max(float(self.histogram_records().max()), 1.0)), BITS
+        else:
+            shapes, scales, bits = self.announce_family(name)
+        seed = int(np.random.default_rng([self.spec.seed, rnd]).integers(2**31))
+        return Announced(f"{self.job_id}/{name}/{rnd}", tuple(members), shapes, dict(scales),
+                         float(self.info["clip"]), bits, seed)
+
+    def summed(self, name: str, total: dict[str, np.ndarray], members: list[str]) -> dict[str, Any]:
+        if name == "mean":
+            mean, W = fleet_mean(total)
+            self.info.update(mean=mean.tolist(), W=W)
+            return {"weight": W}
+        if name == "centred":
+            pre = fleet_standardisation(self.spec.features, np.array(self.info["mean"]), total, self.info["W"])
+            self.info["scale"] = pre.scale.tolist()
+            return {}
+        if name == "threshold":
+            threshold, self.tail = tail_from(total, self.spec.quantile, self.private_holdout())
+            self.store_model(self.standardisation(), threshold, {})
+            return {"threshold": threshold}
+        return self.summed_family(name, total, members)
+
+    def private_holdout(self) -> float:
+        """The share of records a device holds out for its threshold (0: all of them, PCA)."""
+        return 0.0
+
+    def standardisation(self) -> Preprocessor:
+        d = len(self.spec.features)
+        return Preprocessor(list(self.spec.features), np.ones(d, bool), np.array(self.info["mean"]),
+                            np.array(self.info["scale"]))
+
+    def store_model(self, pre: Preprocessor, threshold: float, extra: dict[str, Any]) -> None:
+        raise NotImplementedError

@@ -1,0 +1,268 @@
+"""Private PCA and gmm jobs (issue 23) through the coordinator's job runner and the agents' participants, without a
+broker: every message a real encoded envelope, the shares each device receives on its own topic. The model equals the
+simulator's private mode with the same seed, with devices that drop after their masked upload and a coordinator
+restarted between two steps of a secure sum; too few uploads fail the job naming why; an agent without the
+`private` extra declines saying what to install, and the job goes on without it."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from models.core.messages import Decline
+from models.families import family, job_spec
+from models.mixture.simulator import simulate_mixture
+from models.pca.simulator import simulate_pca
+from store.db import Job as JobRow
+from store.db import JobState, ModelVersion, Round, make_engine, migrate, session_factory, unpack
+from store.jobs import create_job
+from tests.integration.test_loopback import pca_participants
+from wire.messages import envelope
+from wire.protocol import decode
+
+pytest.importorskip("cryptography", reason="private mode needs the cryptography package (the dev extra has it)")
+
+N, RANK, SEED = 6, 2, 4
+ALGORITHM = {"pca": "fedmm", "gmm": "fedem"}
+
+
+class PrivateLoopback:
+    """A job runner and its participants, messages passed as bytes by topic; `silent(phase)` names the devices
+    that do not answer a round of that phase (its deadline then closes it)."""
+
+    def __init__(self, tmp, settings: dict, participants: list, silent=lambda phase: (), kind: str = "pca",
+                 without_extra: tuple[str, ...] = ()):
+        engine = make_engine(f"sqlite:///{tmp}/loop.db")
+        migrate(engine)
+        self.sessions = session_factory(engine)
+        self.kind = kind
+        create_job(self.sessions, "loop", job_spec(kind, {**settings, "algorithm": ALGORITHM[kind]}))
+        self.participants, self.silent = {p.id: p for p in participants}, silent
+        self.without_extra = without_extra  # devices without the `private` extra (cryptography)
+        self.outbox: list[tuple[str, bytes]] = []
+        self.runner = self.make_runner()
+        self.phases: list[str] = []
+
+    def make_runner(self):
+        with self.sessions() as s:
+            row = s.get(JobRow, "loop")
+        return family(self.kind).load_runner()(row, self.sessions, lambda t, p, r: self.outbox.append((t, p)),
+                                           "fedsentry/v1/jobs/loop/round")
+
+    def restart(self) -> None:
+        """A new coordinator process: the runner rebuilt from the database, the retained messages gone."""
+        self.outbox.clear()
+        self.runner = self.make_runner()
+        self.runner.start(sorted(self.participants))
+
+    def step(self) -> None:
+        """Deliver what was published (the round message last), then close the round."""
+        published, self.outbox = self.outbox, []
+        phase = self.runner.phase
+        self.phases.append(phase)
+        quiet = set(self.silent(phase))
+        for topic, payload in published:
+            if not payload:
+                continue
+            env = decode(payload)
+            if topic.endswith("/secagg"):
+                name = topic.split("/")[-2]
+                reply = None if name in quiet else self.participants[name].on_routed(env)
+                self.answer(reply)
+            else:
+                for name, p in self.participants.items():
+                    if name not in quiet:
+                        self.answer(self.deliver(p, env))
+        if quiet:
+            self.runner.deadline = 0.0
+        self.runner.tick()
+
+    def deliver(self, p, env):
+        """A round message to a participant; what it cannot take part in it declines, saying why (as the agent)."""
+        import sys
+
+        saved = sys.modules.get("cryptography")
+        if p.id in self.without_extra:
+            sys.modules["cryptography"] = None  # type: ignore[assignment]
+        try:
+            return p.on_round(env)
+        except ValueError as e:
+            return envelope(Decline(reason=str(e)), env.job, env.round, p.id)
+        finally:
+            if saved is not None:
+                sys.modules["cryptography"] = saved
+
+    def answer(self, reply) -> None:
+        if reply is not None:
+            self.runner.accept(decode(reply.encode()))
+
+    def run(self, restart_after=None, until=None) -> str:
+        """Run the job to its end (or until it reaches the phase `until`), the coordinator restarted once the phase
+        `restart_after` closed."""
+        self.runner.start(sorted(self.participants))
+        while self.runner.phase not in ("finished", "failed", until):
+            before = self.runner.phase
+            self.step()
+            if before == restart_after and self.runner.phase != before:
+                restart_after = None
+                self.restart()
+        return self.runner.phase
+
+    def model(self) -> ModelVersion:
+        with self.sessions() as s:
+            return s.query(ModelVersion).filter_by(job_id="loop").one()
+
+    def error(self) -> str:
+        with self.sessions() as s:
+            return str(s.get(JobRow, "loop").error)
+
+
+@pytest.fixture(scope="module")
+def fleet():
+    """Non-i.i.d. devices of different sizes (each stretches another direction), and test records."""
+    rng = np.random.default_rng(2)
+    mix = np.array([[1.0, 0.9, 0.0, 0.1], [0.0, 0.2, 1.0, 0.5], [0.3, 0.0, 0.1, 1.0], [0.1, 0.1, 0.1, 0.1]])
+    parts = [np.abs(rng.normal(size=(40 + 30 * i, 4)) * (1 + 4 * np.eye(4)[i % 4]) @ mix) * 100 for i in range(N)]
+    test = np.vstack([np.abs(rng.normal(size=(50, 4)) @ mix) * 100, rng.uniform(0, 1e5, size=(10, 4))])
+    return ["a", "b", "c", "d"], parts, test, np.r_[np.zeros(50), np.ones(10)]
+
+
+def settings(names) -> dict:
+    return {"features": names, "rank": RANK, "seed": SEED, "private": True}
+
+
+def simulated(fleet) -> dict:
+    names, parts, test, y = fleet
+    return simulate_pca(parts, test, y, names, rank=RANK, seed=SEED, private=True, dropout=1 / 3)
+
+
+def assert_same_model(mv: ModelVersion, sim: dict) -> None:
+    Z = unpack(mv.arrays)["Z"]
+    np.testing.assert_allclose(Z @ Z.T, sim["Z"] @ sim["Z"].T, atol=1e-6)
+    assert mv.info["threshold"] == pytest.approx(sim["threshold"], rel=1e-6)
+
+
+def test_a_private_pca_job_equals_the_simulators_private_mode_through_dropouts_and_a_restart(tmp_path, fleet):
+    names, parts, _, _ = fleet
+    # dev-01 and dev-04 vanish after their masked upload of each sum: their values still count
+    loop = PrivateLoopback(tmp_path, settings(names), pca_participants(tmp_path, names, parts),
+                           silent=lambda phase: ("dev-01", "dev-04") if phase.endswith(":unmask") else ())
+    # a coordinator restarted between the share and upload steps of the moments' sum
+    assert loop.run(restart_after="moments:share") == "finished", loop.error()
+    assert loop.phases[:5] == ["stats", "mean:advertise", "mean:share", "mean:upload", "mean:unmask"]
+    assert loop.phases[-1] == "threshold:unmask"
+    # the restarted coordinator re-sent each device its routed shares; the devices re-sent the same masked upload
+    assert loop.phases.count("moments:upload") == 1 and loop.phases.count("moments:share") == 1
+    assert_same_model(loop.model(), simulated(fleet))
+    with loop.sessions() as s:  # the saved state after the job: no sum in progress, nothing of one upload
+        st = s.get(JobState, "loop")
+        assert not [k for k in unpack(st.server) if k.startswith("secagg.")] and "secagg" not in st.info
+
+
+def test_a_sum_with_too_few_uploads_starts_again_with_fresh_keys(tmp_path, fleet):
+    names, parts, _, _ = fleet
+    failed: list[int] = []
+
+    def silent(phase):  # four devices miss the first attempt's upload step only
+        if phase == "mean:upload" and not failed:
+            failed.append(loop.runner.round)
+            return ("dev-00", "dev-01", "dev-02", "dev-03")
+        return ()
+
+    loop = PrivateLoopback(tmp_path, settings(names), pca_participants(tmp_path, names, parts), silent=silent)
+    assert loop.run(until="centred:advertise") == "centred:advertise", loop.error()
+    assert loop.phases[1:] == ["mean:advertise", "mean:share", "mean:upload",  # failed: started again
+                               "mean:advertise", "mean:share", "mean:upload", "mean:unmask"]
+    with loop.sessions() as s:
+        rounds = s.query(Round).filter_by(job_id="loop").order_by(Round.round).all()
+    assert "2 devices uploaded; a secure sum needs at least" in rounds[3].metrics["failed"]
+    assert rounds[3].metrics["attempt"] == 1 and rounds[7].metrics["survivors"] == N
+    assert loop.runner.info["mean"]  # the second attempt's sum counted
+
+
+def test_a_sum_that_keeps_failing_fails_the_job_naming_the_sum_and_why(tmp_path, fleet):
+    names, parts, _, _ = fleet
+    loop = PrivateLoopback(tmp_path, settings(names), pca_participants(tmp_path, names, parts),
+                           silent=lambda phase: ("dev-00", "dev-01", "dev-02", "dev-03")
+                           if phase == "mean:upload" else ())
+    assert loop.run() == "failed"
+    assert loop.phases.count("mean:advertise") == 3
+    assert "secure sum 'mean' failed at its upload step: 2 devices uploaded; a secure sum needs at least" \
+        in loop.error() and "(3 attempts)" in loop.error()
+    cleared = [t for t, p in loop.outbox if t.endswith("/secagg") and not p]  # no routed shares left retained
+    assert len(cleared) == N
+
+
+def test_an_agent_without_the_private_extra_declines_and_the_job_goes_on_without_it(tmp_path, fleet):
+    names, parts, _, _ = fleet
+    loop = PrivateLoopback(tmp_path, settings(names), pca_participants(tmp_path, names, parts),
+                           without_extra=("dev-05",))
+    assert loop.run(until="mean:share") == "mean:share", loop.error()
+    with loop.sessions() as s:
+        stats = s.query(Round).filter_by(job_id="loop", phase="stats").one()
+        mean = s.query(Round).filter_by(job_id="loop", phase="mean:advertise").one()
+    assert "pip install 'fedsentry[private]'" in stats.metrics["declined"]["dev-05"]
+    assert "dev-05" not in mean.sampled and len(mean.sampled) == N - 1
+
+
+def test_a_private_gmm_job_equals_the_simulators_private_mode_with_devices_dropping_after_upload(tmp_path, fleet):
+    names, parts, _, _ = fleet
+    rounds, fraction, params = 3, 0.5, {"components": 3}
+    loop = PrivateLoopback(tmp_path, {"features": names, "seed": SEED, "private": True, "rounds": rounds,
+                                      "fraction": fraction, "algorithm_params": params},
+                           pca_participants(tmp_path, names, parts, "gmm"),
+                           silent=lambda phase: ("dev-02",) if phase.endswith(":unmask") else (), kind="gmm")
+    assert loop.run() == "finished", loop.error()
+    phases = [p for p in loop.phases if p.endswith(":advertise")]
+    assert phases[:3] == ["mean:advertise", "centred:advertise", "seed:advertise"]
+    assert phases.count("train:advertise") == rounds and phases[-1] == "threshold:advertise"
+    X = np.vstack(parts)
+    sim = simulate_mixture(parts, X, np.zeros(len(X)), names, "fedem", rounds, fraction, seed=SEED, params=params,
+                           private=True, dropout=1 / 3)
+    stored, m = unpack(loop.model().arrays), sim["detector"].mixture_
+    assert phases.count("seed:advertise") == sim["all_device_rounds"]  # as many seeding rounds, every device
+    np.testing.assert_allclose(stored["weights"], m.weights, atol=1e-6)
+    np.testing.assert_allclose(stored["means"], m.means, atol=1e-6)
+    np.testing.assert_allclose(stored["prec_chol"], m.prec_chol, rtol=1e-6, atol=1e-6)
+    assert loop.model().info["threshold"] == pytest.approx(sim["threshold"], rel=1e-6)
+
+
+def test_a_device_leaving_before_its_upload_keeps_the_contribution_the_sums_hold(tmp_path, fleet):
+    """The summed FedEM's server holds the sum of every device's last contribution; a device that computed a new one
+    for an EM sum and left before uploading it must keep its old one, or the sums and the devices part for good."""
+    names, parts, _, _ = fleet
+    left: list[tuple[int, str]] = []  # (round, device)
+
+    def silent(phase):  # the first device asked to the first EM sum's upload step leaves before it
+        if phase != "train:upload":
+            return ()
+        if not left:
+            left.append((loop.runner.round, loop.runner.sampled[0]))
+        return (left[0][1],) if left[0][0] == loop.runner.round else ()
+
+    participants = pca_participants(tmp_path, names, parts, "gmm")
+    loop = PrivateLoopback(tmp_path, {"features": names, "seed": SEED, "private": True, "rounds": 2, "fraction": 0.5,
+                                      "algorithm_params": {"components": 2}}, participants, silent=silent, kind="gmm")
+    assert loop.run() == "finished", loop.error()
+    K, counted = 2, loop.runner.info["counted"]
+    total = {k: 0.0 for k in ("R", "S1", "S2")}
+    for p in participants:  # each device's contribution as the sums should hold it
+        pending = p.store.load_arrays("pending-loop") or {}
+        label = bytes(pending.pop("__pending_label__", np.zeros(0, np.uint8))).decode()
+        state = pending if pending and counted.get(p.id) == label else p.load_state("loop")[0]
+        for k in total:
+            total[k] = total[k] + state[k][0][:K]
+    assert left and left[0][1] in counted  # it took part in the seeding, then left one EM sum
+    for k in total:
+        np.testing.assert_allclose(loop.runner.server[k], total[k], atol=1e-6)
+
+
+def test_private_job_settings_are_checked_naming_the_setting():
+    from models.params import SettingError
+
+    with pytest.raises(SettingError) as e:
+        job_spec("pca", {"features": ["a", "b", "c"], "rank": 1, "private": True, "algorithm": "fedpg"})
+    assert e.value.field == "algorithm"
+    with pytest.raises(SettingError) as e:
+        job_spec("gmm", {"features": ["a", "b"], "private": True, "categorical": ["proto"]})
+    assert e.value.field == "categorical" and "numeric features only" in str(e.value)

@@ -1,0 +1,100 @@
+"""A private PCA job (issue 23) over a real broker with in-process agents: the secure sums' steps as job rounds,
+each device's routed shares on its own topic, a device that leaves right after its masked upload; the model equals
+the simulator's private mode with the same seed (whose dropouts also leave after uploading)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from models.pca.simulator import simulate_pca
+from store.db import JobState, ModelVersion, Round, unpack
+from tests.integration.conftest import parts_for, wait_until
+
+pytest.importorskip("cryptography", reason="private mode needs the cryptography package (the dev extra has it)")
+
+N, RANK, SEED = 5, 3, 1
+
+
+def leave_after_upload(agent) -> None:
+    """The agent leaves right after its masked upload to the job's last sum (the threshold's): the simulator's
+    dropouts also leave after uploading, so the model stays the simulator's."""
+    original = agent._routed
+
+    def routed(env, payload):
+        original(env, payload)
+        if "/threshold/" in env.meta["label"]:
+            agent.stop.set()
+
+    agent._routed = routed
+
+
+def test_a_private_pca_job_over_mqtt_equals_the_simulators_private_mode(broker, coordinator, fleet, traffic):
+    data, split = traffic
+    parts = parts_for(split, N)
+    for i, p in enumerate(parts):
+        fleet.add(f"dev-{i}", p, data.feature_names)
+    leave_after_upload(fleet.agents["dev-3"])
+    wait_until(lambda: len(coordinator.online_devices()) == N, what="agents online")
+    coordinator.create_job("p1", "pca", "fedmm", {"features": data.feature_names, "rank": RANK, "seed": SEED,
+                                                  "private": True, "min_agents": N, "deadline": 3.0})
+    wait_until(lambda: coordinator.job_status("p1") in ("finished", "failed"), 60, "job p1")
+    with coordinator.sessions() as s:
+        rounds = s.query(Round).filter_by(job_id="p1").order_by(Round.round).all()
+        assert coordinator.job_status("p1") == "finished", [r.metrics for r in rounds[-2:]]
+        mv = s.query(ModelVersion).filter_by(job_id="p1").one()
+        Z, threshold = unpack(mv.arrays)["Z"], mv.info["threshold"]
+        state = s.get(JobState, "p1")
+        assert not [k for k in unpack(state.server) if k.startswith("secagg.")]
+    assert [r.phase for r in rounds][:5] == ["stats", "mean:advertise", "mean:share", "mean:upload", "mean:unmask"]
+    last = rounds[-1]  # the threshold's unmask: dev-3 did not answer, its upload counted
+    assert last.phase == "threshold:unmask" and last.metrics["dropouts"] == 1 and last.metrics["survivors"] == N
+    sim = simulate_pca(parts, split.X_test, split.y_test, data.feature_names, rank=RANK, seed=SEED, private=True,
+                       dropout=1 / 3)
+    np.testing.assert_allclose(Z @ Z.T, sim["Z"] @ sim["Z"].T, atol=1e-6)
+    assert threshold == pytest.approx(sim["threshold"], rel=1e-6)
+    wait_until(lambda: all(a.scorer.detector is not None for n, a in fleet.agents.items() if n != "dev-3"),
+               what="model at agents")
+
+
+def test_a_private_gmm_job_over_mqtt_survives_a_coordinator_restart_and_equals_the_simulator(broker, fleet, traffic,
+                                                                                              tmp_path):
+    from coordinator.service import Coordinator
+    from models.mixture.simulator import simulate_mixture
+
+    data, split = traffic
+    parts = parts_for(split, N)
+    db = f"sqlite:///{tmp_path}/private.db"
+    coordinator = Coordinator(broker.url, db).start()
+    for i, p in enumerate(parts):
+        fleet.add(f"dev-{i}", p, data.feature_names)
+    leave_after_upload(fleet.agents["dev-1"])
+    wait_until(lambda: len(coordinator.online_devices()) == N, what="agents online")
+    rounds, fraction, params = 3, 0.6, {"components": 3}
+    coordinator.create_job("g1", "gmm", "fedem", {"features": data.feature_names, "seed": SEED, "rounds": rounds,
+                                                  "fraction": fraction, "algorithm_params": params, "private": True,
+                                                  "min_agents": N, "deadline": 3.0})
+    with coordinator.sessions() as s:  # restarted once the first EM round's shares are routed
+        wait_until(lambda: s.query(Round).filter_by(job_id="g1", phase="train:share").count() > 0, 60, "train")
+    coordinator.close()
+    with coordinator.sessions() as s:
+        before_restart = s.query(Round).filter_by(job_id="g1").count()
+    coordinator = Coordinator(broker.url, db).start()
+    try:
+        wait_until(lambda: coordinator.job_status("g1") in ("finished", "failed"), 60, "job g1")
+        with coordinator.sessions() as s:
+            rounds_done = s.query(Round).filter_by(job_id="g1").order_by(Round.round).all()
+            assert coordinator.job_status("g1") == "finished", [r.metrics for r in rounds_done[-2:]]
+            mv = s.query(ModelVersion).filter_by(job_id="g1").one()
+            stored, threshold = unpack(mv.arrays), mv.info["threshold"]
+    finally:
+        coordinator.close()
+    assert [r.round for r in rounds_done] == list(range(len(rounds_done)))  # no round lost, none twice
+    assert before_restart < len(rounds_done) - 4  # the restarted coordinator ran the rest (at least the threshold)
+    assert rounds_done[-1].metrics["survivors"] == N and rounds_done[-1].metrics["dropouts"] == 1
+    sim = simulate_mixture(parts, split.X_test, split.y_test, data.feature_names, "fedem", rounds, fraction,
+                           seed=SEED, params=params, private=True, dropout=1 / 3)
+    m = sim["detector"].mixture_
+    np.testing.assert_allclose(stored["means"], m.means, atol=1e-6)
+    np.testing.assert_allclose(stored["weights"], m.weights, atol=1e-6)
+    assert threshold == pytest.approx(sim["threshold"], rel=1e-6)
