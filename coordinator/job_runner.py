@@ -38,6 +38,9 @@ log = logging.getLogger("fedsentry.coordinator")
 
 #: characters of an agent's reason for declining that are kept
 MAX_REASON = 300
+#: seconds after which an open round's message is published again: on a clustered broker retained messages are kept
+#: per node (RabbitMQ), so an agent that joins another node mid-round hears the round then
+REPUBLISH_S = 30.0
 
 
 @dataclass(frozen=True)
@@ -82,7 +85,9 @@ class JobRunner(ABC):
         #: answers to this round an earlier leader had stored (round_uploads)
         self.restored = 0
         self.sampled: list[str] = []
-        self.started_at = self.deadline = 0.0
+        self.started_at = self.deadline = self.published_at = 0.0
+        self.republish_s = REPUBLISH_S
+        self.message = b""  # the open round's message, as published
         self.rng: np.random.Generator | None = None
         #: rows of the row tables changed since the last save (None: all, as after the statistics phase)
         self.touched: dict[str, np.ndarray] | None = None
@@ -203,7 +208,9 @@ class JobRunner(ABC):
         self.deadline = self.started_at + self.deadline_s
         msg = self.content(phase, {"phase": phase, "type": self.type, "sampled": sampled,
                                    "algorithm": self.algorithm_name})
-        self.publish(self.job_topic, envelope(msg, self.job_id, rnd, "coordinator").encode(), True)
+        self.message = envelope(msg, self.job_id, rnd, "coordinator").encode()
+        self.publish(self.job_topic, self.message, True)
+        self.published_at = self.started_at
         self.set_job(status="running", phase=phase, current_round=rnd)
         log.info("job=%s round=%s phase=%s sampled=%d", self.job_id, rnd, phase, len(sampled))
         self.restore_uploads()
@@ -313,7 +320,11 @@ class JobRunner(ABC):
         """Close the round if everyone answered or the deadline passed; True when the job is over."""
         if self.phase in ("waiting", "finished", "failed"):
             return self.phase in ("finished", "failed")
-        if len(self.pending) + len(self.declined) < len(self.sampled) and time.monotonic() < self.deadline:
+        now = time.monotonic()
+        if len(self.pending) + len(self.declined) < len(self.sampled) and now < self.deadline:
+            if now - self.published_at >= self.republish_s:  # not every node of a cluster keeps it retained
+                self.publish(self.job_topic, self.message, True)
+                self.published_at = now
             return False
         answered = [a for a in self.sampled if a in self.pending]
         seconds = time.monotonic() - self.started_at

@@ -33,11 +33,14 @@ def promote(sessions: sessionmaker[Session], model_id: int) -> ModelVersion:
     return mv
 
 
-def publish_promoted(sessions: sessionmaker[Session], publish: Callable[[str, bytes, bool], None]) -> int:
-    """Publish promoted versions that are not published yet; returns how many were sent."""
+def publish_promoted(sessions: sessionmaker[Session], publish: Callable[[str, bytes, bool], None],
+                     again: bool = False) -> int:
+    """Publish promoted versions that are not published yet (`again`: all of them, as a clustered broker keeps a
+    retained message on one node only, and agents skip a version they have); returns how many were sent."""
     with sessions.begin() as s:
-        pending = list(s.scalars(select(ModelVersion).where(ModelVersion.promoted.is_(True),
-                                                            ModelVersion.published.is_(False))))
+        which = ModelVersion.promoted.is_(True) if again else (ModelVersion.promoted.is_(True)
+                                                               & ModelVersion.published.is_(False))
+        pending = list(s.scalars(select(ModelVersion).where(which)))
         for mv in pending:
             payload = family(mv.type).load_runner().model_payload(mv)
             if payload is not None:  # agents use it (pca, gmm); others are served by the API (recsys)

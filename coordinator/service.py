@@ -49,6 +49,7 @@ ALERT_BATCH = 2000  # alerts stored in one transaction at most
 ALERT_WAIT = 0.05  # seconds an alert may wait for its batch
 PRESENCE_EVERY, PRESENCE_BATCH = 200, 20  # under a flood of alerts, 20 statuses every 200 messages
 HOUSEKEEPING = (0.05, 1.0)  # database polling interval: after activity, and at most
+MODEL_REPUBLISH = 600.0  # seconds between publications of the promoted models again (retained is per node on a cluster)
 ELSEWHERE_READ = 0.2  # seconds between reads of the active jobs for answers to a job not led here
 
 
@@ -106,6 +107,8 @@ class Coordinator:
         #: active jobs another coordinator leads (answers to them are theirs, not refused here)
         self.led_elsewhere: set[str] = set()
         self._elsewhere_read = 0.0
+        #: the promoted models are published again every model_republish seconds
+        self.model_republish, self._models_published = MODEL_REPUBLISH, time.monotonic()
         self.stop_event = threading.Event()
         self.connected = threading.Event()
         parse_broker_url(broker)
@@ -252,8 +255,13 @@ class Coordinator:
         if "driver" not in self.roles:
             return False
         self._claim_jobs()
-        published = (publish_promoted(self.sessions, self.publish) + publish_feedback(self.sessions, self.publish)
-                     if self.locks.held("publishing promoted models and feedback") else 0)
+        published = 0
+        if self.locks.held("publishing promoted models and feedback"):
+            again = time.monotonic() - self._models_published >= self.model_republish
+            published = publish_promoted(self.sessions, self.publish, again) + publish_feedback(self.sessions,
+                                                                                                 self.publish)
+            if again:
+                self._models_published = time.monotonic()
         started = False
         for job_id, runner in list(self.jobs.items()):
             if runner.phase == "waiting":

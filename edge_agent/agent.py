@@ -290,6 +290,9 @@ class Agent:
         elif env.kind == "model":
             if self.cfg.model_job and env.job != self.cfg.model_job:
                 return
+            if self.scorer.detector is not None and (env.job, env.meta.get("version")) == (
+                    self.scorer.model_job, self.scorer.model_version):
+                return  # the coordinator publishes the promoted model again now and then: this one is loaded
             try:
                 self.load_model(env)
             except (KeyError, ValueError, SchemaError) as e:
