@@ -30,6 +30,7 @@ from models.core.rounds import sample_clients
 from models.families import job_spec
 from store import row_tables
 from store.db import Device, Job, JobState, ModelVersion, Round, RoundUpload, pack, unpack, utcnow
+from store.records import insert_for
 from wire.messages import envelope, read
 from wire.protocol import Envelope, ProtocolError, decode
 
@@ -293,9 +294,9 @@ class JobRunner(ABC):
         rows = list(self.unsaved)
         with self.sessions.begin() as s:
             self.fence(s)
-            for device, payload in rows:
-                s.merge(RoundUpload(job_id=self.job_id, round=self.round, device=device, phase=self.phase,
-                                    payload=payload))
+            s.execute(insert_for(s)(RoundUpload).on_conflict_do_nothing(), [
+                {"job_id": self.job_id, "round": self.round, "device": device, "phase": self.phase,
+                 "payload": payload} for device, payload in rows])
         del self.unsaved[:len(rows)]  # only once committed: the database being down keeps them for the next try
         return len(rows)
 

@@ -29,6 +29,7 @@ from coordinator.ingest_limit import IngestLimit
 from coordinator.job_runner import JobRunner, LeadershipLostError
 from coordinator.models_service import publish_promoted
 from coordinator.presence import Presence, status_sender
+from coordinator.queue_ingest import QueueIngest
 from models.families import LEGACY_JOBS, family, job_spec
 from store.db import Alert, Device, FlaggedRecord, Job, Rejection, Round, make_engine, migrate, session_factory, utcnow
 from store.jobs import create_job
@@ -81,11 +82,16 @@ class Coordinator:
                  username: str | None = None, password: str | None = None, tls: bool = False,
                  ca_cert: str | None = None, retention_days: float | None = None,
                  alert_rate: float = 1000.0, alert_burst: float = 20000.0,
-                 forward: list[Destination] | None = None, roles: tuple[str, ...] = ROLES):
+                 forward: list[Destination] | None = None, roles: tuple[str, ...] = ROLES,
+                 queue_urls: list[str] | None = None, ingest_workers: int = 1):
         if not roles or set(roles) - set(ROLES):
             raise ValueError(f"roles must be some of {', '.join(ROLES)}, not {roles!r}")
+        if ingest_workers < 1:
+            raise ValueError("ingest_workers must be at least 1")
         self.client_id = client_id
         self.roles = frozenset(roles)
+        #: on a RabbitMQ cluster, alerts come from a quorum queue (coordinator/queue_ingest.py), not a subscription
+        self.queue = list(queue_urls or []) if "ingest" in self.roles else []
         self.retention_days = retention_days
         self._pruned = -1e9
         self.instance = f"{client_id}-{uuid.uuid4().hex[:8]}"
@@ -122,8 +128,12 @@ class Coordinator:
         #: the devices' newest status messages, handled between alerts and uploads (coordinator/presence.py)
         self.presence = Presence(self.client.ack)
         #: alerts each device may have stored per second (more wait on the device, unconfirmed, and come again)
-        self.ingest = AlertIngest(self.sessions, self.publish, self.client.ack, self.reject,
-                                  IngestLimit(alert_rate, alert_burst))
+        #: with several ingest workers, each admits its share of a device's rate
+        limit = IngestLimit(alert_rate / ingest_workers, max(1.0, alert_burst / ingest_workers))
+        self.ingest = AlertIngest(self.sessions, self.publish, self.client.ack, self.reject, limit)
+        self.queue_ingest = (QueueIngest(self.queue, self.sessions, self.reject, limit, ALERT_BATCH, ALERT_WAIT)
+                             if self.queue else None)
+        self.queue_thread: threading.Thread | None = None
         #: the effect of analysts' false-positive feedback, as devices report it (coordinator/feedback.py)
         self.feedback = Reports(self.sessions)
         self.thread: threading.Thread | None = None
@@ -154,7 +164,7 @@ class Coordinator:
         if reason_code.is_failure:
             log.error("broker refused the coordinator: %s", reason_code)
             return
-        topics = {t for r in self.roles for t in ROLE_TOPICS[r]}
+        topics = {t for r in self.roles for t in ROLE_TOPICS[r]} - ({"alerts"} if self.queue else set())
         client.subscribe([(topic, qos) for topic, qos in AGENT_SUBSCRIPTIONS if topic.rsplit("/", 1)[1] in topics])
         self.connected.set()
         log.info("coordinator connected to %s:%s", self.broker.host, self.broker.port)
@@ -168,14 +178,19 @@ class Coordinator:
         self.client.loop_start()
         self.thread = threading.Thread(target=self.run, name="coordinator", daemon=True)
         self.thread.start()
+        if self.queue_ingest:
+            self.queue_thread = threading.Thread(target=self.queue_ingest.run, args=(self.stop_event,),
+                                                 name="queue-ingest", daemon=True)
+            self.queue_thread.start()
         if self.forwarder:
             self.forwarder.start()
         return self
 
     def close(self) -> None:
         self.stop_event.set()
-        if self.thread:
-            self.thread.join(timeout=10)
+        for thread in (self.thread, self.queue_thread):
+            if thread:
+                thread.join(timeout=10)
         if self.ingest.acks:
             self.ingest.flush()
         self._flush_rejections()
@@ -382,7 +397,8 @@ class Coordinator:
         """Count and log; the counts reach the database at most once per tick (a flood of garbage must not
         turn into a flood of writes)."""
         log.warning("rejected %s on %s: %s: %s", f"{n} alerts" if n > 1 else "message", topic, reason, detail)
-        self.rejected[reason] += n
+        with self._rejections_lock:  # the queue's ingest thread counts too
+            self.rejected[reason] += n
 
     def _flush_rejections(self) -> None:
         """Add the counts not yet stored to the rejections table: one atomic upsert per reason (count = count +
@@ -448,7 +464,7 @@ class Coordinator:
     @property
     def alerts_ingested(self) -> int:
         """Alerts stored since this coordinator started (redeliveries not counted)."""
-        return self.ingest.stored
+        return self.ingest.stored + (self.queue_ingest.stored if self.queue_ingest else 0)
 
     def _status(self, agent: str, online: bool, model: dict[str, Any] | None = None) -> None:
         """Presence and model status, written when they change (and last_seen at most every presence.REFRESH s)."""

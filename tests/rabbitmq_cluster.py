@@ -107,13 +107,22 @@ class RabbitCluster:
         if not admin:
             agent = r"^fedsentry\.v1\.agents\.{username}\."
             self.ctl(0, "set_topic_permissions", "-p", "/", name, "amq.topic", agent + r"(status|upload|alerts)$",
-                     r"^fedsentry\.v1\.(jobs\..*\.round|models\..*)$|" + agent + r"(ack|feedback)$")
+                     r"^fedsentry\.v1\.(jobs\..*\.round|models\..*)$|" + agent + r"(ack|feedback|secagg)$")
         return password
 
     def stop_node(self, i: int) -> None:
         """Stop one node (its Erlang VM): what a crashed broker node does to its clients."""
         self.ctl(i, "stop")
         self.procs[i].wait(timeout=60)
+
+    def start_node(self, i: int) -> None:
+        """Start a stopped node again: it rejoins the cluster with its own data."""
+        root = self.dir / f"node{i}"
+        self.procs[i] = subprocess.Popen([str(BIN / "rabbitmq-server")], env=self.env(i), cwd=root,
+                                         stdout=open(root / "out.log", "a"),  # noqa: SIM115
+                                         stderr=subprocess.STDOUT, start_new_session=True)
+        self.await_node(i)
+        wait_for_port(self.nodes[i]["mqtt"], 60)
 
     def close(self) -> None:
         for i, p in enumerate(self.procs):

@@ -39,6 +39,15 @@ def register(groups: dict[str, Any], verbs: Any) -> None:
                    help="what this process does: driver (lead jobs: rounds, answers, promoted models), ingest (store "
                         "alerts, forward them, retention) or all (default $FEDSENTRY_ROLE, else all). Several "
                         "processes of each role may share one PostgreSQL database (README: Several coordinators)")
+    c.add_argument("--queue", action="append", metavar="URL",
+                   default=os.environ.get("FEDSENTRY_QUEUE_URLS", "").split() or None,
+                   help="ingest from RabbitMQ: read alerts from a quorum queue on amq.topic at this AMQP URL "
+                        "(amqp://user:password@host:5672/; repeat for the cluster's nodes, tried in turn; default the "
+                        "space-separated URLs of $FEDSENTRY_QUEUE_URLS, which keeps their passwords out of the process "
+                        "list) instead of subscribing to them")
+    c.add_argument("--ingest-workers", type=positive_int, default=1, metavar="N",
+                   help="how many ingest processes share the alerts: each admits 1/N of a device's alert rate "
+                        "(default 1)")
     c.add_argument("--client-id", default=os.environ.get("FEDSENTRY_CLIENT_ID", "fedsentry-coordinator"),
                    help="MQTT client id; each coordinator on a broker needs its own (default $FEDSENTRY_CLIENT_ID, "
                         "else fedsentry-coordinator)")
@@ -265,7 +274,7 @@ def run_coordinator(args: argparse.Namespace) -> int:
         roles = ("driver", "ingest") if args.role == "all" else (args.role,)
         coord = Coordinator(url, args.db, client_id=args.client_id,
                             username=username, password=password, tls=args.tls, ca_cert=args.ca_cert,
-                            forward=forward, roles=roles)
+                            forward=forward, roles=roles, queue_urls=args.queue, ingest_workers=args.ingest_workers)
     except ValueError as e:
         if broker:
             broker.stop()
