@@ -122,7 +122,8 @@ class DetectorJob(PrivateDetector):
         return float(self.counts[self.index()[sender]])
 
     def threshold_from(self, histograms: list[tuple[np.ndarray, np.ndarray]], weights: np.ndarray) -> float:
-        return robust_threshold(histograms, weights, self.spec.quantile, self.spec.device_trim)
+        guard = self.spec.guard()
+        return robust_threshold(histograms, weights, self.spec.quantile, guard.device_trim, guard.colluders)
 
     def detector(self, pre: Preprocessor, threshold: float) -> Detector:
         """The finished model (raises ValueError when it must not be promoted)."""

@@ -39,14 +39,17 @@ def trim_count(n: int, trim: float, at_least: int = 1) -> int:
     return min(max(at_least, int(np.floor(trim * n))), (n - 1) // 2)
 
 
-def trimmed_weighted_mean(X: np.ndarray, w: np.ndarray, trim: float) -> np.ndarray:
+def trimmed_weighted_mean(X: np.ndarray, w: np.ndarray, trim: float, above: int = 0) -> np.ndarray:
     """Per coordinate (axis 0 is the device), the weighted mean of the values left after dropping the
     k lowest and k highest devices (k = `trim_count`): what `trimmed_mean` does, with weights and at least
-    one device left out each side once there are three."""
+    one device left out each side once there are three. `above` more devices are dropped at the top (never
+    the majority): for a statistic only a rise of which does harm, so that `above` devices sending the largest
+    values leave the honest devices' own symmetric trim."""
     X, w, n, k = _devices(X, w, trim)
-    if k == 0:
+    top = min(k + max(int(above), 0), (n - 1) // 2) if k else 0
+    if top == 0:
         return np.tensordot(w / w.sum(), X, axes=1)
-    order = np.argsort(X, axis=0, kind="stable")[k:n - k]
+    order = np.argsort(X, axis=0, kind="stable")[k:n - top]
     kept = np.take_along_axis(X, order, axis=0)
     wk = w[order]
     return (kept * wk).sum(axis=0) / wk.sum(axis=0)

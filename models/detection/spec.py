@@ -31,7 +31,8 @@ class DetectorJobSpec(JobSpec):
     influence: float = setting(Guard.influence, help="one device raises a feature's pooled variance by at most "
                                "1 + this factor")
     device_trim: float = setting(Guard.device_trim, help="share of the devices' error quantiles left out on either "
-                                 "side of the threshold")
+                                 f"side of the threshold ({Guard.colluders} more at the top: devices that may act "
+                                 "together)")
     private: bool = setting(False, help="private mode: the coordinator learns only sums of the devices' statistics "
                             "(secure aggregation, SecAgg+; numeric, log-scaled features)")
     dp_epsilon: float | None = setting(None, help="differential privacy: the budget epsilon for each device's whole "

@@ -77,7 +77,7 @@ def simulate_dictionary(
     scores = [det.losses(x) for x in clients.X]
     kept, weight = admitted_histograms([sparse_histogram(s) for s in scores], [len(s) for s in scores],
                                        clients.weight)
-    det.threshold_ = robust_threshold(kept, weight, quantile, guard.device_trim)
+    det.threshold_ = robust_threshold(kept, weight, quantile, guard.device_trim, guard.colluders)
     report = detection_report(y_test, det.score_samples(X_test), det.threshold_)
     return {"algorithm": algorithm, "atoms": alg.atoms, "lam": alg.lam, "eta": alg.eta, "beta": alg.beta,
             "alpha": alg.alpha, "bits": alg.bits, "rounds": rounds, "seconds_per_round": seconds,

@@ -119,7 +119,7 @@ def federated_threshold(clients: ClientData, Z: np.ndarray, quantile: float, tri
     claimed = [int(c.sum()) for _, c in histograms]
     histograms = adversaries.histograms(histograms, len(EDGES) - 1)
     kept, weight = admitted_histograms(histograms, claimed, clients.weight)
-    return robust_threshold(kept, weight, quantile, guard.device_trim)
+    return robust_threshold(kept, weight, quantile, guard.device_trim, guard.colluders)
 
 
 @dataclass

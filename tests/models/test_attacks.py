@@ -144,3 +144,25 @@ def test_the_threshold_attack_moves_the_threshold_and_max_variance_the_subspace(
     assert wide["rejected_uploads"] == 0  # within every bound the server checks, so admitted
     assert wide["subspace_distance"] > exact["subspace_distance"] + 0.05, (wide["subspace_distance"],
                                                                           exact["subspace_distance"])
+
+
+def test_two_threshold_attackers_of_21_raise_pca_threshold_only_to_the_honest_devices_trimmed_mean():
+    """The simulator's threshold (the coordinator's rule, models.detection.screening.robust_threshold) with the
+    first two of 21 devices sending every record in the top bin: the honest devices' symmetric trimmed mean of
+    their own quantiles, which the attackers' displacing the honest top devices used to exceed."""
+    from models.detection.robust import residuals
+    from models.detection.screening import device_quantile
+    from models.detection.threshold import sparse_histogram
+    from models.pca.baselines import centralized_pca
+    from models.pca.simulator import federated_threshold, prepare_clients
+
+    t = generate_traffic(n_devices=21, records_per_device=200, seed=3)
+    fleet = prepare_clients([t.X_normal[t.device_normal == i] for i in range(21)], t.feature_names)
+    Z = centralized_pca(fleet.C, fleet.weight, 2)
+    lied = federated_threshold(fleet, Z, 0.99, adversaries=Adversaries(2, "threshold"))
+    logs = np.array([np.log(device_quantile(*sparse_histogram(residuals(x, Z)), 0.99)) for x in fleet.X[2:]])
+    k = 2  # trim_count(21, device_trim 0.1)
+    window = np.argsort(logs, kind="stable")[k:len(logs) - k]
+    w = fleet.weight[2:][window]
+    assert lied == pytest.approx(np.exp((logs[window] * w).sum() / w.sum()), rel=1e-9)
+    assert lied < federated_threshold(fleet, Z, 0.99) * 1.1

@@ -9,6 +9,7 @@ from models.detection.screening import (
     capped_weights,
     check_histogram,
     check_summary,
+    device_quantile,
     federation_statistics,
     robust_threshold,
     stack_summaries,
@@ -99,6 +100,31 @@ def test_one_device_moves_the_threshold_by_at_most_the_spread_of_the_others():
     top = (np.array([len(EDGES) - 2]), np.array([1000]))
     rogue = robust_threshold([*hists, top], w, 0.99, G.device_trim)
     assert clean < rogue < clean * 1.2
+
+
+def test_colluders_at_the_top_raise_the_threshold_no_further_than_the_honest_devices_own_trimmed_mean():
+    """Issue 22, point 2: two devices of 21 sending every record in the top bin were trimmed in place of the honest
+    devices with the highest quantiles, which then counted (nsl-kdd, FedPG: 61.8 -> 40.1 % caught)."""
+    rng = np.random.default_rng(3)
+    scales = np.exp(rng.uniform(0, np.log(8), 21))  # non-i.i.d.: device quantiles over almost a decade
+    hists = []
+    for s in scales:
+        counts = error_histogram(s * rng.exponential(1.0, 2000))
+        nz = np.flatnonzero(counts)
+        hists.append((nz, counts[nz]))
+    w = np.ones(21)
+    liars = np.argsort(scales)[:2]  # the colluders' own traffic was the most ordinary
+    honest = [h for i, h in enumerate(hists) if i not in liars]
+    top = (np.array([len(EDGES) - 2]), np.array([2000]))
+    forged = [top if i in liars else h for i, h in enumerate(hists)]
+    k = 2  # trim_count(21, G.device_trim)
+    logs = np.sort([np.log(device_quantile(b, c, 0.99)) for b, c in honest])
+    bound = np.exp(logs[k:len(logs) - k].mean())  # the honest devices' symmetric trimmed mean
+    lied = robust_threshold(forged, w, 0.99, G.device_trim, G.colluders)
+    assert lied == pytest.approx(bound, rel=1e-9)
+    assert robust_threshold(forged, w, 0.99, G.device_trim) > bound * 1.05  # the trim alone let them raise it
+    clean = robust_threshold(hists, w, 0.99, G.device_trim, G.colluders)
+    assert clean < robust_threshold(hists, w, 0.99, G.device_trim)  # what it costs an honest fleet: a lower one
 
 
 def test_an_invented_statistic_on_a_feature_with_little_reported_variance_is_refused():
