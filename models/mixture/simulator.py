@@ -29,7 +29,7 @@ from models.mixture import FEDERATED
 from models.mixture.anchors import ANCHORS
 from models.mixture.detector import MixtureDetector, fit_em
 from models.mixture.fedem import FedEM, colluders, device_seed, shared_of
-from models.mixture.gmm import Mixture, hard_stats, m_step, nearest
+from models.mixture.gmm import Mixture, e_step, hard_stats, m_step, nearest
 from models.mixture.ridges import tail_scales
 from models.mixture.spec import MixtureJobSpec
 from models.mixture.summed import GROW, SummedFedEM
@@ -126,12 +126,16 @@ def simulate_mixture(
     out: dict[str, Any] = {"algorithm": algorithm, "components": alg.components, "reg": alg.reg}
     t0 = time.perf_counter()
     if summed and alg.ridges:
-        raise ValueError(f"{mode} trains one ridge: leave out ridges")
+        raise ValueError(f"{mode} trains one ridge: leave out the further ridges (--ridges)")
     if algorithm == "centralized":
         T = np.vstack(clients.X)
         mixture = fit_em(T, alg.components, alg.reg, np.random.default_rng(seed), hard_iter=alg.hard_rounds)
         history: list[dict[str, float]] = [{"round": 1}]
-        shared, wide = None, [m_step(*hard_stats(T, nearest(T, mixture.means), alg.components), r) for r in alg.ridges]
+        shared, wide = None, []
+        if alg.ridges:  # the M-step of the last iteration's statistics (k-means or E-step) at every ridge
+            stats = hard_stats(T, nearest(T, mixture.means), alg.components) if alg.hard_rounds >= 100 else \
+                e_step(T, mixture)[:3]
+            mixture, wide = m_step(*stats, alg.reg), [m_step(*stats, r) for r in alg.ridges]
         out.update(rounds=1, seconds_per_round=time.perf_counter() - t0, upload_bytes_per_client_round=None)
     else:
         mixture, shared, history, wide = run_mixture(alg, clients.X, clients.claimed, rounds, fraction, seed, on_round,

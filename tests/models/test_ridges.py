@@ -88,3 +88,14 @@ def test_a_job_refuses_ridges_until_the_coordinator_runs_them():
 
     with pytest.raises(SettingError, match=r"algorithm_params\.ridges: several ridges run in the simulator only"):
         MixtureJobSpec.from_dict({"features": ["a", "b"], "algorithm_params": {"ridges": [0.1]}})
+
+
+def test_the_pooled_baseline_takes_the_same_ridges_and_private_mode_refuses_them():
+    parts = fleet(devices=4, n=300)
+    X = np.vstack(fleet(seed=1, devices=2, n=300))
+    pooled = simulate_mixture(parts, X, np.zeros(len(X)), ["a", "b", "c", "d"], algorithm="centralized",
+                              params={"components": 3, "ridges": [1.0]}, quantile=0.98)
+    assert len(pooled["detector"].wide_) == 1 and len(pooled["ridge_scales"]) == 2
+    with pytest.raises(ValueError, match=r"private mode trains one ridge: leave out the further ridges \(--ridges\)"):
+        simulate_mixture(parts, X, np.zeros(len(X)), ["a", "b", "c", "d"], rounds=2, fraction=0.5,
+                         params={"components": 3, "ridges": [1.0]}, private=True)
