@@ -75,6 +75,9 @@ def coerce(name: str, value: Any, hint: Any) -> Any:
         if type(None) in options:
             return None
         raise SettingError(name, "must not be null")
+    listed = [t for t in options if typing.get_origin(t) in (list, dict)]
+    if listed and len(options) == 2 and type(None) in options:  # an optional list or object
+        return coerce(name, value, listed[0])
     for t in options:
         if t is bool and isinstance(value, bool):
             return value

@@ -10,7 +10,16 @@ import argparse
 from dataclasses import replace
 from typing import Any
 
-from fedsentry.cli.spec_flags import Owners, add_flag, common_default, flag_name, flag_of, given, owners
+from fedsentry.cli.spec_flags import (
+    Owners,
+    add_flag,
+    common_default,
+    flag_name,
+    flag_of,
+    given,
+    list_value,
+    owners,
+)
 from fedsentry.errors import UsageError
 from models.families import DEFAULT_DETECTOR, family
 from models.params import SettingError
@@ -63,6 +72,8 @@ def family_of(args: argparse.Namespace, names: list[str]) -> str:
 def check_simulated(args: argparse.Namespace, name: str) -> None:
     """The settings given for a family's simulator, checked by its spec (a refusal names the flag)."""
     spec = family(name).spec
+    for _, s in spec.simulated_parameters():  # list parameters' text read as the lists they are
+        setattr(args, s.name, list_value(getattr(args, s.name, None), s.hint, flag_name(s.name)))
     values = given(args, owners((name, s) for s in spec.simulated() if s.name != "algorithm"))
     try:
         spec(**values).check_simulated()

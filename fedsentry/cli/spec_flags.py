@@ -87,10 +87,22 @@ def given(args: argparse.Namespace, settings: Owners) -> dict[str, Any]:
         value = getattr(args, name, None)
         if value is None or value == []:
             continue
-        if typing.get_origin(owned[0][1].hint) is list and isinstance(value, str):
-            value = _list(value, flag_name(name))
-        values[name] = value
+        values[name] = list_value(value, owned[0][1].hint, flag_name(name))
     return values
+
+
+def list_value(value: Any, hint: Any, flag: str) -> Any:
+    """A list flag's text as `add_flag` takes it (comma-separated or @FILE), numbers read as numbers where the
+    setting's items are; any other value as it is."""
+    if typing.get_origin(hint) is not list or not isinstance(value, str):
+        return value
+    items = _list(value, flag)
+    if typing.get_args(hint) != (float,):
+        return items
+    try:
+        return [number(v) for v in items]
+    except argparse.ArgumentTypeError as e:
+        raise UsageError(f"{flag}: {e}") from None
 
 
 def flag_of(field: str) -> str:

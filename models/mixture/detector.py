@@ -37,6 +37,7 @@ from models.mixture.gmm import (
     nearest,
     precisions,
 )
+from models.mixture.ridges import combine
 from models.mixture.spec import MixtureJobSpec
 
 MODEL_VERSION = 1
@@ -69,15 +70,30 @@ class MixtureDetector(ThresholdedDetector):
 
     @classmethod
     def from_model(cls, mixture: Mixture, preprocessor: Preprocessor, threshold: float,
-                   shared: np.ndarray | None = None, tail: Tail | None = None, **params: Any) -> MixtureDetector:
+                   shared: np.ndarray | None = None, tail: Tail | None = None, wide: list[Mixture] | None = None,
+                   scales: np.ndarray | None = None, **params: Any) -> MixtureDetector:
         """A detector for a trained mixture. `shared`: the components normal for the whole fleet (the others,
         supported by too few devices, count only for a device that holds records in them: `personalise`).
         `tail`: the fleet's exceedance curve, from which each device shrinks its own threshold
-        (`models.detection.threshold.shrunk_threshold`)."""
+        (`models.detection.threshold.shrunk_threshold`). `wide`: the same statistics' mixtures at further ridges
+        (models.mixture.ridges; same weights and means), and `scales` each mixture's (t, b) that puts their scores
+        on one scale (None until calibrated: `calibrate`)."""
         det = cls(components=mixture.n_components, **params)
-        det._set(mixture, preprocessor, threshold, shared)
+        det._set(mixture, preprocessor, threshold, shared, wide or [])
         det.tail_ = tail
+        if scales is not None:
+            det.calibrate(scales)
         return det
+
+    def calibrate(self, scales: np.ndarray) -> MixtureDetector:
+        """Score by the combined tail of the mixtures (models.mixture.ridges.combine): each one's (t, b), one row per
+        mixture, the first ridge's first. Returns self."""
+        scales = np.asarray(scales, dtype=float)
+        if scales.shape != (1 + len(self.wide_), 2) or not np.isfinite(scales).all() or (scales[:, 1] <= 0).any():
+            raise ValueError(f"scales: expected {1 + len(self.wide_)} rows of (threshold, positive spread), one per "
+                             f"mixture, got shape {scales.shape}")
+        self.scales_: np.ndarray | None = scales
+        return self
 
     def personalise(self, records: np.ndarray | Iterable[np.ndarray]) -> MixtureDetector:
         """Score as the device whose own records these are (original units; an array, or chunks of one so that
@@ -100,17 +116,22 @@ class MixtureDetector(ThresholdedDetector):
         m = self.mixture_
         self.active_ = np.asarray(active, bool)
         self._components = np.flatnonzero(self.active_)
-        sub = Mixture(m.weights[self._components] / m.weights[self._components].sum(), m.means[self._components],
-                      m.prec_chol[self._components])
-        self._density = LogDensity(sub)
+        weights = m.weights[self._components] / m.weights[self._components].sum()
+        self._densities = [LogDensity(Mixture(weights, m.means[self._components], w.prec_chol[self._components]))
+                           for w in (m, *self.wide_)]
+        self._density = self._densities[0]
 
-    def _set(self, m: Mixture, pre: Preprocessor, threshold: float, shared: np.ndarray | None = None) -> None:
+    def _set(self, m: Mixture, pre: Preprocessor, threshold: float, shared: np.ndarray | None = None,
+             wide: list[Mixture] | None = None) -> None:
         if m.n_features != pre.n_features:
             raise ValueError(f"the mixture has {m.n_features} features but the preprocessing has {pre.n_features}")
-        problem = mixture_problem(m)
-        if problem:
-            raise ValueError(problem)
-        self.mixture_, self.preprocessor_ = m, pre
+        wide = list(wide or [])
+        for problem in (mixture_problem(m), *(wide_problem(m, w) for w in wide)):
+            if problem:
+                raise ValueError(problem)
+        self.mixture_, self.preprocessor_, self.wide_ = m, pre, wide
+        self.floors_ = np.array([w.floor() for w in (m, *wide)])
+        self.scales_ = None
         self.threshold_ = float(threshold)
         self.tail_: Tail | None = None
         self.feature_names_ = list(pre.feature_names)
@@ -127,11 +148,21 @@ class MixtureDetector(ThresholdedDetector):
             raise ValueError(f"expected {len(self.feature_names_)} features, got {X.shape[-1]}")
         if X.ndim == 1:
             return float(self.score_samples(X[None])[0])  # type: ignore[index]
-        out = np.empty(X.shape[0])
+        if not self.wide_:
+            return self.mixture_scores(X)[0]
+        if self.scales_ is None:
+            raise ValueError("a mixture of several ridges scores only once calibrated (calibrate)")
+        return combine(self.mixture_scores(X), self.scales_)
+
+    def mixture_scores(self, X: np.ndarray) -> np.ndarray:
+        """Each mixture's score of records X (n, d) in original units: (M, n), the first ridge's first."""
+        X = np.asarray(X, dtype=float)
+        out = np.empty((len(self._densities), X.shape[0]))
         step = chunk_rows(X.shape[1])  # the quadratic forms' temporaries stay near CHUNK_BYTES
         for i in range(0, X.shape[0], step):
-            out[i: i + step] = -logsumexp_rows(self._density(self.preprocessor_.transform(X[i: i + step]))) \
-                - self.floor_
+            T = self.preprocessor_.transform(X[i: i + step])
+            for j, density in enumerate(self._densities):
+                out[j, i: i + step] = -logsumexp_rows(density(T)) - self.floors_[j]
         np.maximum(out, 0.0, out=out)
         return out
 
@@ -164,8 +195,10 @@ class MixtureDetector(ThresholdedDetector):
     def to_wire(self) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
         """Arrays and metadata of the model envelope (wire.model)."""
         m = self.mixture_
+        wide = {"wide_prec_chol": np.stack([w.prec_chol for w in self.wide_])} if self.wide_ else {}
+        scales = {"scales": self.scales_} if self.scales_ is not None else {}
         return ({"weights": m.weights, "means": m.means, "prec_chol": m.prec_chol,
-                 "shared": self.shared_.astype(np.float64), **self.preprocessor_.wire_arrays()},
+                 "shared": self.shared_.astype(np.float64), **wide, **scales, **self.preprocessor_.wire_arrays()},
                 {"detector": "gmm", **self.preprocessor_.wire_meta(), "threshold": self.threshold_,
                  "quantile": self.quantile, **({"tail": self.tail_.to_meta()} if self.tail_ is not None else {})})
 
@@ -177,7 +210,9 @@ class MixtureDetector(ThresholdedDetector):
         quantile = float(meta.get("quantile", MixtureJobSpec.quantile))
         shared = np.asarray(arrays["shared"]) > 0.5 if "shared" in arrays else None
         tail = Tail.from_meta(meta["tail"]) if meta.get("tail") is not None else None
-        return cls.from_model(m, pre, float(meta["threshold"]), shared, tail, quantile=quantile)
+        wide = [Mixture(m.weights, m.means, np.asarray(p, float)) for p in arrays.get("wide_prec_chol", [])]
+        scales = np.asarray(arrays["scales"], float) if "scales" in arrays else None
+        return cls.from_model(m, pre, float(meta["threshold"]), shared, tail, wide, scales, quantile=quantile)
 
     def to_dict(self) -> dict[str, Any]:
         arrays, meta = self.to_wire()
@@ -214,6 +249,15 @@ def fit_em(T: np.ndarray, K: int, reg: float, rng: np.random.Generator, max_iter
             break
         last = ll / len(T)
     return m
+
+
+def wide_problem(m: Mixture, wide: Mixture) -> str | None:
+    """Why `wide` cannot score beside `m` (None when it can): the same statistics at another ridge have the same
+    weights and means."""
+    if wide.prec_chol.shape != m.prec_chol.shape or not (np.array_equal(wide.weights, m.weights)
+                                                          and np.array_equal(wide.means, m.means)):
+        return "a further ridge's mixture must have the weights, means and shapes of the first"
+    return mixture_problem(wide)
 
 
 def mixture_problem(m: Mixture) -> str | None:

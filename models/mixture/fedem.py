@@ -58,6 +58,8 @@ UPLOAD_BUDGET = 256 * 1024
 CANDIDATE_COMPONENTS = (128, 64, 32, 16, 8)
 #: the ridge added to every covariance (standardised units): FedEM's default and the pooled detector's
 DEFAULT_REG = 1e-4
+#: the most further ridges a job may score with (each costs a mixture's scoring on every device)
+MAX_RIDGES = 3
 
 
 def default_components(n_features: int, float32: bool = True) -> int:
@@ -120,7 +122,7 @@ class FedEM(FederatedAlgorithm):
     def __init__(self, n_features: int, components: int | None = None, reg: float = DEFAULT_REG, min_cluster: int = 5,
                  float32: bool = True, tolerance: float = 1e-3, hard_rounds: int = 100_000, seed_rows: bool = True,
                  min_support: int = 3, control_rows: int | None = None, mass_cap: float = MASS_CAP,
-                 seeding: str = "merge"):
+                 seeding: str = "merge", ridges: list[float] | None = None):
         components = default_components(n_features, float32) if components is None else components
         if not 1 <= components <= 1024:
             raise ValueError("components must be between 1 and 1024")
@@ -149,6 +151,10 @@ class FedEM(FederatedAlgorithm):
             raise ValueError("mass_cap must be in (0, 1] (the share of a component's mass its colluders may hold; "
                              "1 turns the rule off)")
         self.mass_cap = float(mass_cap)
+        ridges = list(ridges or [])
+        if len(ridges) > MAX_RIDGES or not all(0 < r <= 10 for r in ridges):
+            raise ValueError(f"ridges must be at most {MAX_RIDGES} further ridges, each in (0, 10]")
+        self.ridges = [float(r) for r in ridges]
 
     @property
     def packed(self) -> int:
@@ -256,6 +262,11 @@ class FedEM(FederatedAlgorithm):
     def aggregate(self, server: State) -> Mixture:
         """The M-step of every device's last statistics, summed (weighted by the devices' shares)."""
         return m_step(*control.aggregate(server), self.reg)
+
+    def widened(self, server: State) -> list[Mixture]:
+        """The M-step of the same statistics at each further ridge (models.mixture.ridges): no round, no upload."""
+        stats = control.aggregate(server) if "R" in server else None
+        return [m_step(*stats, r) for r in self.ridges] if stats is not None else []
 
     def support_view(self, server: State) -> SupportView | None:
         """Support, not volume, makes normal (the pipeline's support rule, models.core.pipeline.support_mask): a

@@ -24,12 +24,13 @@ from models.detection.attacks import NO_ADVERSARIES, Adversaries
 from models.detection.metrics import detection_report
 from models.detection.preprocessing import RECORD_DTYPE, as_device_records, signed_log1p
 from models.detection.screening import Guard, WeightCaps, admitted_histograms, fleet_tail
-from models.detection.threshold import EDGES, holdout_mask, shrunk_threshold, sparse_histogram
+from models.detection.threshold import EDGES, Tail, holdout_mask, shrunk_threshold, sparse_histogram
 from models.mixture import FEDERATED
 from models.mixture.anchors import ANCHORS
 from models.mixture.detector import MixtureDetector, fit_em
 from models.mixture.fedem import FedEM, colluders, device_seed, shared_of
-from models.mixture.gmm import Mixture
+from models.mixture.gmm import Mixture, e_step, hard_stats, m_step, nearest
+from models.mixture.ridges import tail_scales
 from models.mixture.spec import MixtureJobSpec
 from models.mixture.summed import GROW, SummedFedEM
 from models.pca.simulator import ClientData, prepare_clients
@@ -124,14 +125,20 @@ def simulate_mixture(
         clients = private_clients(fit_parts, feature_names, guard, transport)
     out: dict[str, Any] = {"algorithm": algorithm, "components": alg.components, "reg": alg.reg}
     t0 = time.perf_counter()
+    if summed and alg.ridges:
+        raise ValueError(f"{mode} trains one ridge: leave out the further ridges (--ridges)")
     if algorithm == "centralized":
-        mixture = fit_em(np.vstack(clients.X), alg.components, alg.reg, np.random.default_rng(seed),
-                         hard_iter=alg.hard_rounds)
+        T = np.vstack(clients.X)
+        mixture = fit_em(T, alg.components, alg.reg, np.random.default_rng(seed), hard_iter=alg.hard_rounds)
         history: list[dict[str, float]] = [{"round": 1}]
-        shared = None
+        shared, wide = None, []
+        if alg.ridges:  # the M-step of the last iteration's statistics (k-means or E-step) at every ridge
+            stats = hard_stats(T, nearest(T, mixture.means), alg.components) if alg.hard_rounds >= 100 else \
+                e_step(T, mixture)[:3]
+            mixture, wide = m_step(*stats, alg.reg), [m_step(*stats, r) for r in alg.ridges]
         out.update(rounds=1, seconds_per_round=time.perf_counter() - t0, upload_bytes_per_client_round=None)
     else:
-        mixture, shared, history = run_mixture(alg, clients.X, clients.claimed, rounds, fraction, seed, on_round,
+        mixture, shared, history, wide = run_mixture(alg, clients.X, clients.claimed, rounds, fraction, seed, on_round,
                                                adversaries, clients.caps, transport)
         # what every device sent in the seeding and the rounds (the phases are added below)
         answers = sum(h["devices"] for h in history)
@@ -144,27 +151,39 @@ def simulate_mixture(
             out["secure_sum"] = {"device_cpu_seconds_max": float(np.max(transport.device_cpu)),
                                  "coordinator_cpu_seconds_median": float(np.median(transport.server_cpu)),
                                  "dropout": dropout, "clipped_values": transport.clipped}
-    det = MixtureDetector.from_model(mixture, clients.preprocessor, 1.0, shared, quantile=quantile)
+    det = MixtureDetector.from_model(mixture, clients.preprocessor, 1.0, shared, wide=wide, quantile=quantile)
     # the fleet's components and the device's own (from the records it trained on, not those held out)
     devices = [copy.copy(det).personalise(p) for p in fit_parts]
-    scores = [np.asarray(dev.score_samples(h)) for dev, h in zip(devices, held_parts)]
-    histograms = adversaries.histograms([sparse_histogram(s) for s in scores], len(EDGES) - 1)
-    if transport is not None:  # private: one secure sum of every device's histogram, nothing to check or clip
-        from models.detection.private import private_tail
 
-        threshold, det.tail_ = private_tail(histograms, clients.weight, quantile, holdout, transport)
-    else:
+    histogram_bytes: list[int] = []  # what the devices send in each threshold phase
+
+    def tail_of(scores: list[np.ndarray]) -> tuple[float, Tail]:
+        """The fleet's threshold and tail from the devices' histograms of their held-out records' scores."""
+        histograms = adversaries.histograms([sparse_histogram(s) for s in scores], len(EDGES) - 1)
+        histogram_bytes.append(sum(8 * len(b) for b, _ in histograms))
+        if transport is not None:  # private: one secure sum of every device's histogram, nothing to check or clip
+            from models.detection.private import private_tail
+
+            return private_tail(histograms, clients.weight, quantile, holdout, transport)
         kept, weight = admitted_histograms(histograms, [len(s) for s in scores], clients.weight)
-        threshold, det.tail_ = fleet_tail(kept, weight, quantile, guard.device_trim, holdout,
-                                          colluders(alg.min_support))
+        return fleet_tail(kept, weight, quantile, guard.device_trim, holdout, colluders(alg.min_support))
+
+    if wide:  # each mixture's tail first (a threshold phase), then the combined score's (models.mixture.ridges)
+        each = [dev.mixture_scores(h) for dev, h in zip(devices, held_parts)]
+        scales = tail_scales([tail_of([e[j] for e in each]) for j in range(1 + len(wide))], quantile)
+        for x in (det, *devices):
+            x.calibrate(scales)
+        out["ridge_scales"] = scales.tolist()
+    scores = [np.asarray(dev.score_samples(h)) for dev, h in zip(devices, held_parts)]
+    threshold, det.tail_ = tail_of(scores)
     det.threshold_ = threshold
     if transport is not None and transport.noise is not None:
         from models.private.accounting import report
 
         out["dp"] = report(transport.noise.ledger, dp)  # type: ignore[arg-type]
     if algorithm != "centralized":  # per device and round: the statistics and threshold phases count as rounds
-        sent += transport.phase_bytes if transport else sum(8 * len(b) for b, _ in histograms)
-        out["upload_bytes_per_device_round"] = sent / (len(clients.X) * (len(history) + 2))
+        sent += transport.phase_bytes if transport else sum(histogram_bytes)
+        out["upload_bytes_per_device_round"] = sent / (len(clients.X) * (len(history) + 1 + len(histogram_bytes)))
     own = np.array([shrunk_threshold(s, threshold, det.tail_, quantile) for s in scores])  # as each device sets it
     where = np.full(len(X_test), -1) if test_devices is None else np.asarray(test_devices)
     test_scores = np.empty(len(X_test))
@@ -173,7 +192,8 @@ def simulate_mixture(
         test_scores[seen] = (det if i < 0 else devices[i]).score_samples(X_test[seen])
     at = np.where(where < 0, threshold, own[np.maximum(where, 0)])  # each test record at its device's threshold
     fleet_only = detection_report(y_test, test_scores, threshold)
-    out.update(history=history, threshold=threshold, holdout_nll=heldout_nll(det, scores, clients.weight, guard),
+    nll_scores = [dev.mixture_scores(h)[0] for dev, h in zip(devices, held_parts)] if wide else scores
+    out.update(history=history, threshold=threshold, holdout_nll=heldout_nll(det, nll_scores, clients.weight, guard),
                shared_components=int(det.shared_.sum()),
                device_threshold={"prior": det.tail_.prior, "min": float(own.min()), "median": float(np.median(own)),
                                  "max": float(own.max()), "each": own.tolist()},
@@ -244,7 +264,8 @@ def devices_seeing(parts: list[np.ndarray], X_test: np.ndarray, y_test: np.ndarr
 def run_mixture(alg: FedEM, X: list[np.ndarray], claimed: np.ndarray, rounds: int, fraction: float, seed: int,
                 on_round: Callable[[dict[str, float]], None] | None = None,
                 adversaries: Adversaries = NO_ADVERSARIES, caps: WeightCaps | None = None,
-                transport: SecureTransport | None = None) -> tuple[Mixture, np.ndarray, list[dict[str, float]]]:
+                transport: SecureTransport | None = None) -> tuple[Mixture, np.ndarray, list[dict[str, float]],
+                                                                   list[Mixture]]:
     """The rounds of a federated mixture job: the seeding round with every device (as the job's seed phase; a
     summed FedEM's seeding rounds, as many as it grows), then `rounds` rounds of the coordinator's sampling and the
     devices' client steps (the adversaries' uploads tampered with, models.detection.attacks). The answers weigh the
@@ -278,7 +299,7 @@ def run_mixture(alg: FedEM, X: list[np.ndarray], claimed: np.ndarray, rounds: in
         simulate(loop, pool, claimed, rounds, hooks, everyone_while=lambda b: int(b["stage"]) == GROW)
     else:
         simulate(loop, pool, claimed, rounds, hooks, everyone_first=True)
-    return alg.consensus(loop.broadcast), shared_of(loop.broadcast), history
+    return alg.consensus(loop.broadcast), shared_of(loop.broadcast), history, alg.widened(loop.server)
 
 
 def device_moments(X: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:

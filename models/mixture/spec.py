@@ -38,6 +38,9 @@ class MixtureJobSpec(DetectorJobSpec):
                     "seeding": "how the seeding round merges the devices' own clusters into the first mixture: merge "
                     "(k-means on their means, k-FED) or split (splitting the most spread group, from their summed "
                     "statistics)",
+                    "ridges": "further ridges (comma-separated): the server also takes the M-step of the same "
+                    "statistics at each, and a record scores by its smallest tail probability across the mixtures "
+                    "(models.mixture.ridges)",
                     "seed_rows": "keep each device's seeding clusters as its first control-variate row (README)",
                     "min_support": "devices that must support a component for it to join the fleet's model; the "
                     "others stay personal (at most half a small fleet; 0 turns the rule off)"})
@@ -47,5 +50,8 @@ class MixtureJobSpec(DetectorJobSpec):
 
     def check_family(self) -> None:
         super().check_family()
+        # several ridges need a threshold phase per mixture, which the coordinator does not run yet
+        check(not self.algorithm_params.get("ridges"), "algorithm_params.ridges", "several ridges run in the "
+              "simulator only so far (fedsentry simulate --ridges); a job trains one ridge (reg)")
         check(0.05 <= self.holdout <= 0.5, "holdout", "must be in [0.05, 0.5] (the share of each device's records "
               "its threshold is read from)")

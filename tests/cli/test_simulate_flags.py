@@ -88,6 +88,8 @@ def test_simulate_defaults_differ_from_a_jobs_in_one_place():
     (["simulate", "pca", "--detector", "pca", "--kernel", "rff", "--rank", "2000"], "--rank: (2000) must be smaller "
      "than kernel_features (1000)"),
     (["simulate", "pca", "--seed", "-1"], "--seed: must be in [0, 2^31)"),
+    (["simulate", "pca", "--ridges", "0.1,wide"], "--ridges: expected a number, got 'wide'"),
+    (["simulate", "pca", "--ridges", "0.1,20"], "--ridges: ridges must be at most 3 further ridges, each in (0, 10]"),
     (["simulate", "pca", "--kernel", "poly"], "argument --kernel: invalid choice: 'poly'"),
     (["simulate", "pca", "--bits", "1", "--detector", "pca", "--algorithm", "fedmm", "--clients", "5"],
      "--bits: bits must be between 2 and 16"),
