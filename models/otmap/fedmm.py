@@ -23,16 +23,23 @@ from models.otmap.adam import adam_state, adam_step
 from models.otmap.icnn import Layout, init, project
 from models.otmap.objective import source_grad, target_terms
 
+#: the clients' step unless told: lr = this / n_features. The curvature of W in the quadratic part of f_omega grows
+#: with E||x||^2, about the number of features on standardised records, and a plain gradient step diverges past
+#: 2 / curvature (measured on `simulate otmap --paper`'s benchmark: 0.5 / 16 drifts up after 40 rounds, 0.25 / 8
+#: diverges, 0.1 / 8 converges)
+DEFAULT_LR_TIMES_FEATURES = 0.1
+
 
 class FedMMOT(FederatedAlgorithm):
     name = "fedmm-ot"
     row_tables = ("V_rows",)
 
-    def __init__(self, n_features: int, hidden: int = 64, lam: float = 1.0, lr: float = 0.05, gamma: float = 1.0,
-                 alpha: float = 0.01, server_steps: int = 10, server_lr: float = 1e-3, batch: int = 1024,
+    def __init__(self, n_features: int, hidden: int = 64, lam: float = 1.0, lr: float | None = None, gamma: float = 1.0,
+                 alpha: float = 0.01, server_steps: int = 10, server_lr: float = 0.01, batch: int = 1024,
                  seed: int = 0) -> None:
         if n_features < 1 or hidden < 1:
             raise ValueError(f"otmap: n_features and hidden must be >= 1, got {n_features} and {hidden}")
+        lr = DEFAULT_LR_TIMES_FEATURES / n_features if lr is None else lr
         for name, value in (("lam", lam), ("lr", lr), ("gamma", gamma), ("server_lr", server_lr)):
             if not value > 0:
                 raise ValueError(f"otmap: {name} must be > 0, got {value}")
