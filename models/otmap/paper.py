@@ -18,6 +18,7 @@ from models.dictionary.paper import balanced_split
 from models.otmap.fedmm import ALGORITHMS, FedMMOT
 from models.otmap.icnn import Layout, init, project, transport
 from models.otmap.objective import l2_uvp
+from models.otmap.simulator import train
 
 
 @dataclass
@@ -59,22 +60,13 @@ def benchmark(d: int, clients: int, per_client: int, rng: np.random.Generator) -
 
 def run(alg: FedMMOT, b: Benchmark, rounds: int, share: float, seed: int, every: int = 1) -> list[float]:
     """L2-UVP before the first round and every `every` rounds, `share` of the clients (mu_i = 1/n) per round."""
-    rng = np.random.default_rng(seed)
-    n = len(b.parts)
-    server, _ = alg.init_server(n, rng)
-    server, broadcast = alg.attach_fleet(server, np.ones(n), share)
-    server = alg.attach_target(server, b.Y)
-    per_round = max(1, int(round(share * n)))
-    curve = [uvp(alg, broadcast, b)]
-    for t in range(1, rounds + 1):
-        ids = np.sort(rng.choice(n, per_round, replace=False))
-        X = np.empty(per_round, dtype=object)
-        for j, i in enumerate(ids):
-            X[j] = b.parts[i]
-        _, up = alg.client_update({}, {"X": X}, broadcast)
-        server, broadcast = alg.server_update(server, ids, up, np.ones(per_round))
+    curve: list[float] = []
+
+    def measure(t: int, broadcast: State) -> None:
         if t % every == 0 or t == rounds:
             curve.append(uvp(alg, broadcast, b))
+
+    train(alg, b.parts, b.Y, rounds, share, seed, on_round=measure)
     return curve
 
 
