@@ -72,6 +72,23 @@ class FedMMOT(FederatedAlgorithm):
             raise ValueError(f"otmap: Q's records must be n x {self.layout.d}, got shape {Y.shape}")
         return {**server, "Y": Y}
 
+    def start_from_moments(self, server: State, mean: np.ndarray, var: np.ndarray) -> tuple[State, State]:
+        """Start both maps at the per-feature affine maps that match P's means and variances (the fleet's, from its
+        counts, sums and sums of squares) with those of the server's records of Q: x -> D x + b, D diagonal
+        positive, the gradient of a convex quadratic, so a fleet shifted as a whole starts near its map."""
+        Y = server["Y"]
+        mean, var = np.asarray(mean, dtype=float), np.asarray(var, dtype=float)
+        if mean.shape != (self.layout.d,) or var.shape != (self.layout.d,) or np.any(var < 0) or len(Y) == 0:
+            raise ValueError(f"otmap: P's means and variances must be {self.layout.d} numbers (variances >= 0), and "
+                             "the server needs Q's records first")
+        D = np.sqrt((Y.var(axis=0) + 1e-12) / (var + 1e-12))
+        for key, scale, shift in (("omega", D, Y.mean(axis=0) - D * mean), ("theta", 1 / D, mean - Y.mean(axis=0) / D)):
+            parts = self.layout.unpack(server[key].copy())
+            parts["L"][:] = np.diag(np.sqrt(scale))
+            parts["w"][:] = shift
+            server[key] = self.layout.pack(parts)
+        return server, self.broadcast_of(server)
+
     def broadcast_of(self, server: State) -> State:
         return {"omega": server["omega"], "theta": server["theta"]}
 

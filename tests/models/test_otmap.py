@@ -140,3 +140,19 @@ def test_map_between_gaussians_matches_pot() -> None:
 
 def test_registry_names_the_algorithms() -> None:
     assert set(ALGORITHMS) == {"fedmm-ot", "pseudo-mm", "fedadam"}
+
+
+def test_moment_start_maps_a_shifted_and_scaled_fleet_onto_q() -> None:
+    """P = Q's records scaled and shifted per feature: the moment-matched start is already their map (and theta its
+    inverse), before any round, up to the initial hidden part's small contribution."""
+    rng = np.random.default_rng(4)
+    Y = rng.standard_normal((2000, 3)) * [1.0, 2.0, 0.5] + [0.0, 1.0, -2.0]
+    X = 3.0 * Y + [10.0, -5.0, 1.0]
+    alg = FedMMOT(3, hidden=4)
+    server, _ = alg.init_server(1, rng)
+    server = alg.attach_target(server, Y)
+    server, broadcast = alg.start_from_moments(server, X.mean(axis=0), X.var(axis=0))
+    assert np.allclose(transport(alg.layout, broadcast["omega"], X), Y, atol=0.01)
+    assert np.allclose(transport(alg.layout, broadcast["theta"], Y), X, atol=0.01)
+    with pytest.raises(ValueError, match="means and variances"):
+        alg.start_from_moments(server, X.mean(axis=0)[:2], X.var(axis=0))
