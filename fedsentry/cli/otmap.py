@@ -19,7 +19,7 @@ log = logging.getLogger("fedsentry.otmap")
 #: FedAdam's server learning rates tried for each dimension (the paper tunes it), and as many client steps lr * d
 #: for fedmm-ot: each algorithm's best final L2-UVP is compared
 FEDADAM_RATES = (0.003, 0.01, 0.03)
-FEDMM_STEPS = (0.05, 0.1, 0.25)
+FEDMM_STEPS = (0.1, 0.25, 0.5)
 
 
 def register(groups: dict[str, Any], verbs: Any) -> None:
@@ -129,6 +129,7 @@ def plot(out: dict[str, Any], every: int, path: Path) -> None:
         for name, y in runs.items():
             ax.plot(np.r_[0, np.arange(1, len(y)) * every], y, label=name)
         ax.set_yscale("log")
+        ax.set_ylim(top=3 * max(y[0] for y in runs.values()))  # a diverging run would hide the others
         ax.set_title(f"d = {d}: L2-UVP %")
         ax.set_xlabel("round")
         ax.legend(fontsize=7)

@@ -29,7 +29,7 @@ def test_simulate_otmap_paper_writes_the_figure_and_checks(tmp_path) -> None:
                  "--out", str(tmp_path), "--json", str(tmp_path / "c.json")])
     assert code == 0
     result = json.loads((tmp_path / "c.json").read_text())
-    assert set(result["curves"]["4"]) == {"fedmm-ot-0.05", "fedmm-ot-0.1", "fedmm-ot-0.25", "fedadam-0.003",
+    assert set(result["curves"]["4"]) == {"fedmm-ot-0.1", "fedmm-ot-0.25", "fedmm-ot-0.5", "fedadam-0.003",
                                           "fedadam-0.01", "fedadam-0.03"}
     assert "below_after_20pct" in result["checks"]["4"]
     assert "| 4 |" in (tmp_path / "otmap-paper.md").read_text() and (tmp_path / "otmap-paper.png").is_file()
