@@ -36,9 +36,11 @@ def test_simulate_otmap_paper_writes_the_figure_and_checks(tmp_path) -> None:
 
 
 @pytest.mark.parametrize(("flags", "message"), [(["--dims", "16,x"], "--dims"), (["--share", "0"], "--share"),
-                                               ([], "--paper")])
-def test_bad_flags_are_named(flags: list[str], message: str, capsys) -> None:
-    args = ["simulate", "otmap", *(["--paper"] if flags else []), *flags]
+                                               (["--paper", "--share", "0.5"], "--paper")])
+def test_bad_flags_are_named(flags: list[str], message: str, capsys, tmp_path) -> None:
+    small = ["--rounds", "1", "--hidden", "2", "--out", str(tmp_path)]  # were a check missing, the run stays short
+    args = ["simulate", "otmap", *(["--paper", "--dims", "2"] if "--paper" not in flags else ["--dims", "2"]),
+            *small, *(f for f in flags if f != "--paper")]
     code = main(args)
     assert code != 0
     assert message in capsys.readouterr().err
