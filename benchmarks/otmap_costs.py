@@ -7,7 +7,7 @@ benchmarks/results/otmap-costs.json and .md.
 from __future__ import annotations
 
 import json
-import time
+import timeit
 from pathlib import Path
 from typing import Any
 
@@ -19,12 +19,7 @@ from models.otmap.objective import source_grad
 
 def best(f: Any, repeat: int) -> float:
     """The fastest of `repeat` runs, in seconds."""
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        f()
-        times.append(time.perf_counter() - t0)
-    return min(times)
+    return min(timeit.repeat(f, number=1, repeat=repeat))
 
 
 def costs(d: int) -> dict[str, float]:
