@@ -11,6 +11,7 @@ import logging
 import threading
 from collections.abc import Callable
 from contextlib import suppress
+from urllib.parse import urlsplit
 
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -38,6 +39,11 @@ class QueueIngest:
                  limit: IngestLimit, batch: int, wait: float, prefetch: int = 2000):
         if not urls:
             raise ValueError("an ingest worker needs the queue's broker URL (amqp://...)")
+        for url in urls:
+            parts = urlsplit(url)
+            if parts.scheme not in ("amqp", "amqps") or not parts.hostname:
+                raise ValueError(f"--queue: {parts.scheme or 'no scheme'}://{parts.hostname or ''}... is not an AMQP "
+                                 "URL (amqp://user:password@host:5672/)")
         self.urls, self.sessions, self.reject, self.limit = list(urls), sessions, reject, limit
         self.batch, self.wait, self.prefetch = batch, wait, prefetch
         self.stored = 0  # alerts stored by this worker (redeliveries not counted)

@@ -271,6 +271,10 @@ def run_coordinator(args: argparse.Namespace) -> int:
     forward = forward_destinations(args)
     broker, url, username, password = service_broker(args)
     try:
+        if args.role not in ("all", "driver", "ingest"):  # from $FEDSENTRY_ROLE (argparse checks the flag)
+            raise ValueError(f"$FEDSENTRY_ROLE: {args.role!r} is not one of all, driver, ingest")
+        if args.queue and args.role == "driver":
+            raise ValueError("--queue: a driver reads no alerts; the queue is for --role ingest or all")
         roles = ("driver", "ingest") if args.role == "all" else (args.role,)
         coord = Coordinator(url, args.db, client_id=args.client_id,
                             username=username, password=password, tls=args.tls, ca_cert=args.ca_cert,
