@@ -282,8 +282,13 @@ class JobRunner(ABC):
         self.pending[env.sender] = msg
         if digest is not None:
             self.digests[env.sender] = digest
-            if not stored:
+            if not stored and self.keeps_answers():
                 self.unsaved.append((env.sender, bytes(payload or b"")))
+        return True
+
+    def keeps_answers(self) -> bool:
+        """Whether this round's accepted answers are stored (round_uploads) for a coordinator taking the job over;
+        not those that must never be saved (the shares a secure sum reveals)."""
         return True
 
     def store_uploads(self) -> int:

@@ -56,6 +56,12 @@ class SecureSums(JobRunner):
         raise NotImplementedError
 
     # -- what the runner asks -------------------------------------------------------------------------
+    def keeps_answers(self) -> bool:
+        """The shares revealed to unmask a sum are used to decode it and never saved (a coordinator taking over asks
+        for them again); every other answer is kept until its round closes."""
+        at = step_of(self.phase)
+        return at is None or at[1] != "unmask"
+
     def reply_type(self, phase: str) -> MessageType | None:
         at = step_of(phase)
         if at is None:

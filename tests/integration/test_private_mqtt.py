@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from coordinator.job_runner import JobRunner
 from models.pca.simulator import simulate_pca
 from store.db import JobState, ModelVersion, Round, unpack
 from tests.integration.conftest import parts_for, wait_until
@@ -29,8 +30,12 @@ def leave_after_upload(agent) -> None:
     agent._routed = routed
 
 
-def test_a_private_pca_job_over_mqtt_equals_the_simulators_private_mode(broker, coordinator, fleet, traffic):
+def test_a_private_pca_job_over_mqtt_equals_the_simulators_private_mode(broker, coordinator, fleet, traffic,
+                                                                        monkeypatch):
     data, split = traffic
+    kept: list[str] = []  # the phases whose answers were stored for a coordinator taking over (round_uploads)
+    store = JobRunner.store_uploads
+    monkeypatch.setattr(JobRunner, "store_uploads", lambda self: (kept.append(self.phase), store(self))[1])
     parts = parts_for(split, N)
     for i, p in enumerate(parts):
         fleet.add(f"dev-{i}", p, data.feature_names)
@@ -47,6 +52,8 @@ def test_a_private_pca_job_over_mqtt_equals_the_simulators_private_mode(broker, 
         state = s.get(JobState, "p1")
         assert not [k for k in unpack(state.server) if k.startswith("secagg.")]
     assert [r.phase for r in rounds][:5] == ["stats", "mean:advertise", "mean:share", "mean:upload", "mean:unmask"]
+    # masked uploads are kept until their round closes; the shares revealed to unmask a sum never are
+    assert "mean:upload" in kept and not [p for p in kept if p.endswith(":unmask")]
     last = rounds[-1]  # the threshold's unmask: dev-3 did not answer, its upload counted
     assert last.phase == "threshold:unmask" and last.metrics["dropouts"] == 1 and last.metrics["survivors"] == N
     sim = simulate_pca(parts, split.X_test, split.y_test, data.feature_names, rank=RANK, seed=SEED, private=True,
