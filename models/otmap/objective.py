@@ -53,3 +53,22 @@ def l2_uvp(mapped: np.ndarray, true: np.ndarray) -> float:
     """L2-UVP (Korotin et al. 2021b): 100 E_P||m(X) - m*(X)||^2 / Var(Q), Var(Q) the trace of the covariance of
     m*(X) (the benchmark's code: the sum of the per-feature variances)."""
     return float(100 * np.mean(np.sum((mapped - true) ** 2, axis=1)) / np.sum(true.var(axis=0)))
+
+
+def grad_bound(layout: Layout, omega: np.ndarray, second: np.ndarray | float) -> np.ndarray:
+    """An upper bound on ||E_i[grad_omega f_omega(X)]|| for a client whose records have E||x||^2 = `second`:
+    what no honest upload exceeds. Per record the gradient's norm is at most c0 + c1 ||x|| + c2 ||x||^2
+    (softplus(h) <= |h| + log 2, its derivative in [0, 1], Frobenius norms bounding the layers), so by Jensen
+    the mean's is at most c0 + c1 sqrt(second) + c2 second."""
+    p = layout.unpack(np.asarray(omega, dtype=float))
+    n = {k: float(np.linalg.norm(v)) for k, v in p.items()}
+    slack = np.sqrt(layout.hidden) * np.log(2)
+    # ||z1|| <= a1 r + b1, ||softplus(h2)|| <= a2 r + b2, ||d2|| <= ||a||, ||d1|| <= ||a|| ||A1||
+    a1, b1 = n["W0"], n["b0"] + slack
+    a2, b2 = n["A1"] * a1 + n["W1"], n["A1"] * b1 + n["b1"] + slack
+    d2, d1 = n["a"], n["a"] * n["A1"]
+    c0 = b2 + d2 * b1 + d2 + d1  # a, A1, b1, b0
+    c1 = a2 + 1 + d2 * a1 + d2 + d1  # a, w, A1, W1, W0
+    c2 = n["L"]  # L: ||x x' L|| <= ||x||^2 ||L||
+    s = np.maximum(np.asarray(second, dtype=float), 0.0)
+    return c0 + c1 * np.sqrt(s) + c2 * s
