@@ -230,6 +230,42 @@ def test_transport_map_deployment_equals_simulation(tmp_path, traffic, algorithm
     assert len(det.explain(X[:2])) == 2
 
 
+def test_a_transport_map_upload_no_device_could_send_is_refused_with_its_reason(tmp_path, traffic):
+    from models.core.messages import Upload
+    from wire.messages import envelope
+    from wire.protocol import ProtocolError
+
+    features, parts = traffic
+    Loopback(tmp_path, "gmm", "fedem", {"features": features, "rounds": 2, "fraction": 0.5, "seed": 3,
+                                        "algorithm_params": {"components": 3}},
+             pca_participants(tmp_path / "a", features, parts, "gmm"), job="fleet-a").run()
+    loop = Loopback(tmp_path, "otmap", "fedmm-ot", {"features": features, "rounds": 2, "fraction": 0.5,
+                                                    "target_records": 256, "algorithm_params": OTMAP_SMALL},
+                    pca_participants(tmp_path / "b", features, drifted(parts, features), "otmap"), job="fleet-b")
+    runner, bad = loop.runner, []
+    honest_accept = runner.accept
+
+    def accept(env):
+        if env.kind == Upload.kind and not bad:  # the first training upload, tampered three ways first
+            g = env.arrays["grad"]
+            for arrays, why in (({"grad": g[:-1]}, "shape"), ({"grad": np.where(np.arange(len(g)) == 3, np.nan, g)},
+                                                             "finite"),
+                                ({"grad": g / np.linalg.norm(g) * 1e7}, "exceeds")):
+                tampered = envelope(Upload(arrays=arrays), env.job, env.round, env.sender)
+                with pytest.raises(ProtocolError) as e:
+                    honest_accept(decode(tampered.encode()))
+                bad.append((why, str(e.value)))
+        return honest_accept(env)
+
+    runner.accept = accept
+    mv = loop.run()
+    assert [w for w, _ in bad] == ["shape", "finite", "exceeds"]
+    for why, message in bad:
+        assert "grad" in message and why in message.replace("non-finite", "finite").lower(), message
+    assert "the most this device's records" in bad[2][1]
+    assert mv.info["detector"] == "otmap"  # the honest answer after the refusals went through
+
+
 def _shard(r, users):
     mine = np.isin(r.user, users)
     return from_triples(r.user_ids[r.user[mine]], r.item_ids[r.item[mine]], r.rating[mine], r.rating_min,

@@ -8,7 +8,7 @@ import pytest
 
 from models.otmap.fedmm import ALGORITHMS, FedMMOT
 from models.otmap.icnn import Layout, init, potential, potential_grad, project, transport, transport_vjp
-from models.otmap.objective import l2_uvp, source_grad, target_terms
+from models.otmap.objective import grad_bound, l2_uvp, source_grad, target_terms
 
 EPS = 1e-6
 
@@ -156,3 +156,16 @@ def test_moment_start_maps_a_shifted_and_scaled_fleet_onto_q() -> None:
     assert np.allclose(transport(alg.layout, broadcast["theta"], Y), X, atol=0.01)
     with pytest.raises(ValueError, match="means and variances"):
         alg.start_from_moments(server, X.mean(axis=0)[:2], X.var(axis=0))
+
+
+def test_the_upload_bound_holds_for_every_record_and_so_for_their_mean():
+    layout = Layout(5, 8)
+    rng = np.random.default_rng(0)
+    omega = project(layout, init(layout, rng, scale=1.0) + 0.3 * rng.standard_normal(layout.size))
+    for spread in (0.1, 1.0, 10.0, 100.0):
+        X = rng.standard_normal((300, 5)) * spread + spread
+        each = np.array([np.linalg.norm(potential_grad(layout, omega, x[None], 1.0)) for x in X])
+        assert (each <= grad_bound(layout, omega, (X**2).sum(axis=1))).all()
+        assert np.linalg.norm(source_grad(layout, omega, X)) <= grad_bound(layout, omega, (X**2).sum(axis=1).mean())
+        # not vacuous: within a small factor of the largest record's gradient
+        assert grad_bound(layout, omega, (X**2).sum(axis=1)).max() < 20 * each.max()
