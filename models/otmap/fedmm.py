@@ -21,7 +21,7 @@ import numpy as np
 from models.core.federated import FederatedAlgorithm, State
 from models.otmap.adam import adam_state, adam_step
 from models.otmap.icnn import Layout, init, project
-from models.otmap.objective import source_grad, target_terms
+from models.otmap.objective import source_grad, target_terms, theta_grad
 
 #: the clients' step unless told: lr = this / n_features. The curvature of W in the quadratic part of f_omega grows
 #: with E||x||^2, about the number of features on standardised records, and a plain gradient step diverges past
@@ -133,7 +133,7 @@ class FedMMOT(FederatedAlgorithm):
         opt = {k: server[f"theta_{k}"] for k in ("m", "v", "k")}
         theta = server["theta"]
         for step in range(1, self.server_steps + 1):
-            G = target_terms(self.layout, server["omega"], theta, self.q_batch(server, step), self.lam)[2]
+            G = theta_grad(self.layout, server["omega"], theta, self.q_batch(server, step), self.lam)
             theta = project(self.layout, adam_step(theta, G, opt, self.server_lr))
         server["theta"] = theta
         server.update({f"theta_{k}": v for k, v in opt.items()})

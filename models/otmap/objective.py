@@ -42,6 +42,15 @@ def target_terms(layout: Layout, omega: np.ndarray, theta: np.ndarray, Y: np.nda
     return value, G_Q, G_theta
 
 
+def theta_grad(layout: Layout, omega: np.ndarray, theta: np.ndarray, Y: np.ndarray, lam: float) -> np.ndarray:
+    """`target_terms`' gradient in theta alone (what the server's theta steps need), without its value and G_Q."""
+    n = len(Y)
+    Xh = transport(layout, theta, Y)
+    r = transport(layout, omega, Xh) - Y
+    Hr = transport_vjp(layout, omega, Xh, 2 * lam * r / n, params=False)[1]
+    return transport_vjp(layout, theta, Y, Hr)[0]
+
+
 def objective(layout: Layout, omega: np.ndarray, theta: np.ndarray, parts: Sequence[np.ndarray],
               mu: np.ndarray, Y: np.ndarray, lam: float) -> float:
     """W(omega, theta) (eq. 33) on the clients' records and the records Y of Q."""

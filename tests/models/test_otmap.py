@@ -169,3 +169,15 @@ def test_the_upload_bound_holds_for_every_record_and_so_for_their_mean():
         assert np.linalg.norm(source_grad(layout, omega, X)) <= grad_bound(layout, omega, (X**2).sum(axis=1).mean())
         # not vacuous: within a small factor of the largest record's gradient
         assert grad_bound(layout, omega, (X**2).sum(axis=1)).max() < 20 * each.max()
+
+
+def test_the_servers_theta_gradient_is_target_terms_own():
+    """The theta steps' shortcut (no value, no G_Q, no parameter gradient in omega) computes the same numbers."""
+    from models.otmap.objective import theta_grad
+
+    layout = Layout(6, 8)
+    rng = np.random.default_rng(2)
+    omega, theta = init(layout, rng, scale=1.0), init(layout, rng, scale=1.0)
+    Y = rng.standard_normal((50, 6)) * 2
+    np.testing.assert_array_equal(theta_grad(layout, omega, theta, Y, 0.7), target_terms(layout, omega, theta, Y,
+                                                                                        0.7)[2])
