@@ -97,8 +97,7 @@ class FedMMOT(FederatedAlgorithm):
 
     # -- the round ---------------------------------------------------------------------------------------------
     def client_update(self, state: State, data: State, broadcast: State) -> tuple[State, State]:
-        grads = np.stack([source_grad(self.layout, broadcast["omega"], np.asarray(X, dtype=float))
-                          for X in data["X"]])
+        grads = np.stack([source_grad(self.layout, broadcast["omega"], X) for X in data["X"]])
         return state, {"grad": grads}
 
     def q_batch(self, server: State, step: int) -> np.ndarray:
@@ -120,13 +119,17 @@ class FedMMOT(FederatedAlgorithm):
         server["t"] = np.array(int(server["t"]) + 1)
         p, mu = float(server["p"]), self.mu(server, weight)
         _, G_Q, _ = target_terms(self.layout, server["omega"], server["theta"], self.q_batch(server, 0), self.lam)
-        D = -self.lr * (uploads["grad"] + G_Q) - server["V_rows"][client_ids]  # Delta_i
+        D = -self.lr * (self.grads(uploads) + G_Q) - server["V_rows"][client_ids]  # Delta_i (none: V alone moves)
         server["V_rows"][client_ids] += self.alpha / p * D
         sent = mu @ D / p
         server["omega"] = project(self.layout, server["omega"] + self.gamma * (server["V"] + sent))
         server["V"] = server["V"] + self.alpha * sent
         self.fit_theta(server)
         return server, self.broadcast_of(server)
+
+    def grads(self, uploads: State) -> np.ndarray:
+        """The uploaded gradients, one row per answer (none when every answer of a round was refused)."""
+        return np.asarray(uploads.get("grad", np.zeros((0, self.layout.size))), dtype=float)
 
     def fit_theta(self, server: State) -> None:
         """theta <- argmin W(omega, .) on Q, relaxed to `server_steps` Adam steps (in place)."""
@@ -158,9 +161,10 @@ class PseudoMM(FedMMOT):
                       weight: np.ndarray) -> tuple[State, State]:
         server["t"] = np.array(int(server["t"]) + 1)
         mu = np.asarray(weight, dtype=float)
-        _, G_Q, _ = target_terms(self.layout, server["omega"], server["theta"], self.q_batch(server, 0), self.lam)
-        step = -self.lr * (mu @ uploads["grad"] / mu.sum() + G_Q)
-        server["omega"] = project(self.layout, server["omega"] + step)
+        if len(mu):  # no answer: no best response to average, omega stays
+            _, G_Q, _ = target_terms(self.layout, server["omega"], server["theta"], self.q_batch(server, 0), self.lam)
+            step = -self.lr * (mu @ self.grads(uploads) / mu.sum() + G_Q)
+            server["omega"] = project(self.layout, server["omega"] + step)
         self.fit_theta(server)
         return server, self.broadcast_of(server)
 
@@ -181,9 +185,11 @@ class FedAdam(FedMMOT):
                       weight: np.ndarray) -> tuple[State, State]:
         server["t"] = np.array(int(server["t"]) + 1)
         mu = np.asarray(weight, dtype=float)
+        if not len(mu):  # no answer: no pseudo-gradient, no step
+            return server, self.broadcast_of(server)
         _, G_Q, G_theta = target_terms(self.layout, server["omega"], server["theta"], self.q_batch(server, 0),
                                        self.lam)
-        G = np.concatenate([mu @ uploads["grad"] / mu.sum() + G_Q, G_theta])
+        G = np.concatenate([mu @ self.grads(uploads) / mu.sum() + G_Q, G_theta])
         opt = {k: server[f"both_{k}"] for k in ("m", "v", "k")}
         x = adam_step(np.concatenate([server["omega"], server["theta"]]), G, opt, self.server_lr)
         P = self.layout.size

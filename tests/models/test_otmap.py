@@ -181,3 +181,17 @@ def test_the_servers_theta_gradient_is_target_terms_own():
     Y = rng.standard_normal((50, 6)) * 2
     np.testing.assert_array_equal(theta_grad(layout, omega, theta, Y, 0.7), target_terms(layout, omega, theta, Y,
                                                                                         0.7)[2])
+
+
+@pytest.mark.parametrize("name", sorted(ALGORITHMS))
+def test_a_round_whose_every_answer_was_refused_does_not_break_the_server(name):
+    alg = ALGORITHMS[name](3, hidden=4, batch=32, server_steps=2)
+    rng = np.random.default_rng(0)
+    server, _ = alg.init_server(4, rng)
+    server, _ = alg.attach_fleet(server, np.ones(4), 0.5)
+    server = alg.attach_target(server, rng.standard_normal((64, 3)))
+    omega = server["omega"].copy()
+    server, broadcast = alg.server_update(server, np.zeros(0, dtype=int), {}, np.zeros(0))
+    assert np.isfinite(broadcast["omega"]).all() and np.isfinite(broadcast["theta"]).all()
+    if name != "fedmm-ot":  # without answers only FedMM's control variates could move omega (all zero here)
+        np.testing.assert_array_equal(broadcast["omega"], omega)
