@@ -196,7 +196,9 @@ def markdown(r: dict[str, Any]) -> str:
         "# Agent memory", "", f"Command: `{r['command']}`", "",
         f"One `fedsentry agent` process, the {r['detector']} detector at its default settings, "
         f"{r['training_records']:,} training records "
-        f"of {r['dataset']} ({r['features']} features), then {r['replay_records']:,} records scored:", "",
+        f"of {r['dataset']} ({r['features']} features), then "
+        + ("the mapped model loaded (nothing replayed: scoring is the mixture's, --detector gmm):"
+           if r["detector"] == "otmap" else f"{r['replay_records']:,} records scored:"), "",
         "| phase | MiB |", "|---|---:|",
         f"| idle, before the job (VmRSS) | {r['idle_mib']:.1f} |",
         f"| peak through the training job (VmHWM) | {r['training_peak_mib']:.1f} |",
