@@ -81,7 +81,10 @@ class FedMMOT(FederatedAlgorithm):
         if mean.shape != (self.layout.d,) or var.shape != (self.layout.d,) or np.any(var < 0) or len(Y) == 0:
             raise ValueError(f"otmap: P's means and variances must be {self.layout.d} numbers (variances >= 0), and "
                              "the server needs Q's records first")
-        D = np.sqrt((Y.var(axis=0) + 1e-12) / (var + 1e-12))
+        # a feature constant on P (variance 0, or rounding's) is mapped by a shift alone: any scale fits it, and the
+        # ratio of variances would be Q's over 1e-12 (measured on nsl-kdd: a scale of 10^4, and the map diverged)
+        constant = var <= 1e-10 * (1.0 + mean**2)
+        D = np.where(constant, 1.0, np.sqrt((Y.var(axis=0) + 1e-12) / np.where(constant, 1.0, var)))
         for key, scale, shift in (("omega", D, Y.mean(axis=0) - D * mean), ("theta", 1 / D, mean - Y.mean(axis=0) / D)):
             parts = self.layout.unpack(server[key].copy())
             parts["L"][:] = np.diag(np.sqrt(scale))

@@ -195,3 +195,18 @@ def test_a_round_whose_every_answer_was_refused_does_not_break_the_server(name):
     assert np.isfinite(broadcast["omega"]).all() and np.isfinite(broadcast["theta"]).all()
     if name != "fedmm-ot":  # without answers only FedMM's control variates could move omega (all zero here)
         np.testing.assert_array_equal(broadcast["omega"], omega)
+
+
+def test_a_feature_constant_on_the_fleet_starts_at_a_shift_not_a_huge_scale():
+    """Measured on nsl-kdd: a feature constant in the fleet's records (variance 0) against Q's 1e-4 started the map
+    at a scale of 10^4 per unit, and the rounds diverged (gradient norm 7.9e17 by round 5)."""
+    alg = FedMMOT(3, hidden=4)
+    rng = np.random.default_rng(0)
+    server, _ = alg.init_server(2, rng)
+    server = alg.attach_target(server, rng.standard_normal((500, 3)) * [1.0, 0.01, 0.01])
+    server, broadcast = alg.start_from_moments(server, np.array([0.5, 2.0, 1.0]), np.array([4.0, 0.0, 1e-17]))
+    L = np.diag(alg.layout.unpack(broadcast["omega"])["L"])
+    assert L[0] == pytest.approx(np.sqrt(np.sqrt(server["Y"][:, 0].var() / 4.0)))
+    np.testing.assert_array_equal(L[1:], 1.0)  # constant features: a shift only
+    Xh = transport(alg.layout, broadcast["omega"], np.array([[0.5, 2.0, 1.0]]))
+    np.testing.assert_allclose(Xh[0, 1:], server["Y"][:, 1:].mean(axis=0), atol=0.01)  # near Q's means
