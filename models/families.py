@@ -90,6 +90,11 @@ FAMILIES: dict[str, JobFamily] = {
                       "federated dictionary learning (FedMM on the lasso codes' statistics): alerts name their atoms "
                       "and the features no atom reproduces", "anomaly", "models.dictionary.detector:DictionaryDetector",
                       simulator="fedsentry.runs.dictionary:dictionary_simulation"),
+    "otmap": JobFamily("otmap", "models.otmap.spec:OTMapJobSpec", "coordinator.otmap_job:OTMapJob",
+                       "edge_agent.otmap_participant:OTMapParticipant",
+                       "a transport map (FedMM-OT) from the fleet's traffic onto the promoted mixture, applied before "
+                       "scoring with it: a fleet whose traffic moved as a whole keeps its vetted detector", "anomaly",
+                       "models.otmap.field:MappedDetector"),
     "recsys": JobFamily("recsys", "models.recsys.spec:RecsysJobSpec", "coordinator.recsys_job:RecsysJob",
                         "edge_agent.recsys_participant:RecsysParticipant",
                         "federated recommendation: agents hold ratings shards; the job names the item catalogue",

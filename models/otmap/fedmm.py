@@ -21,7 +21,7 @@ import numpy as np
 from models.core.federated import FederatedAlgorithm, State
 from models.otmap.adam import adam_state, adam_step
 from models.otmap.icnn import Layout, init, project
-from models.otmap.objective import source_grad, target_terms
+from models.otmap.objective import source_grad, target_terms, theta_grad
 
 #: the clients' step unless told: lr = this / n_features. The curvature of W in the quadratic part of f_omega grows
 #: with E||x||^2, about the number of features on standardised records, and a plain gradient step diverges past
@@ -81,7 +81,10 @@ class FedMMOT(FederatedAlgorithm):
         if mean.shape != (self.layout.d,) or var.shape != (self.layout.d,) or np.any(var < 0) or len(Y) == 0:
             raise ValueError(f"otmap: P's means and variances must be {self.layout.d} numbers (variances >= 0), and "
                              "the server needs Q's records first")
-        D = np.sqrt((Y.var(axis=0) + 1e-12) / (var + 1e-12))
+        # a feature constant on P (variance 0, or rounding's) is mapped by a shift alone: any scale fits it, and the
+        # ratio of variances would be Q's over 1e-12 (measured on nsl-kdd: a scale of 10^4, and the map diverged)
+        constant = var <= 1e-10 * (1.0 + mean**2)
+        D = np.where(constant, 1.0, np.sqrt((Y.var(axis=0) + 1e-12) / np.where(constant, 1.0, var)))
         for key, scale, shift in (("omega", D, Y.mean(axis=0) - D * mean), ("theta", 1 / D, mean - Y.mean(axis=0) / D)):
             parts = self.layout.unpack(server[key].copy())
             parts["L"][:] = np.diag(np.sqrt(scale))
@@ -97,8 +100,7 @@ class FedMMOT(FederatedAlgorithm):
 
     # -- the round ---------------------------------------------------------------------------------------------
     def client_update(self, state: State, data: State, broadcast: State) -> tuple[State, State]:
-        grads = np.stack([source_grad(self.layout, broadcast["omega"], np.asarray(X, dtype=float))
-                          for X in data["X"]])
+        grads = np.stack([source_grad(self.layout, broadcast["omega"], X) for X in data["X"]])
         return state, {"grad": grads}
 
     def q_batch(self, server: State, step: int) -> np.ndarray:
@@ -120,7 +122,7 @@ class FedMMOT(FederatedAlgorithm):
         server["t"] = np.array(int(server["t"]) + 1)
         p, mu = float(server["p"]), self.mu(server, weight)
         _, G_Q, _ = target_terms(self.layout, server["omega"], server["theta"], self.q_batch(server, 0), self.lam)
-        D = -self.lr * (uploads["grad"] + G_Q) - server["V_rows"][client_ids]  # Delta_i
+        D = -self.lr * (self.grads(uploads) + G_Q) - server["V_rows"][client_ids]  # Delta_i (none: V alone moves)
         server["V_rows"][client_ids] += self.alpha / p * D
         sent = mu @ D / p
         server["omega"] = project(self.layout, server["omega"] + self.gamma * (server["V"] + sent))
@@ -128,12 +130,16 @@ class FedMMOT(FederatedAlgorithm):
         self.fit_theta(server)
         return server, self.broadcast_of(server)
 
+    def grads(self, uploads: State) -> np.ndarray:
+        """The uploaded gradients, one row per answer (none when every answer of a round was refused)."""
+        return np.asarray(uploads.get("grad", np.zeros((0, self.layout.size))), dtype=float)
+
     def fit_theta(self, server: State) -> None:
         """theta <- argmin W(omega, .) on Q, relaxed to `server_steps` Adam steps (in place)."""
         opt = {k: server[f"theta_{k}"] for k in ("m", "v", "k")}
         theta = server["theta"]
         for step in range(1, self.server_steps + 1):
-            G = target_terms(self.layout, server["omega"], theta, self.q_batch(server, step), self.lam)[2]
+            G = theta_grad(self.layout, server["omega"], theta, self.q_batch(server, step), self.lam)
             theta = project(self.layout, adam_step(theta, G, opt, self.server_lr))
         server["theta"] = theta
         server.update({f"theta_{k}": v for k, v in opt.items()})
@@ -158,9 +164,10 @@ class PseudoMM(FedMMOT):
                       weight: np.ndarray) -> tuple[State, State]:
         server["t"] = np.array(int(server["t"]) + 1)
         mu = np.asarray(weight, dtype=float)
-        _, G_Q, _ = target_terms(self.layout, server["omega"], server["theta"], self.q_batch(server, 0), self.lam)
-        step = -self.lr * (mu @ uploads["grad"] / mu.sum() + G_Q)
-        server["omega"] = project(self.layout, server["omega"] + step)
+        if len(mu):  # no answer: no best response to average, omega stays
+            _, G_Q, _ = target_terms(self.layout, server["omega"], server["theta"], self.q_batch(server, 0), self.lam)
+            step = -self.lr * (mu @ self.grads(uploads) / mu.sum() + G_Q)
+            server["omega"] = project(self.layout, server["omega"] + step)
         self.fit_theta(server)
         return server, self.broadcast_of(server)
 
@@ -181,9 +188,11 @@ class FedAdam(FedMMOT):
                       weight: np.ndarray) -> tuple[State, State]:
         server["t"] = np.array(int(server["t"]) + 1)
         mu = np.asarray(weight, dtype=float)
+        if not len(mu):  # no answer: no pseudo-gradient, no step
+            return server, self.broadcast_of(server)
         _, G_Q, G_theta = target_terms(self.layout, server["omega"], server["theta"], self.q_batch(server, 0),
                                        self.lam)
-        G = np.concatenate([mu @ uploads["grad"] / mu.sum() + G_Q, G_theta])
+        G = np.concatenate([mu @ self.grads(uploads) / mu.sum() + G_Q, G_theta])
         opt = {k: server[f"both_{k}"] for k in ("m", "v", "k")}
         x = adam_step(np.concatenate([server["omega"], server["theta"]]), G, opt, self.server_lr)
         P = self.layout.size

@@ -27,15 +27,54 @@ def mixture_samples(m: Mixture, n: int, rng: np.random.Generator) -> np.ndarray:
     return out
 
 
+#: the prefix of the mapped detector's own arrays in a mapped model's envelope
+BASE = "base."
+
+
 class MappedDetector:
     """A detector (with `preprocessor_`, `score_samples` and `threshold_`) that scores records carried by the map
-    grad f_omega in its standardised space."""
+    grad f_omega in its standardised space. On the wire (the `otmap` family's model): the detector's own arrays
+    under `BASE`, its meta under ``"base"``, and the map's parameters ``omega``; everything else an agent asks of
+    a detector (its features, preprocessing, quantile, tail) is the mapped detector's."""
 
     def __init__(self, detector: Any, layout: Layout, omega: np.ndarray) -> None:
         if layout.d != detector.preprocessor_.n_features:
             raise ValueError(f"the map has {layout.d} features but the detector {detector.preprocessor_.n_features}")
+        if omega.shape != (layout.size,) or not np.isfinite(omega).all():
+            raise ValueError(f"the map's parameters must be {layout.size} finite numbers")
         self.detector, self.layout, self.omega = detector, layout, omega
         self.threshold_ = detector.threshold_
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "detector":  # not set yet (copying, unpickling): no recursion
+            raise AttributeError(name)
+        return getattr(self.detector, name)
+
+    def to_wire(self) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+        arrays, meta = self.detector.to_wire()
+        return ({**{BASE + k: v for k, v in arrays.items()}, "omega": self.omega},
+                {"detector": "otmap", "hidden": self.layout.hidden, "base": {**meta, "threshold": self.threshold_},
+                 "threshold": float(self.threshold_)})
+
+    @classmethod
+    def from_wire(cls, arrays: dict[str, np.ndarray], meta: dict[str, Any]) -> MappedDetector:
+        from models.families import LEGACY_DETECTOR, family
+
+        base = dict(meta["base"])
+        kind = base.get("detector", LEGACY_DETECTOR)
+        if kind == "otmap" or not family(kind).detector:
+            raise ValueError(f"a transport map applies to a detector, not to {kind!r}")
+        inner = family(kind).load_detector().from_wire(
+            {k[len(BASE):]: v for k, v in arrays.items() if k.startswith(BASE)}, base)
+        omega = np.asarray(arrays["omega"], dtype=float)
+        return cls(inner, Layout(inner.preprocessor_.n_features, int(meta["hidden"])), omega)
+
+    def explain(self, X: np.ndarray, top: int | None = None) -> list[list[dict[str, Any]]]:
+        """The mapped detector's explanations of the records as the map moved them."""
+        return list(self.detector.explain(self.transform(X), top))
+
+    def see(self, records: Any) -> None:
+        self.detector.see(self.transform(X) for X in records)
 
     def transform(self, X: np.ndarray) -> np.ndarray:
         """Records in original units, moved by the map (what the detector then scores)."""

@@ -131,9 +131,11 @@ def transport(layout: Layout, vec: np.ndarray, X: np.ndarray) -> np.ndarray:
     return d2 @ p["W1"] + d1 @ p["W0"] + p["w"] + X @ (p["L"] @ p["L"].T)
 
 
-def transport_vjp(layout: Layout, vec: np.ndarray, X: np.ndarray, C: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Derivatives of Phi = sum_n <c_n, grad_x f(x_n)>: its parameter gradient, and its input gradient
-    (the Hessian-vector products H(x_n) c_n, n x d)."""
+def transport_vjp(layout: Layout, vec: np.ndarray, X: np.ndarray, C: np.ndarray,
+                  params: bool = True) -> tuple[np.ndarray, np.ndarray]:
+    """Derivatives of Phi = sum_n <c_n, grad_x f(x_n)>: its parameter gradient (empty when not `params`: the
+    server's theta steps need only the input gradient in omega), and its input gradient (the Hessian-vector
+    products H(x_n) c_n, n x d)."""
     q = _forward(layout, vec, X)
     p = q.p
     a, A1, W0, W1, L = p["a"], p["A1"], p["W0"], p["W1"], p["L"]
@@ -147,8 +149,11 @@ def transport_vjp(layout: Layout, vec: np.ndarray, X: np.ndarray, C: np.ndarray)
     D2 = p2 + q1 @ A1.T  # dPhi/d(d2)
     k2 = D2 * a * s2  # dPhi/dh2
     k1 = p1 * e1 * s1 + (k2 @ A1) * q.u1  # dPhi/dh1
+    H = k2 @ W1 + k1 @ W0 + C @ (L @ L.T)
+    if not params:
+        return np.zeros(0), H
     G = X.T @ C
     g = {"a": np.einsum("ij,ij->j", D2, q.u2), "w": C.sum(axis=0), "L": (G + G.T) @ L,
          "A1": d2.T @ q1 + k2.T @ q.z1, "W1": d2.T @ C + k2.T @ X, "b1": k2.sum(axis=0),
          "W0": d1.T @ C + k1.T @ X, "b0": k1.sum(axis=0)}
-    return layout.pack(g), k2 @ W1 + k1 @ W0 + C @ (L @ L.T)
+    return layout.pack(g), H

@@ -13,18 +13,20 @@ from models.otmap.fedmm import FedMMOT
 
 def train(alg: FedMMOT, parts: Sequence[np.ndarray], Y: np.ndarray, rounds: int, share: float, seed: int,
           weight: np.ndarray | None = None, on_round: Callable[[int, State], None] | None = None,
-          moments: bool = False) -> State:
+          moments: bool | tuple[np.ndarray, np.ndarray] | None = False) -> State:
     """`rounds` rounds with `share` of the clients (records `parts`, weights `weight`: equal when None) sampled
     each round, Q's records Y at the server; on_round(t, broadcast) after each. `moments`: start from the affine
     map matching the pooled per-feature means and variances (`FedMMOT.start_from_moments`; the clients' counts,
-    sums and sums of squares). Returns the last broadcast."""
+    sums and sums of squares), or from the (mean, variance) given. Returns the last broadcast."""
     rng = np.random.default_rng(seed)
     n = len(parts)
     w = np.ones(n) if weight is None else np.asarray(weight, dtype=float)
     server, _ = alg.init_server(n, rng)
     server, broadcast = alg.attach_fleet(server, w, share)
     server = alg.attach_target(server, Y)
-    if moments:
+    if isinstance(moments, tuple):
+        server, broadcast = alg.start_from_moments(server, *moments)
+    elif moments:
         pooled = np.concatenate(list(parts))
         server, broadcast = alg.start_from_moments(server, pooled.mean(axis=0), pooled.var(axis=0))
     per_round = max(1, int(round(share * n)))

@@ -118,7 +118,7 @@ def test_a_family_without_a_simulator_gets_none_and_one_with_gets_its_flags():
     try:
         assert PLUGIN.name not in simulated(PLUGIN.data) and PLUGIN.name in FAMILIES
         simulate = dict(commands(build_parser()))["fedsentry simulate"]
-        assert set(simulate._subparsers._group_actions[0].choices) == {"pca", "recsys", "dict"}  # dict: --paper
+        assert set(simulate._subparsers._group_actions[0].choices) == {"pca", "recsys", "dict", "otmap"}  # --paper
         assert PLUGIN.name not in options("fedsentry simulate pca")["--detector"].choices
     finally:
         unregister(PLUGIN.name)

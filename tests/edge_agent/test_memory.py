@@ -72,8 +72,9 @@ def test_an_agent_imports_a_family_only_when_a_job_of_it_comes(tmp_path):
         "import sys\n"
         "from edge_agent.agent import Agent, AgentConfig\n"
         "agent = Agent(AgentConfig('a', 'mqtt://127.0.0.1:1', sys.argv[1]))\n"
-        "prefixes = ('models.pca', 'models.recsys', 'models.dictionary', 'edge_agent.pca_participant',\n"
-        "            'edge_agent.recsys_participant', 'edge_agent.dictionary_participant',\n"
+        "prefixes = ('models.pca', 'models.recsys', 'models.dictionary', 'models.otmap',\n"
+        "            'edge_agent.pca_participant', 'edge_agent.recsys_participant',\n"
+        "            'edge_agent.dictionary_participant', 'edge_agent.otmap_participant',\n"
         "            'subprocess', 'scipy', 'sqlalchemy', 'pydantic', 'fastapi', 'coordinator', 'store', 'api')\n"
         "print(sorted(m for m in sys.modules if m.startswith(prefixes)), agent.participants.families())\n"
         "agent.participants['dict']\n"  # a dict job's participant: numpy only, nothing of the PCA family
@@ -81,7 +82,7 @@ def test_an_agent_imports_a_family_only_when_a_job_of_it_comes(tmp_path):
         "agent.participants['pca']\n"
         "print('models.pca' in sys.modules, 'edge_agent.pca_participant' in sys.modules)\n")
     out = subprocess.run([sys.executable, "-c", code, str(tmp_path / "a")], capture_output=True, text=True, check=True)
-    assert out.stdout.splitlines() == ["[] ['dict', 'gmm', 'pca']", "[]", "True True"], out.stdout + out.stderr
+    assert out.stdout.splitlines() == ["[] ['dict', 'gmm', 'otmap', 'pca']", "[]", "True True"], out.stdout + out.stderr
 
 
 def test_an_agent_loads_no_tls_proxy_or_websocket_module_until_it_uses_one(tmp_path):

@@ -18,6 +18,9 @@ from models.dictionary.simulator import simulate_dictionary
 from models.families import FAMILIES, family, job_spec
 from models.mixture import FEDERATED as GMM
 from models.mixture.simulator import simulate_mixture
+from models.otmap import FEDERATED as OTMAP
+from models.otmap.field import MappedDetector
+from models.otmap.fleet import simulate_fleet_map
 from models.partition import partition
 from models.pca import FEDERATED as PCA
 from models.pca.detector import PCADetector
@@ -43,6 +46,7 @@ PCA_CASES = [("fedpe", {}), ("fedpg", {}), ("fedmm", {}), ("fedpg", {"aggregator
 GMM_CASES = [("fedem", {"components": 4, "reg": 1e-2, "hard_rounds": 2}),
              ("fedem", {"components": 3, "float32": False})]
 DICT_CASES = [("fedmm-dl", {"atoms": 6}), ("fedmm-dl", {"atoms": 5, "bits": 8, "alpha": 0.2})]
+OTMAP_CASES = [("fedmm-ot", {}), ("pseudo-mm", {}), ("fedadam", {"server_lr": 0.003})]
 RECSYS_CASES = [("fedmc-admm", {}), ("fedmc-admm", {"regularizer": "l1"}), ("fedmavg", {}),
                 ("altgdmin", {"power_iterations": 3})]
 
@@ -50,23 +54,24 @@ RECSYS_CASES = [("fedmc-admm", {}), ("fedmc-admm", {"regularizer": "l1"}), ("fed
 def test_every_registered_algorithm_is_covered():
     assert {a for a, _ in PCA_CASES} == set(PCA) and {a for a, _ in RECSYS_CASES} == set(RECSYS)
     assert {a for a, _ in GMM_CASES} == set(GMM) and {a for a, _ in DICT_CASES} == set(DICT)
-    assert set(FAMILIES) == {"pca", "gmm", "dict", "recsys"}
+    assert {a for a, _ in OTMAP_CASES} == set(OTMAP)
+    assert set(FAMILIES) == {"pca", "gmm", "dict", "otmap", "recsys"}
 
 
 class Loopback:
     """A job runner and its participants, messages passed as bytes, rounds closed as soon as all answer."""
 
-    def __init__(self, tmp, job_type: str, algorithm: str, settings: dict, participants: list):
+    def __init__(self, tmp, job_type: str, algorithm: str, settings: dict, participants: list, job: str = "loop"):
         engine = make_engine(f"sqlite:///{tmp}/loop.db")
         migrate(engine)
-        self.sessions = session_factory(engine)
-        create_job(self.sessions, "loop", job_spec(job_type, {**settings, "algorithm": algorithm}))
+        self.sessions, self.job = session_factory(engine), job
+        create_job(self.sessions, job, job_spec(job_type, {**settings, "algorithm": algorithm}))
         with self.sessions() as s:
-            row = s.get(JobRow, "loop")
+            row = s.get(JobRow, job)
         self.outbox: list[bytes] = []
         runner_cls = family(job_type).load_runner()
         self.runner = runner_cls(row, self.sessions, lambda topic, payload, retain: self.outbox.append(payload),
-                                 "fedsentry/v1/jobs/loop/round")
+                                 f"fedsentry/v1/jobs/{job}/round")
         self.participants = participants
 
     def run(self) -> ModelVersion:
@@ -80,7 +85,7 @@ class Loopback:
             assert self.runner.tick() or self.runner.phase != "waiting"
         assert self.runner.phase == "finished", self.runner.phase
         with self.sessions() as s:
-            return s.query(ModelVersion).filter_by(job_id="loop").one()
+            return s.query(ModelVersion).filter_by(job_id=self.job).one()
 
 
 @pytest.fixture(scope="module")
@@ -186,6 +191,79 @@ def test_dictionary_deployment_equals_simulation(tmp_path, traffic, algorithm, p
     # the promoted model scores as the simulator's detector does
     det = detector_from_envelope(stored_envelope("loop", 1, unpack(mv.arrays), dict(mv.info)))
     np.testing.assert_allclose(det.score_samples(X), sim["detector"].score_samples(X), rtol=1e-4, atol=1e-6)
+
+
+#: small maps, few rounds: what the deployment computes, not how good the map is (benchmarks measure that)
+OTMAP_SMALL = {"hidden": 8, "batch": 128, "server_steps": 3}
+
+
+def drifted(parts: list[np.ndarray], features: list[str]) -> list[np.ndarray]:
+    """The fleet after a monotone per-feature drift (issue 26, point 5): bytes x 1.5, durations x 1000."""
+    scale = np.array([1000.0 if f == "duration" else 1.5 if "bytes" in f else 1.0 for f in features])
+    return [P * scale for P in parts]
+
+
+@pytest.mark.parametrize(("algorithm", "params"), OTMAP_CASES, ids=[f"{a}{p}" for a, p in OTMAP_CASES])
+def test_transport_map_deployment_equals_simulation(tmp_path, traffic, algorithm, params):
+    features, parts = traffic
+    gmm = Loopback(tmp_path, "gmm", "fedem", {"features": features, "rounds": 3, "fraction": 0.5, "seed": 3,
+                                              "algorithm_params": {"components": 3}},
+                   pca_participants(tmp_path / "a", features, parts, "gmm"), job="fleet-a").run()
+    base = detector_from_envelope(stored_envelope("fleet-a", 1, unpack(gmm.arrays), dict(gmm.info)))
+    moved = drifted(parts, features)
+    rounds, fraction, seed, params = 4, 0.5, 7, {**OTMAP_SMALL, **params}
+    settings = {"features": features, "rounds": rounds, "fraction": fraction, "seed": seed, "target_records": 512,
+                "algorithm_params": params}
+    mv = Loopback(tmp_path, "otmap", algorithm, settings, pca_participants(tmp_path / "b", features, moved, "otmap"),
+                  job="fleet-b").run()
+
+    mapped, broadcast = simulate_fleet_map(base, moved, algorithm, rounds, fraction, seed, params, 512)
+    stored = unpack(mv.arrays)
+    np.testing.assert_allclose(stored["omega"], broadcast["omega"], atol=1e-6)
+    assert np.abs(stored["omega"]).max() > 0.1  # a map, not zeros
+    assert mv.info["detector"] == "otmap" and mv.promoted
+    # the promoted model is the mixture with the map, and scores as the simulation's mapped detector does
+    det = detector_from_envelope(stored_envelope("fleet-b", 1, stored, dict(mv.info)))
+    assert isinstance(det, MappedDetector) and det.threshold_ == base.threshold_
+    X = np.vstack(moved)
+    np.testing.assert_allclose(det.score_samples(X), mapped.score_samples(X), rtol=1e-6, atol=1e-6)
+    assert len(det.explain(X[:2])) == 2
+
+
+def test_a_transport_map_upload_no_device_could_send_is_refused_with_its_reason(tmp_path, traffic):
+    from models.core.messages import Upload
+    from wire.messages import envelope
+    from wire.protocol import ProtocolError
+
+    features, parts = traffic
+    Loopback(tmp_path, "gmm", "fedem", {"features": features, "rounds": 2, "fraction": 0.5, "seed": 3,
+                                        "algorithm_params": {"components": 3}},
+             pca_participants(tmp_path / "a", features, parts, "gmm"), job="fleet-a").run()
+    loop = Loopback(tmp_path, "otmap", "fedmm-ot", {"features": features, "rounds": 2, "fraction": 0.5,
+                                                    "target_records": 256, "algorithm_params": OTMAP_SMALL},
+                    pca_participants(tmp_path / "b", features, drifted(parts, features), "otmap"), job="fleet-b")
+    runner, bad = loop.runner, []
+    honest_accept = runner.accept
+
+    def accept(env):
+        if env.kind == Upload.kind and not bad:  # the first training upload, tampered three ways first
+            g = env.arrays["grad"]
+            for arrays, why in (({"grad": g[:-1]}, "shape"), ({"grad": np.where(np.arange(len(g)) == 3, np.nan, g)},
+                                                             "finite"),
+                                ({"grad": g / np.linalg.norm(g) * 1e7}, "exceeds")):
+                tampered = envelope(Upload(arrays=arrays), env.job, env.round, env.sender)
+                with pytest.raises(ProtocolError) as e:
+                    honest_accept(decode(tampered.encode()))
+                bad.append((why, str(e.value)))
+        return honest_accept(env)
+
+    runner.accept = accept
+    mv = loop.run()
+    assert [w for w, _ in bad] == ["shape", "finite", "exceeds"]
+    for why, message in bad:
+        assert "grad" in message and why in message.replace("non-finite", "finite").lower(), message
+    assert "the most this device's records" in bad[2][1]
+    assert mv.info["detector"] == "otmap"  # the honest answer after the refusals went through
 
 
 def _shard(r, users):

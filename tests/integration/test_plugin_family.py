@@ -64,7 +64,7 @@ def test_the_plugin_gets_its_body_flags_and_validation_from_its_spec(plugin, tmp
 
     create = next(a for a in build_parser()._subparsers._group_actions[0].choices["job"]._subparsers
                   ._group_actions[0].choices["create"]._actions if "--rounds" in a.option_strings)
-    assert "3 for fleetmean" in create.help and "default 30 for gmm, pca, dict, recsys" in create.help
+    assert "3 for fleetmean" in create.help and "default 30 for gmm, pca, dict, otmap, recsys" in create.help
     db = f"sqlite:///{tmp_path}/cli.db"
     assert main(["job", "create", "--db", db, "--id", "m1", "--type", "fleetmean", "--features", "a,b",
                  "--param", "shrink=0.5"]) == 0

@@ -8,7 +8,7 @@ import pytest
 
 from models.otmap.fedmm import ALGORITHMS, FedMMOT
 from models.otmap.icnn import Layout, init, potential, potential_grad, project, transport, transport_vjp
-from models.otmap.objective import l2_uvp, source_grad, target_terms
+from models.otmap.objective import grad_bound, l2_uvp, source_grad, target_terms
 
 EPS = 1e-6
 
@@ -156,3 +156,57 @@ def test_moment_start_maps_a_shifted_and_scaled_fleet_onto_q() -> None:
     assert np.allclose(transport(alg.layout, broadcast["theta"], Y), X, atol=0.01)
     with pytest.raises(ValueError, match="means and variances"):
         alg.start_from_moments(server, X.mean(axis=0)[:2], X.var(axis=0))
+
+
+def test_the_upload_bound_holds_for_every_record_and_so_for_their_mean():
+    layout = Layout(5, 8)
+    rng = np.random.default_rng(0)
+    omega = project(layout, init(layout, rng, scale=1.0) + 0.3 * rng.standard_normal(layout.size))
+    for spread in (0.1, 1.0, 10.0, 100.0):
+        X = rng.standard_normal((300, 5)) * spread + spread
+        each = np.array([np.linalg.norm(potential_grad(layout, omega, x[None], 1.0)) for x in X])
+        assert (each <= grad_bound(layout, omega, (X**2).sum(axis=1))).all()
+        assert np.linalg.norm(source_grad(layout, omega, X)) <= grad_bound(layout, omega, (X**2).sum(axis=1).mean())
+        # not vacuous: within a small factor of the largest record's gradient
+        assert grad_bound(layout, omega, (X**2).sum(axis=1)).max() < 20 * each.max()
+
+
+def test_the_servers_theta_gradient_is_target_terms_own():
+    """The theta steps' shortcut (no value, no G_Q, no parameter gradient in omega) computes the same numbers."""
+    from models.otmap.objective import theta_grad
+
+    layout = Layout(6, 8)
+    rng = np.random.default_rng(2)
+    omega, theta = init(layout, rng, scale=1.0), init(layout, rng, scale=1.0)
+    Y = rng.standard_normal((50, 6)) * 2
+    np.testing.assert_array_equal(theta_grad(layout, omega, theta, Y, 0.7), target_terms(layout, omega, theta, Y,
+                                                                                        0.7)[2])
+
+
+@pytest.mark.parametrize("name", sorted(ALGORITHMS))
+def test_a_round_whose_every_answer_was_refused_does_not_break_the_server(name):
+    alg = ALGORITHMS[name](3, hidden=4, batch=32, server_steps=2)
+    rng = np.random.default_rng(0)
+    server, _ = alg.init_server(4, rng)
+    server, _ = alg.attach_fleet(server, np.ones(4), 0.5)
+    server = alg.attach_target(server, rng.standard_normal((64, 3)))
+    omega = server["omega"].copy()
+    server, broadcast = alg.server_update(server, np.zeros(0, dtype=int), {}, np.zeros(0))
+    assert np.isfinite(broadcast["omega"]).all() and np.isfinite(broadcast["theta"]).all()
+    if name != "fedmm-ot":  # without answers only FedMM's control variates could move omega (all zero here)
+        np.testing.assert_array_equal(broadcast["omega"], omega)
+
+
+def test_a_feature_constant_on_the_fleet_starts_at_a_shift_not_a_huge_scale():
+    """Measured on nsl-kdd: a feature constant in the fleet's records (variance 0) against Q's 1e-4 started the map
+    at a scale of 10^4 per unit, and the rounds diverged (gradient norm 7.9e17 by round 5)."""
+    alg = FedMMOT(3, hidden=4)
+    rng = np.random.default_rng(0)
+    server, _ = alg.init_server(2, rng)
+    server = alg.attach_target(server, rng.standard_normal((500, 3)) * [1.0, 0.01, 0.01])
+    server, broadcast = alg.start_from_moments(server, np.array([0.5, 2.0, 1.0]), np.array([4.0, 0.0, 1e-17]))
+    L = np.diag(alg.layout.unpack(broadcast["omega"])["L"])
+    assert L[0] == pytest.approx(np.sqrt(np.sqrt(server["Y"][:, 0].var() / 4.0)))
+    np.testing.assert_array_equal(L[1:], 1.0)  # constant features: a shift only
+    Xh = transport(alg.layout, broadcast["omega"], np.array([[0.5, 2.0, 1.0]]))
+    np.testing.assert_allclose(Xh[0, 1:], server["Y"][:, 1:].mean(axis=0), atol=0.01)  # near Q's means

@@ -1,0 +1,121 @@
+"""A transport-map job on the coordinator (issue 26, point 5; models.otmap): the fleet learns one map onto the
+promoted mixture, and the mixture with the map is stored and promoted as the next anomaly model (agents apply the
+map before scoring: models.otmap.field.MappedDetector).
+
+Phases: the statistics phase (`coordinator.detector_job`'s: weights, the start map's moments, each device's upload
+bound), then the rounds of FedMM-OT (the server step of models.otmap.fedmm, Q drawn from the promoted mixture with
+the job's seed: models.otmap.fleet). No threshold phase: the mapped detector keeps its threshold. Every round is
+standardised with the promoted detector's preprocessing, so the agents' records land in its space."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, cast
+
+import numpy as np
+
+from coordinator.detector_job import DetectorJob
+from coordinator.job_runner import Phase
+from coordinator.models_service import slot_types
+from models.core.messages import Upload
+from models.detection.preprocessing import Preprocessor
+from models.detection.screening import Federation
+from models.otmap.fedmm import FedMMOT
+from models.otmap.field import MappedDetector
+from models.otmap.fleet import fleet_moments, target
+from models.otmap.objective import grad_bound
+from models.otmap.spec import OTMapJobSpec
+from store.db import ModelVersion, unpack
+from wire.model import detector_from_envelope, stored_envelope
+from wire.protocol import ProtocolError
+
+log = logging.getLogger("fedsentry.coordinator")
+
+#: an honest device's mean gradient, computed in float32-stored records, may exceed the bound computed from its
+#: float64 statistics by rounding only
+BOUND_SLACK = 1.0 + 1e-6
+
+
+class OTMapJob(DetectorJob):
+    type = "otmap"
+
+    spec: OTMapJobSpec
+
+    def algorithm(self) -> FedMMOT:
+        return cast(FedMMOT, super().algorithm())
+
+    def phase_table(self) -> list[Phase]:
+        return [Phase("stats"), Phase("train", self.spec.rounds, sampled=True)]
+
+    def base(self) -> Any:
+        """The promoted detector the map is learnt for (the one promoted when the job's statistics closed)."""
+        with self.sessions() as s:
+            if "base_model" in self.info:
+                mv = s.get(ModelVersion, int(self.info["base_model"]))
+            else:
+                mv = (s.query(ModelVersion).filter(ModelVersion.promoted.is_(True),
+                                                   ModelVersion.type.in_(slot_types(self.type))).first())
+            if mv is None:
+                raise ValueError("no anomaly model is promoted: train and promote a gmm first")
+            det = detector_from_envelope(stored_envelope(mv.job_id, mv.version, unpack(mv.arrays), dict(mv.info)))
+            self.info["base_model"] = mv.id
+        return det.detector if isinstance(det, MappedDetector) else det  # a new map replaces the old
+
+    def start_algorithm(self, fed: Federation, counts: np.ndarray, total: np.ndarray, sumsq: np.ndarray) -> None:
+        """The fleet attached, Q drawn from the promoted mixture, the maps started at the fleet's moments; every
+        later round standardises with the promoted detector's preprocessing."""
+        try:
+            det = self.base()
+            pre: Preprocessor = det.preprocessor_
+            if list(pre.feature_names) != list(self.info["features"]) or (pre.encoding or self.info["encoding"]) \
+                    != self.info["encoding"]:
+                raise ValueError(f"the promoted model's features are {', '.join(pre.feature_names)}; the fleet's "
+                                 f"are {', '.join(self.info['features'])} (and their encodings must agree): name the "
+                                 "model's features and text fields")
+            if not (pre.log_mask == self.spec.log_transform).all():
+                raise ValueError("the promoted model's log transform differs from the job's (log_transform)")
+            Y = target(det, self.spec.target_records, self.spec.seed)
+        except ValueError as e:
+            self.fail(f"no transport map: {e}")
+            self.server, self.broadcast = {}, {}
+            return
+        alg = self.algorithm()
+        assert self.rng is not None
+        server, _ = alg.init_server(len(counts), self.rng)
+        server, self.broadcast = alg.attach_fleet(server, fed.weight, self.spec.fraction)
+        server = alg.attach_target(server, Y)
+        mean, var, second = fleet_moments(pre, counts, total, sumsq)
+        if self.spec.moments:
+            server, self.broadcast = alg.start_from_moments(server, mean, var)
+        self.server = {**server, "second": second}
+        self.info.update(mean=pre.mean.tolist(), scale=pre.scale.tolist(), log_mask=pre.log_mask.astype(int).tolist())
+
+    def expected_upload(self) -> dict[str, tuple[int, ...]]:
+        return {"grad": (self.algorithm().layout.size,)}
+
+    def validate(self, msg: Any, sender: str) -> None:
+        """Besides shape and finiteness (DetectorJob's), a training upload's norm is at most what the device's
+        own records could give (models.otmap.objective.grad_bound, from its statistics phase)."""
+        super().validate(msg, sender)
+        if isinstance(msg, Upload) and self.phase == "train":
+            alg = self.algorithm()
+            second = float(self.server["second"][self.index()[sender]])
+            bound = float(grad_bound(alg.layout, self.broadcast["omega"], second)) * BOUND_SLACK
+            norm = float(np.linalg.norm(msg.arrays["grad"]))
+            if not norm <= bound:
+                raise ProtocolError("value", f"grad: norm {norm:.4g} exceeds {bound:.4g}, the most this device's "
+                                    "records (as its statistics describe them) can give")
+
+    def round_metrics(self, before: dict[str, np.ndarray]) -> dict[str, Any]:
+        change = float(np.linalg.norm(self.broadcast["omega"] - before["omega"]))
+        return {"map_change": change, **super().round_metrics(before)}
+
+    def detector(self, pre: Preprocessor, threshold: float) -> MappedDetector:
+        return MappedDetector(self.base(), self.algorithm().layout, np.asarray(self.broadcast["omega"]))
+
+    def finish(self) -> None:
+        det = self.base()
+        self.store_model(det.preprocessor_, float(det.threshold_), {"base_model": int(self.info["base_model"])})
+        if self.phase == "failed":
+            return
+        super().finish()
