@@ -470,14 +470,12 @@ class Coordinator:
         """Presence and model status, written when they change (and last_seen at most every presence.REFRESH s)."""
         if not self.presence.changed(agent, (online, model)):
             return
-        with self.sessions.begin() as s:
-            dev = s.get(Device, agent)
-            if dev is None:
-                s.add(Device(id=agent, online=online, model_status=model))
-            else:
-                dev.online, dev.last_seen = online, utcnow()
-                if model is not None:
-                    dev.model_status = model
+        values: dict[str, Any] = {"online": online, "last_seen": utcnow(),
+                                  **({"model_status": model} if model is not None else {})}
+        with self.sessions.begin() as s:  # one statement: coordinators sharing a database may see a new device at once
+            insert = insert_for(s)
+            s.execute(insert(Device).values(id=agent, **values).on_conflict_do_update(index_elements=["id"],
+                                                                                      set_=values))
         self.presence.wrote(agent, (online, model))
 
     # -- jobs API used by the CLI, the demo and the REST API --------------------------------------------
