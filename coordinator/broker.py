@@ -220,6 +220,16 @@ class PacketTooLargeError(Exception):
     """Ends the connection of a client sending a packet over the limit."""
 
 
+class _Snapshots(dict[Any, Any]):
+    """A dict whose iteration reads a copy of its keys or items: it may change while a loop over it waits."""
+
+    def __iter__(self) -> Any:
+        return iter(list(super().keys()))
+
+    def items(self) -> Any:
+        return list(super().items())
+
+
 def _broker_class(limit: int, coordinator: str, devices: set[str]) -> Any:
     """amqtt's Broker with what the deployed Mosquitto does and amqtt 0.12 does not:
 
@@ -258,6 +268,13 @@ def _broker_class(limit: int, coordinator: str, devices: set[str]) -> Any:
             self._reader.feed_eof()
 
     class FedSentryBroker(Broker):
+        def __init__(self, *args: Any, **kwargs: Any):
+            super().__init__(*args, **kwargs)
+            # amqtt 0.12 iterates its subscriptions across awaits (broadcasting, a new session's retained
+            # messages) while other clients subscribe: "dictionary changed size during iteration" in the demo's
+            # start, now and then. Its loops read a snapshot instead.
+            self._subscriptions: dict[str, Any] = _Snapshots(self._subscriptions)
+
         async def stream_connected(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
                                    listener_name: str) -> None:
             reader_proxy: Any = _Reader(reader, writer.get_extra_info("peername"))

@@ -292,3 +292,16 @@ def test_serve_starts_without_an_error_and_leaves_no_secret_behind_on_sigterm(tm
     assert list(tmp.iterdir()) == []
     assert stat.S_IMODE(state.stat().st_mode) == 0o700
     assert all(stat.S_IMODE(f.stat().st_mode) == 0o600 for f in state.iterdir()), sorted(state.iterdir())
+
+
+def test_the_brokers_subscriptions_can_change_while_a_loop_reads_them():
+    """amqtt loops over its subscriptions across awaits while clients subscribe: the demo's start logged
+    "dictionary changed size during iteration" now and then; its loops read a snapshot."""
+    from coordinator.broker import _Snapshots
+
+    subs = _Snapshots({"a/#": [], "b/+": []})
+    for topic in subs:
+        subs[topic + "x"] = []
+    for topic, _ in subs.items():
+        del subs[topic]
+    assert subs == {}
