@@ -363,8 +363,7 @@ class Mosquitto:
                                          stderr=open(self.dir / "log.txt", "w"))  # noqa: SIM115
             try:
                 wait_for_port(self.port, alive=self.proc.poll)
-                time.sleep(0.05)
-                if self.proc.poll() is None:
+                if self._running():
                     self._any_port = False
                     return self
             except TimeoutError:
@@ -373,6 +372,20 @@ class Mosquitto:
                 break
             self._use_port(free_port())
         raise RuntimeError(f"mosquitto did not start: {(self.dir / 'log.txt').read_text()[-500:]}")
+
+    def _running(self, timeout: float = 10.0) -> bool:
+        """Whether the listener on our port is this Mosquitto: another process's listener answers a connection as
+        well, and a Mosquitto that lost the port may take longer than any fixed pause to exit (under load). It logs
+        "running" once every listener is bound, and exits when one cannot be."""
+        assert self.proc is not None
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            if self.proc.poll() is not None:
+                return False
+            if " running" in (self.dir / "log.txt").read_text(errors="replace"):
+                return True
+            time.sleep(0.02)
+        return self.proc.poll() is None  # a configuration that logs elsewhere: alive and listening
 
     def stop(self) -> None:
         if self.proc and self.proc.poll() is None:

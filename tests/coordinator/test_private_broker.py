@@ -40,3 +40,19 @@ def test_a_port_asked_for_that_is_taken_is_an_error_naming_mosquittos_words():
         with pytest.raises(RuntimeError, match="mosquitto did not start"):
             broker.start()
         broker.close()
+
+
+def test_a_slow_mosquitto_that_lost_its_port_is_not_taken_for_the_listener_there(tmp_path):
+    """Under load Mosquitto can take longer to exit than any fixed pause after the port answers: the port answering
+    (the other process's listener) must not count as our broker running."""
+    with socket.socket() as thief:
+        thief.bind(("127.0.0.1", 0))
+        thief.listen()
+        broker = Mosquitto(port=thief.getsockname()[1])
+        slow = tmp_path / "slow-mosquitto"
+        slow.write_text(f"#!/bin/sh\nsleep 0.5\nexec {broker.binary} \"$@\"\n")
+        slow.chmod(0o755)
+        broker.binary = str(slow)
+        with pytest.raises(RuntimeError, match="Address already in use"):
+            broker.start()
+        broker.close()
