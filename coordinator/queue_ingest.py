@@ -17,7 +17,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from coordinator.ingest import AlertIngest
 from coordinator.ingest_limit import IngestLimit
-from wire.protocol import PREFIX, ProtocolError, decode, parse_agent_topic
+from wire.protocol import PREFIX, ProtocolError, agent_message
 
 log = logging.getLogger("fedsentry.coordinator")
 
@@ -105,10 +105,9 @@ class QueueIngest:
         """One message from the queue: "buffered" (acknowledged with its batch) or "done" (refused, counted)."""
         topic = mqtt_topic(routing_key)
         try:
-            agent, what = parse_agent_topic(topic)
-            env = decode(body)
-            if env.sender != agent or what != "alerts" or env.kind not in ("alert", "alerts"):
-                raise ProtocolError("sender", f"{env.kind} from {env.sender!r} on {topic}")
+            agent, what, env = agent_message(topic, body)
+            if what != "alerts" or env.kind not in ("alert", "alerts"):
+                raise ProtocolError("kind", f"{env.kind} on {topic}")
             return ingest.buffer(agent, env, topic, tag, 1)[0]
         except ProtocolError as e:
             self.reject(e.reason, e.detail, topic)

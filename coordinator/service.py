@@ -39,9 +39,8 @@ from wire.mqtt import make_client, parse_broker_url
 from wire.protocol import (
     AGENT_SUBSCRIPTIONS,
     ProtocolError,
-    decode,
+    agent_message,
     job_topic,
-    parse_agent_topic,
 )
 
 log = logging.getLogger("fedsentry.coordinator")
@@ -419,10 +418,7 @@ class Coordinator:
     def handle(self, topic: str, payload: bytes, mid: int = 0, qos: int = 0) -> str:
         """Validate and dispatch one message; "buffered" when it is acknowledged later (alerts)."""
         try:
-            agent, what = parse_agent_topic(topic)
-            env = decode(payload)
-            if env.sender != agent:
-                raise ProtocolError("sender", f"{env.sender!r} published under {agent!r}")
+            agent, what, env = agent_message(topic, payload)
             if what == "status" and env.kind == "status":
                 jobs = env.meta.get("jobs")
                 if isinstance(jobs, list):

@@ -82,6 +82,16 @@ def parse_agent_topic(topic: str) -> tuple[str, str]:
     return parts[3], parts[4]
 
 
+def agent_message(topic: str, payload: bytes) -> tuple[str, str, Envelope]:
+    """(agent id, what, envelope) of a message on a per-agent topic, or ProtocolError: an agent speaks only for
+    itself, so the envelope's sender must be the topic's agent."""
+    agent, what = parse_agent_topic(topic)
+    env = decode(payload)
+    if env.sender != agent:
+        raise ProtocolError("sender", f"{env.sender!r} published under {agent!r}")
+    return agent, what, env
+
+
 def check_id(value: str, what: str = "id") -> str:
     if not isinstance(value, str) or not ID_RE.match(value):
         raise ValueError(f"invalid {what} {value!r}: use 1-64 letters, digits, '.', '_' or '-', starting "

@@ -56,7 +56,8 @@ def ratings_matrix(data_dir: str | None, items: int = 500) -> np.ndarray:
 
 
 def run_paper(args: argparse.Namespace) -> int:
-    from models.dictionary.paper import SETTINGS, balanced_split, figures, synthetic
+    from models.dictionary.paper import SETTINGS, figures, synthetic
+    from models.partition import balanced_split
 
     if not args.paper:
         raise UsageError("simulate dict runs the paper's figures (--paper); the dict detector: fedsentry simulate "

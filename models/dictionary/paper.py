@@ -30,24 +30,6 @@ def synthetic(p: int, K: int, records: int, rng: np.random.Generator) -> np.ndar
     return H @ theta.T
 
 
-def balanced_split(Z: np.ndarray, n: int, rng: np.random.Generator, iterations: int = 10) -> list[np.ndarray]:
-    """Equal clusters (constrained k-means, Bradley et al. 2000, greedily): centres by k-means++ seeding, then
-    each record in order of its best margin to the nearest centre with room; centres re-estimated."""
-    size = -(-len(Z) // n)
-    centres = Z[rng.choice(len(Z), n, replace=False)]
-    assign = np.zeros(len(Z), dtype=int)
-    for _ in range(iterations):
-        D = ((Z[:, None, :] - centres[None]) ** 2).sum(axis=2)
-        room = np.full(n, size)
-        for i in np.argsort(D.min(axis=1) - D.max(axis=1)):
-            for c in np.argsort(D[i]):
-                if room[c]:
-                    assign[i], room[c] = c, room[c] - 1
-                    break
-        centres = np.stack([Z[assign == c].mean(axis=0) for c in range(n)])
-    return [Z[assign == c] for c in range(n)]
-
-
 class NaiveDictionary(FedMMDictionary):
     """The paper's naive baseline: each client optimises its own surrogate (theta_i = T(S_i)) and the same steps
     (control variates, 1/p, Quant, step gamma_t) run on theta: the aggregation in the parameter space."""

@@ -14,11 +14,11 @@ from typing import Any
 import numpy as np
 
 from models.core.federated import State
-from models.dictionary.paper import balanced_split
 from models.otmap.fedmm import ALGORITHMS, FedMMOT
 from models.otmap.icnn import Layout, init, project, transport
 from models.otmap.objective import l2_uvp
 from models.otmap.simulator import train
+from models.partition import balanced_split
 
 
 @dataclass

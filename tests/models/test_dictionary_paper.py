@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from models.dictionary.paper import balanced_split, figures, synthetic
+from models.dictionary.paper import figures, synthetic
+from models.partition import balanced_split
 
 
 def test_fedmm_beats_naive_and_control_variates_halve_the_surrogate_change_when_heterogeneous():
