@@ -1,4 +1,4 @@
-"""`fedsentry bench fleet` and `fedsentry bench api` (bench pca / recsys sit with their simulate commands)."""
+"""`fedsentry bench fleet`, `ingest` and `api` (bench pca / recsys sit with their simulate commands)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import argparse
 import shlex
 from typing import Any
 
-from fedsentry.bench import agent_memory, api, detection, fleet, rounds, secagg
+from fedsentry.bench import agent_memory, api, detection, fleet, ingest, rounds, secagg
 from fedsentry.cli.common import positive_int, share
 from fedsentry.errors import UsageError
 from models.families import DEFAULT_DETECTOR, DETECTORS
@@ -14,6 +14,7 @@ from models.families import DEFAULT_DETECTOR, DETECTORS
 
 def register(groups: dict[str, Any], verbs: Any) -> None:
     register_fleet(groups)
+    register_ingest(groups)
     register_api(groups)
     register_rounds(groups)
     register_agent_memory(groups)
@@ -121,6 +122,26 @@ def register_fleet(groups: dict[str, Any]) -> None:
     p.add_argument("--json", metavar="PATH", help="write the results as JSON (- for stdout)")
     p.set_defaults(func=fleet.run)
 
+
+
+def register_ingest(groups: dict[str, Any]) -> None:
+    p = groups["bench"].add_parser("ingest", help="alerts stored per second by 1, 2, ... `coordinator --role "
+                                   "ingest` workers reading RabbitMQ's quorum queue, and the ratio to one worker")
+    p.add_argument("--queue", required=True, metavar="URL",
+                   help="the RabbitMQ the workers read (amqp://user:password@host:5672/); its queue "
+                        "fedsentry.alerts is emptied first")
+    p.add_argument("--postgres", required=True, metavar="URL",
+                   help="a PostgreSQL server: each worker count runs on a scratch database created there and "
+                        "dropped afterwards (e.g. postgresql://postgres@127.0.0.1:5432/postgres)")
+    p.add_argument("--workers", type=positive_int, nargs="+", default=[1, 2],
+                   help="worker counts to time, the first 1 for the ratio (default 1 2)")
+    p.add_argument("--alerts", type=positive_int, default=50_000, help="alerts per run (default 50000)")
+    p.add_argument("--devices", type=positive_int, default=200, help="devices they come from (default 200)")
+    p.add_argument("--per-message", type=positive_int, default=50, help="alerts per message (default 50)")
+    p.add_argument("--out", default="benchmarks/results",
+                   help="folder for ingest-workers.md (default benchmarks/results)")
+    p.add_argument("--json", metavar="PATH", help="write the results as JSON (- for stdout)")
+    p.set_defaults(func=ingest.run)
 
 
 def register_api(groups: dict[str, Any]) -> None:

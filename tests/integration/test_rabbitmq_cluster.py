@@ -5,6 +5,7 @@ coordinator on a third."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -163,3 +164,21 @@ def test_two_ingest_workers_a_worker_and_the_queue_leader_killed_store_every_ale
                 p.terminate()
             p.wait(timeout=30)
         engine.dispose()
+
+
+def test_bench_ingest_times_one_and_two_workers_and_prints_their_ratio(cluster, postgres_url, tmp_path):
+    """`fedsentry bench ingest` runs real workers on scratch databases and reports each count's rate and the ratio
+    (the README's figure comes from a longer run of the same command)."""
+    if cluster.procs[0].poll() is not None:
+        cluster.start_node(0)
+    amqp = f"amqp://coordinator:{cluster.passwords['coordinator']}@127.0.0.1:{cluster.nodes[0]['amqp']}/%2F"
+    out = subprocess.run(
+        [sys.executable, "-m", "fedsentry.cli", "bench", "ingest", "--queue", amqp, "--postgres", postgres_url,
+         "--alerts", "600", "--devices", "6", "--out", str(tmp_path), "--json", "-"],
+        capture_output=True, text=True, timeout=240)
+    assert out.returncode == 0, out.stderr[-2000:]
+    result = json.loads(out.stdout)
+    assert [r["workers"] for r in result["runs"]] == [1, 2]
+    assert result["runs"][0]["timed_alerts"] > 0 and result["runs"][0]["ratio"] == 1.0
+    assert all(r["alerts_per_s"] > 0 for r in result["runs"]) and result["runs"][1]["ratio"] > 0
+    assert "| 2 |" in (tmp_path / "ingest-workers.md").read_text()
