@@ -72,6 +72,29 @@ def winsorized_weighted_mean(X: np.ndarray, w: np.ndarray, trim: float, at_least
     return np.tensordot(w / w.sum(), np.clip(X, ordered[k], ordered[n - 1 - k]), axes=1)
 
 
+def direction_capped_mean(C: np.ndarray, w: np.ndarray, colluders: int) -> np.ndarray:
+    """The weighted mean of symmetric PSD matrices C_i (axis 0 is the device) after capping, along each
+    eigen-direction v of the plain weighted mean, every device's weighted energy w_i v' C_i v at that of the
+    (`colluders` + 1)-th heaviest device along v: `colluders` devices acting together cannot push the pooled second
+    moment further along a direction they tilted than an honest device does (the mixture's mass cap, for
+    directions). A device above the cap is shrunk along that direction, C_i -> T_i C_i T_i with T_i = V diag(sqrt
+    f_i) V' (f_i <= 1, the cap over its energy), which keeps it PSD. Without `colluders`, or with too few devices to
+    leave them a minority, the plain mean."""
+    C, w = np.asarray(C, dtype=float), np.asarray(w, dtype=float)
+    n = C.shape[0]
+    k = min(int(colluders), (n - 1) // 2)
+    M = np.tensordot(w / w.sum(), C, axes=1)
+    if k <= 0:
+        return M
+    _, V = np.linalg.eigh((M + M.T) / 2)
+    energy = w[:, None] * np.einsum("jk,bjl,lk->bk", V, C, V)  # (devices, directions) weighted energies
+    cap = np.maximum(-np.sort(-energy, axis=0)[k], 0.0)  # (a transported statistic may be indefinite)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        f = np.where(energy > cap, cap / energy, 1.0)
+    T = np.einsum("jk,bk,lk->bjl", V, np.sqrt(f), V)
+    return np.tensordot(w / w.sum(), T @ C @ T, axes=1)
+
+
 def clip_norms(X: np.ndarray, factor: float = 3.0, reference: float | None = None) -> np.ndarray:
     """Scale down uploads whose Frobenius norm exceeds `factor` times the median norm (or `reference`)."""
     norms = np.sqrt((X.reshape(len(X), -1) ** 2).sum(axis=1))

@@ -19,7 +19,11 @@ Aggregation: ``aggregator="mean"`` (the default) is the paper's weighted mean (a
 per round); ``aggregator="trimmed"`` combines the clients' transported statistics by a coordinate-wise
 trimmed mean (models.detection.screening), so one client, whatever statistic it invents within the plausibility
 checks, moves each entry only as far as the spread of the honest ones allows, at O(clients) per round and
-at the price of no longer converging to the pooled covariance's subspace on non-i.i.d. data.
+at the price of no longer converging to the pooled covariance's subspace on non-i.i.d. data;
+``aggregator="capped"`` (issue 22, opt-in) sums them as `models.core.aggregation.direction_capped_mean` does: along
+each eigen-direction of their weighted mean no device weighs more than the (`colluders` + 1)-th heaviest device, so that
+`colluders` devices honestly reporting poisoned traffic (a compliant rogue) cannot tilt the basis further than an
+honest device does, also O(clients) per round; it needs each device's statistic (not under secure aggregation).
 
 Options: ``transport=False`` gives the plain scheme of DESIGN.md (Z = orth(sum_i w_i S_i) with
 Rayleigh-Ritz ordering); ``bits`` quantises uploads with error feedback; ``sa_step`` < 1 is the
@@ -30,15 +34,17 @@ from __future__ import annotations
 
 import numpy as np
 
-from models.core.aggregation import trimmed_weighted_mean
+from models.core.aggregation import direction_capped_mean, trimmed_weighted_mean
 from models.core.federated import State, client_rows
 from models.core.linalg import orth, top_eigvecs
 from models.core.quantize import quantize_with_feedback, quantized_bytes
+from models.detection.screening import Guard
 from models.pca.base import PCAAlgorithm
 
 #: "mean": seed 003's weighted mean of the clients' statistics; "trimmed": FedSentry's hardening, a
-#: coordinate-wise trimmed weighted mean over clients, so that one client cannot steer the basis
-AGGREGATORS = ("mean", "trimmed")
+#: coordinate-wise trimmed weighted mean over clients, so that one client cannot steer the basis; "capped": no
+#: device's energy along a direction above the (colluders + 1)-th heaviest device's (`direction_capped_mean`)
+AGGREGATORS = ("mean", "trimmed", "capped")
 
 
 def completion(S: np.ndarray, Q: np.ndarray) -> np.ndarray:
@@ -101,13 +107,18 @@ class FedMM(PCAAlgorithm):
     name = "fedmm"
 
     def __init__(self, n_features: int, rank: int = 3, oversample: int = 6, transport: bool = True,
-                 bits: int | None = None, sa_step: float = 1.0, aggregator: str = "mean", trim: float = 0.1):
+                 bits: int | None = None, sa_step: float = 1.0, aggregator: str = "mean", trim: float = 0.1,
+                 colluders: int = Guard.colluders):
         super().__init__(n_features, rank)
         if aggregator not in AGGREGATORS:
             raise ValueError(f"aggregator must be one of {', '.join(AGGREGATORS)}")
         if not 0 <= trim < 0.5:
             raise ValueError("trim must be in [0, 0.5)")
-        self.aggregator, self.trim = aggregator, float(trim)
+        if colluders < 0:
+            raise ValueError(f"colluders must be at least 0 (devices that may act together), got {colluders}")
+        if aggregator == "capped" and not transport:
+            raise ValueError("aggregator 'capped' caps the devices' transported statistics: it needs transport=True")
+        self.aggregator, self.trim, self.colluders = aggregator, float(trim), int(colluders)
         if bits is not None and not 2 <= bits <= 16:
             raise ValueError("bits must be between 2 and 16")
         if not 0 < sa_step <= 1:
@@ -184,7 +195,7 @@ class FedMM(PCAAlgorithm):
         server["w_rows"][rows] = weight
         total = float(server["total"])
         if self.transport:
-            M = server["M"] / total if self.aggregator == "mean" else self._trimmed(server)
+            M = server["M"] / total if self.aggregator == "mean" else self._robust(server)
             if self.sa_step < 1 and np.any(server["M_used"]):
                 M = self.sa_step * M + (1 - self.sa_step) * server["M_used"]
             server["M_used"] = M
@@ -202,12 +213,15 @@ class FedMM(PCAAlgorithm):
         server["Q"] = Q_new
         return server, {"Q": Q_new}
 
-    def _trimmed(self, server: State) -> np.ndarray:
-        """Per entry, the weighted mean of every answered client's transported statistic after leaving out
-        the most extreme clients on either side (models.detection.screening): one client moves each entry by at most
-        the spread of the others. O(clients d^2 m) per round, against O(sampled d^2 m) for the mean."""
+    def _robust(self, server: State) -> np.ndarray:
+        """Every answered client's transported statistic combined robustly. "trimmed": per entry, the weighted mean
+        after leaving out the most extreme clients on either side: one client moves each entry by at most the
+        spread of the others. "capped": `direction_capped_mean`. O(clients d^2 m) per round (capped: O(clients
+        d^3)), against O(sampled d^2 m) for the mean."""
         n = int(server["rows"])
         C = completion(server["S_rows"][:n], server["Q_rows"][:n])
+        if self.aggregator == "capped":
+            return direction_capped_mean(C, server["w_rows"][:n], self.colluders)
         d = C.shape[-1]
         return trimmed_weighted_mean(C.reshape(n, d * d), server["w_rows"][:n], self.trim).reshape(d, d)
 

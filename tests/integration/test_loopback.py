@@ -42,7 +42,7 @@ N_PCA, N_RECSYS = 12, 5
 # every registered algorithm, with its non-default branches (robust aggregators, quantised uploads, l1)
 PCA_CASES = [("fedpe", {}), ("fedpg", {}), ("fedmm", {}), ("fedpg", {"aggregator": "median"}),
              ("fedpe", {"aggregator": "trimmed", "trim": 0.2}), ("fedmm", {"bits": 8}),
-             ("fedmm", {"transport": False})]
+             ("fedmm", {"transport": False}), ("fedmm", {"aggregator": "capped"})]
 GMM_CASES = [("fedem", {"components": 4, "reg": 1e-2, "hard_rounds": 2}),
              ("fedem", {"components": 3, "float32": False})]
 DICT_CASES = [("fedmm-dl", {"atoms": 6}), ("fedmm-dl", {"atoms": 5, "bits": 8, "alpha": 0.2})]

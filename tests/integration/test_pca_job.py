@@ -38,13 +38,15 @@ def finished_model(coordinator, job_id):
         return unpack(mv.arrays)["Z"], mv.info["threshold"]
 
 
-@pytest.mark.parametrize("algorithm", ["fedpg", "fedmm"])
-def test_deployed_model_equals_the_simulators(broker, coordinator, fleet, traffic, algorithm):
+@pytest.mark.parametrize(("algorithm", "params"), [("fedpg", {}), ("fedmm", {}), ("fedmm", {"aggregator": "capped"})],
+                         ids=["fedpg", "fedmm", "fedmm-capped"])
+def test_deployed_model_equals_the_simulators(broker, coordinator, fleet, traffic, algorithm, params):
     data, split = traffic
     parts = parts_for(split, N)
-    launch(coordinator, fleet, data, parts, "j1", algorithm)
+    launch(coordinator, fleet, data, parts, "j1", algorithm, algorithm_params=params)
     Z, threshold = finished_model(coordinator, "j1")
-    sim = simulate_pca(parts, split.X_test, split.y_test, data.feature_names, algorithm, 3, 8, 0.6, seed=0)
+    sim = simulate_pca(parts, split.X_test, split.y_test, data.feature_names, algorithm, 3, 8, 0.6, seed=0,
+                       params=params)
     # same sampling, same client and server steps: the same subspace and threshold
     assert abs(threshold - sim["threshold"]) < 1e-6 * sim["threshold"]
     from models.pca.baselines import centralized_pca

@@ -203,3 +203,49 @@ def test_robust_aggregators_are_plain_functions():
     clipped = clip_norms(X, factor=2.0)
     assert np.linalg.norm(clipped[-1]) <= 2.0 * np.median(np.linalg.norm(X.reshape(5, -1), axis=1)) + 1e-9
     assert np.array_equal(clipped[:4], X[:4])
+
+
+def spiked_fleet(rng, honest=8, rogues=2, d=5, spike=50.0):
+    """Honest devices with second moments near I; rogues add `spike` a a' (their poisoned traffic) along a."""
+    a = np.linalg.qr(rng.standard_normal((d, 1)))[0][:, 0]
+    C = []
+    for i in range(honest + rogues):
+        G = rng.standard_normal((200, d))
+        C.append(G.T @ G / 200 + (spike * np.outer(a, a) if i < rogues else 0))
+    return np.stack(C), np.ones(honest + rogues), a
+
+
+def test_colluders_cannot_tilt_the_direction_capped_mean_beyond_an_honest_device(rng):
+    """Two rogues put 50 a a' in their second moments: the plain mean's top direction is a (energy 11 along it);
+    capped at the third heaviest device along each direction, the mean keeps the honest level (~1) along a."""
+    from models.core.aggregation import direction_capped_mean
+
+    C, w, a = spiked_fleet(rng)
+    plain = a @ direction_capped_mean(C, w, colluders=0) @ a
+    capped = direction_capped_mean(C, w, colluders=2)
+    assert plain > 10 and a @ capped @ a < 1.3
+    assert np.linalg.eigvalsh(capped)[0] > 0  # shrunk by congruence: still PSD
+    honest = np.tensordot(w[2:] / w[2:].sum(), C[2:], axes=1)  # an honest fleet is (nearly) left as it is
+    assert np.abs(direction_capped_mean(C[2:], w[2:], colluders=2) - honest).max() < 0.1
+
+
+def test_fedmm_capped_keeps_two_rogues_out_of_the_basis(rng):
+    """FedMM with aggregator="capped" through the simulator's rounds: the rogues' direction stays out of the basis
+    the mean puts it in."""
+    from models.detection.preprocessing import Preprocessor
+    from models.detection.screening import DEFAULT_GUARD, weight_caps
+    from models.pca.simulator import ClientData
+
+    C, w, a = spiked_fleet(rng, d=D)
+    n = len(C)
+    diag = np.diagonal(C, axis1=1, axis2=2).copy()
+    fleet = ClientData(Preprocessor([f"f{j}" for j in range(D)], np.zeros(D, bool), np.zeros(D), np.ones(D)),
+                       [np.zeros((1, D))] * n, C, w, weight_caps(np.full(n, 200), DEFAULT_GUARD),
+                       np.full(n, 200), diag, diag.sum(axis=1))
+    mean = run_federated(FedMM(D, 1), fleet, 30, 0.5, seed=1).Z[:, 0]
+    capped = run_federated(FedMM(D, 1, aggregator="capped"), fleet, 30, 0.5, seed=1).Z[:, 0]
+    assert abs(mean @ a) > 0.99 and abs(capped @ a) < 0.5
+    with pytest.raises(ValueError, match="transport"):
+        FedMM(D, 1, aggregator="capped", transport=False)
+    with pytest.raises(ValueError, match="colluders"):
+        FedMM(D, 1, colluders=-1)
