@@ -190,7 +190,11 @@ class PrivateDetector(SecureSums, NoisyDetector):
         self.info = {"features": list(self.spec.features), "log_mask": [1] * d, "encoding": None, "clip": 1.0}
         self.rng = np.random.default_rng(self.spec.seed)
         self.server, self.broadcast = {}, {}
-        self.calibrate_noise(len(answered))
+        try:
+            self.calibrate_noise(len(answered))
+        except ValueError as e:  # the budget out of reach, or the accountant not installed
+            self.fail(f"differential privacy: {e}")
+            return {}
         return {"noise_multiplier": self.info["dp"]["multiplier"]}
 
     def announce(self, name: str, rnd: int, members: list[str]) -> Any:
