@@ -6,6 +6,8 @@ settings that make no sense are refused by name."""
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -50,7 +52,14 @@ def assert_same_budget(job: dict, sim: dict, skip: tuple[str, ...] = ()) -> None
         assert job[k] == (pytest.approx(sim[k], rel=1e-9) if isinstance(sim[k], float) else sim[k]), k
 
 
-def test_a_dp_pca_job_equals_the_simulators_distributed_noise_through_dropouts_and_a_restart(tmp_path, fleet):  # noqa: F811
+def test_a_dp_pca_job_equals_the_simulators_distributed_noise_through_dropouts_and_a_restart(tmp_path, fleet,  # noqa: F811
+                                                                                             monkeypatch):
+    from edge_agent.detector_participant import DetectorParticipant
+
+    announced: list[dict] = []  # what each device read in the noisy sums' round messages
+    noisy_values = DetectorParticipant.noisy_values
+    monkeypatch.setattr(DetectorParticipant, "noisy_values",
+                        lambda self, name, req, dp: (announced.append(dp), noisy_values(self, name, req, dp))[1])
     names, parts, _, _ = fleet
     loop = PrivateLoopback(tmp_path, dp_settings(names), keyed(pca_participants(tmp_path, names, parts)),
                            silent=lambda phase: ("dev-01", "dev-04") if phase.endswith(":unmask") else ())
@@ -66,6 +75,10 @@ def test_a_dp_pca_job_equals_the_simulators_distributed_noise_through_dropouts_a
     dp = mv.info["dp"]
     assert_same_budget(dp, sim["dp"], skip=("clipped_uploads",))  # the devices clip: the coordinator cannot count
     assert dp["noise"] == "distributed" and 0 < dp["epsilon_spent"] <= EPSILON and dp["clipped_uploads"] is None
+    # the round messages announced the simulator's multiplier and clip norms, and each sum's index in the job
+    assert {a["multiplier"] for a in announced} == {sim["dp"]["noise_multiplier"]}
+    assert {k: v for a in announced for k, v in a["clips"].items()} == sim["dp"]["clip_norms"]
+    assert sorted({a["index"] for a in announced}) == [0, 1, 2, 3, 4]
 
 
 def test_a_noisy_sum_asked_again_after_a_failed_attempt_carries_the_same_noise(tmp_path, fleet):  # noqa: F811
@@ -139,6 +152,22 @@ def test_a_central_dp_pca_job_equals_the_simulators_central_noise_through_a_rest
     assert mv.info["threshold"] == pytest.approx(sim["threshold"], rel=1e-6)
     assert_same_budget(mv.info["dp"], sim["dp"])
     assert mv.info["dp"]["noise"] == "central"
+
+
+def test_a_sum_in_the_clear_refuses_values_that_are_not_its_own_naming_them(tmp_path, fleet):  # noqa: F811
+    from models.core.messages import Upload
+    from wire.messages import envelope
+    from wire.protocol import ProtocolError
+
+    names, parts, _, _ = fleet
+    loop = PrivateLoopback(tmp_path, {**dp_settings(names), "private": False}, pca_participants(tmp_path, names, parts))
+    assert loop.run(until="mean:clear") == "mean:clear", loop.error()
+    for arrays, says in [({"m2": np.zeros(4)}, "the sum 'mean' takes ['m1']"),
+                         ({"m1": np.zeros(3)}, "m1 must be (4,) finite values"),
+                         ({"m1": np.array([0.0, np.inf, 0.0, 0.0])}, "m1 must be (4,) finite values")]:
+        bad = envelope(Upload(arrays=arrays), "loop", loop.runner.round, "dev-00")
+        with pytest.raises(ProtocolError, match=re.escape(says)):
+            loop.runner.accept(bad)
 
 
 def test_the_noise_is_there_the_same_job_without_it_is_another_model(tmp_path, fleet):  # noqa: F811
