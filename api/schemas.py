@@ -36,6 +36,9 @@ class JobOut(BaseModel):
 
 class JobDetail(JobOut):
     rounds: list[RoundOut]
+    dp: dict[str, Any] | None = Field(None, description="differential privacy: the budget the job's model spent "
+                                      "(epsilon, delta, noise multiplier, clip norms; as `fedsentry simulate`'s "
+                                      "JSON `dp`), None without it or before the model")
 
 
 class InfluenceOut(BaseModel):

@@ -134,10 +134,10 @@ class DetectorJob(PrivateDetector):
 
     # -- rounds ---------------------------------------------------------------------------------------
     def reply_type(self, phase: str) -> MessageType | None:
-        return self.private_reply(phase) if self.spec.private else super().reply_type(phase)
+        return self.private_reply(phase) if self.sums_only() else super().reply_type(phase)
 
     def content(self, phase: str, header: dict[str, Any]) -> DetectorRound:
-        if self.spec.private:
+        if self.sums_only():
             return self.private_content(phase, header)
         common = {**header, "params": self.spec.algorithm_params, "rank": self.spec.rank,
                   "log_transform": self.spec.log_transform, **self.round_fields()}
@@ -151,7 +151,7 @@ class DetectorJob(PrivateDetector):
                                   mean=np.array(self.info["mean"]), scale=np.array(self.info["scale"]), weights=weights)
 
     def follow(self) -> None:
-        if self.spec.private:
+        if self.sums_only():
             self.private_follow()
         else:
             super().follow()
@@ -170,7 +170,7 @@ class DetectorJob(PrivateDetector):
         """Nothing a device claims is taken on trust (models.detection.screening): sums that real records could
         have, an upload of the algorithm's shape with finite values, a histogram of exactly the records
         it claimed, on the agreed grid."""
-        if self.spec.private:
+        if self.sums_only():
             self.private_validate(msg, sender)
         elif isinstance(msg, Statistics):
             d = len(self.spec.features)
@@ -207,7 +207,7 @@ class DetectorJob(PrivateDetector):
 
     # -- closing rounds -------------------------------------------------------------------------------
     def close(self, answered: list[str]) -> dict[str, Any]:
-        if self.spec.private:
+        if self.sums_only():
             return self.private_close(answered)
         if self.phase == "stats":
             return self.close_stats(answered)

@@ -9,12 +9,13 @@ import numpy as np
 from coordinator.detector_job import DetectorJob
 from models.core.linalg import subspace_distance
 from models.detection.preprocessing import Preprocessor
+from models.detection.private import NoisySum
 from models.detection.screening import Federation, model_problem
 from models.kernel import RandomFourierFeatures
 from models.pca import PCAAlgorithm
 from models.pca.detector import PCADetector
 from models.pca.messages import PCARound
-from models.pca.private import MOMENT_SCALES, pooled_subspace
+from models.pca.private import MOMENT_SCALES, noisy_moments, pooled_subspace
 from models.pca.spec import PCAJobSpec
 
 
@@ -73,9 +74,15 @@ class PCAJob(DetectorJob):
         d = len(self.spec.features)
         return {"C": (d * (d + 1) // 2,), "w": ()}, MOMENT_SCALES, BITS
 
+    def noisy_family(self) -> dict[str, NoisySum]:
+        """With differential privacy: every device's clipped second moment, weighing 1."""
+        return {"moments": noisy_moments(len(self.spec.features))}
+
     def summed_family(self, name: str, total: dict[str, np.ndarray], members: list[str]) -> dict[str, Any]:
         d = len(self.spec.features)
-        Z = pooled_subspace(total["C"][0] / float(total["w"][0]), d, self.spec.rank)
+        # the devices' weights (with differential privacy each weighs 1: the fleet's size divides)
+        W = float(total["w"][0]) if "w" in total else float(self.info["dp"]["devices"])
+        Z = pooled_subspace(total["C"][0] / W, d, self.spec.rank)
         self.broadcast = {"Q": Z}  # FedMM's broadcast: its consensus is the first rank columns
         return {}
 

@@ -18,8 +18,9 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from coordinator.noisy_detector import CLEAR, NoisyDetector
 from coordinator.secure_sums import SecureSums, step_of
-from models.core.messages import MessageType
+from models.core.messages import MessageType, Upload
 from models.detection.messages import Counted
 from models.detection.preprocessing import Preprocessor
 from models.detection.private import (
@@ -38,7 +39,7 @@ from models.private.relay import STEPS
 from wire.protocol import ProtocolError
 
 
-class PrivateDetector(SecureSums):
+class PrivateDetector(SecureSums, NoisyDetector):
     """The private-mode half of `coordinator.detector_job.DetectorJob` (used when the job's `private` is set)."""
 
     spec: Any  # models.detection.spec.DetectorJobSpec
@@ -72,6 +73,8 @@ class PrivateDetector(SecureSums):
     def next_sum(self, done: str) -> str | None:
         """The secure sum after `done` ("stats": the statistics phase), None after the last (`info["sums"]` counts
         those done)."""
+        if self.noisy():
+            return self.noisy_next(done)
         order = ["mean", "centred", *self.family_sums(), "threshold"]
         i = order.index(done) + 1 if done in order else 0
         return order[i] if i < len(order) else None
@@ -86,30 +89,54 @@ class PrivateDetector(SecureSums):
         if self.retried():
             return
         at = step_of(self.phase)
-        if at is not None and at[1] != STEPS[-1]:
+        if at is not None and at[1] in STEPS[:-1]:
             phase = f"{at[0]}:{STEPS[STEPS.index(at[1]) + 1]}"
             self.begin(phase, self.round + 1, self.asked(phase))
             return
         nxt = self.next_sum(at[0] if at is not None else self.phase)
         if nxt is None:
             self.finish()
-        else:
-            self.begin(f"{nxt}:{STEPS[0]}", self.round + 1, self.sum_members(nxt))
+        else:  # a sum in the clear (central noise) is one round; a secure sum's first step
+            self.begin(f"{nxt}:{CLEAR if self.in_clear() else STEPS[0]}", self.round + 1, self.sum_members(nxt))
+
+    def sums_only(self) -> bool:
+        """The job learns sums (private mode, or differential privacy): the phases are this class's."""
+        return bool(self.spec.private) or self.noisy()
+
+    def in_clear(self) -> bool:
+        """Differential privacy without private mode: each sum collected in the clear, the coordinator adds the
+        noise (coordinator.noisy_detector)."""
+        return self.noisy() and not self.spec.private
+
+    def asked(self, phase: str) -> list[str]:
+        at = step_of(phase)
+        return self.participants if at is not None and at[1] == CLEAR else super().asked(phase)
 
     def private_reply(self, phase: str) -> MessageType | None:
-        return Counted if phase == "stats" else SecureSums.reply_type(self, phase)
+        if phase == "stats":
+            return Counted
+        at = step_of(phase)
+        return Upload if at is not None and at[1] == CLEAR else SecureSums.reply_type(self, phase)
 
     def private_content(self, phase: str, header: dict[str, Any]) -> Any:
         d = len(self.spec.features)
         common = {**header, "params": self.spec.algorithm_params, "rank": self.spec.rank, "log_transform": True,
-                  "features": self.spec.features, "private": True, **self.round_fields()}
+                  "features": self.spec.features, "private": bool(self.spec.private), "dp": self.noisy(),
+                  **self.round_fields()}
         if phase == "stats":
             return self.round_message(**common)
         mean, scale = self.info.get("mean"), self.info.get("scale")
         return self.round_message(**common, log_mask=[1] * d, broadcast=dict(self.broadcast),
                                   mean=None if mean is None else np.array(mean),
                                   scale=None if scale is None else np.array(scale),
-                                  weights=self.weights(self.sampled)[1], **self.secure_fields(phase))
+                                  weights=self.weights(self.sampled)[1], **self.sum_fields(phase))
+
+    def sum_fields(self, phase: str) -> dict[str, Any]:
+        """What a sum's round message carries: a secure sum's step, or the announcement of a sum in the clear."""
+        at = step_of(phase)
+        if at is not None and at[1] == CLEAR:
+            return {"noisy": self.noisy_extra(at[0])["dp"]}
+        return self.secure_fields(phase)
 
     def private_validate(self, msg: Any, sender: str) -> None:
         if isinstance(msg, Counted):
@@ -120,11 +147,17 @@ class PrivateDetector(SecureSums):
             if float(msg.count[0]) < 1:
                 raise ProtocolError("value", "a device with no training records cannot take part")
             return
+        if isinstance(msg, Upload):
+            self.validate_clear(msg)
+            return
         self.validate_step(msg, sender)
 
     def private_close(self, answered: list[str]) -> dict[str, Any]:
         if self.phase == "stats":
             return self.private_stats(answered)
+        at = step_of(self.phase)
+        if at is not None and at[1] == CLEAR:
+            return self.close_clear(at[0], answered)
         return self.close_step(answered)
 
     def private_stats(self, answered: list[str]) -> dict[str, Any]:
@@ -133,6 +166,8 @@ class PrivateDetector(SecureSums):
             self.fail(f"{len(answered)} agents answered the statistics phase; private mode sums at least 2")
             return {}
         self.participants = answered
+        if self.noisy():  # a roll call: every device weighs 1, no count is kept
+            return self.noisy_roll_call(answered)
         counts = np.array([float(self.pending[a].count[0]) for a in answered])
         self.counts, self.roster_saved = counts.tolist(), False
         caps = weight_caps(counts, self.spec.guard())
@@ -148,11 +183,29 @@ class PrivateDetector(SecureSums):
         self.start_private()
         return {"records": int(counts.sum())}
 
+    def noisy_roll_call(self, answered: list[str]) -> dict[str, Any]:
+        """A job with differential privacy: its participants, each weighing 1, and its noise calibrated."""
+        self.counts, self.roster_saved = [1.0] * len(answered), False
+        d = len(self.spec.features)
+        self.info = {"features": list(self.spec.features), "log_mask": [1] * d, "encoding": None, "clip": 1.0}
+        self.rng = np.random.default_rng(self.spec.seed)
+        self.server, self.broadcast = {}, {}
+        try:
+            self.calibrate_noise(len(answered))
+        except ValueError as e:  # the budget out of reach, or the accountant not installed
+            self.fail(f"differential privacy: {e}")
+            return {}
+        return {"noise_multiplier": self.info["dp"]["multiplier"]}
+
     def announce(self, name: str, rnd: int, members: list[str]) -> Any:
         from models.private.relay import Announced
         from models.private.transport import BITS
 
         d = len(self.spec.features)
+        seed = int(np.random.default_rng([self.spec.seed, rnd]).integers(2**31))
+        if self.noisy():
+            shapes, scales, clip, bits = self.noisy_announced(name, members)
+            return Announced(f"{self.job_id}/{name}/{rnd}", tuple(members), shapes, dict(scales), clip, bits, seed)
         if name == "mean":
             shapes, scales, bits = {"m1": (d,), "w": ()}, MEAN_SCALES, STATS_BITS
         elif name == "centred":
@@ -163,11 +216,17 @@ class PrivateDetector(SecureSums):
             scales, bits = tail_scales(max(float(self.histogram_records().max()), 1.0)), BITS
         else:
             shapes, scales, bits = self.announce_family(name)
-        seed = int(np.random.default_rng([self.spec.seed, rnd]).integers(2**31))
         return Announced(f"{self.job_id}/{name}/{rnd}", tuple(members), shapes, dict(scales),
                          float(self.info["clip"]), bits, seed)
 
+    def advertise_extra(self, name: str) -> dict[str, Any]:
+        return self.noisy_extra(name) if self.noisy() else {}
+
     def summed(self, name: str, total: dict[str, np.ndarray], members: list[str]) -> dict[str, Any]:
+        if self.noisy():
+            from models.private.relay import Announced
+
+            return self.noisy_summed(name, total, len(Announced.from_meta(self.info["secagg"]).names), members)
         if name == "mean":
             mean, W = fleet_mean(total)
             self.info.update(mean=mean.tolist(), W=W)

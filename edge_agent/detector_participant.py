@@ -292,7 +292,7 @@ class DetectorParticipant(Participant, Generic[R]):
         """Count, and per numeric feature the sum and sum of squares of its set values and how many are set
         (transformed); the counts of every text value and unset number (models.detection.encoding)."""
         msg: R = req.msg
-        if msg.private:
+        if msg.private or msg.dp:
             return self._count(req)
         spec_schema = RecordSchema(list(msg.features), list(msg.categorical), list(msg.flags))
         self.require_records()
@@ -315,12 +315,16 @@ class DetectorParticipant(Participant, Generic[R]):
 
     # -- private mode (coordinator.private_detector): counts in the clear, every statistic as a secure sum ------
     def _count(self, req: Request) -> Envelope:
-        """A private job's statistics phase: the records this device trains on (and holds out), nothing more."""
-        require_private()
+        """A private job's statistics phase: the records this device trains on (and holds out), nothing more (with
+        differential privacy, a roll call)."""
+        if req.msg.private:
+            require_private()
         self.require_records()
         rows = self.training_rows(req.msg)
         n = len(self.buffer.X) if rows is None else int(np.count_nonzero(rows)) if rows.dtype == bool else len(rows)
         held = self.stats_extra(req.msg).get("held")
+        if req.msg.dp:  # differential privacy: a roll call, the device weighs 1 and its count is not released
+            n, held = 1, None
         return req.reply(Counted(count=np.array([n], dtype=np.int64), held=held), self.id)
 
     def secure_values(self, name: str, req: Request) -> dict[str, np.ndarray]:
@@ -329,6 +333,9 @@ class DetectorParticipant(Participant, Generic[R]):
         from models.detection.private import centred_uploads, dense_histograms, mean_uploads, own_moments, tail_uploads
 
         msg: R = req.msg
+        dp = (msg.secagg or {}).get("dp")
+        if dp is not None:
+            return self.noisy_values(name, req, dp)
         w = np.array([self.weight(msg)])
         if name in ("mean", "centred"):
             m1, m2 = own_moments([Moments.of(self.transformed(self.records(msg), msg)).summary()])
@@ -345,6 +352,48 @@ class DetectorParticipant(Participant, Generic[R]):
     def secure_family_values(self, name: str, req: Request, w: np.ndarray) -> dict[str, np.ndarray]:
         """The family's own secure sums (PCA: the device's second moment)."""
         raise ValueError(f"a {self.family} agent has no secure sum {name!r}")
+
+    def noisy_values(self, name: str, req: Request, dp: dict) -> dict[str, np.ndarray]:
+        """With distributed differential privacy (coordinator.noisy_detector): this device's values for the noisy
+        sum `name` (`clear_values`), clipped to the announced clips and with this device's share of the noise added
+        (models.private.dp.Noise.device_share), drawn from its own secret stream."""
+        from models.private.dp import Ledger
+
+        msg: R = req.msg
+        values = self.clear_values(name, req, dp)
+        members = len(msg.secagg["names"])  # type: ignore[index]
+        noise = Ledger(float(dp["multiplier"]), True, members, 1.0).noise(
+            {k: float(v) for k, v in dict(dp["clips"]).items()})
+        return noise.device_share(values, members, self.noise_key(req.job), int(dp["index"]))
+
+    def clear_values(self, name: str, req: Request, dp: dict | None = None) -> dict[str, np.ndarray]:
+        """This device's values for the noisy sum `name`, weighing 1, by the simulator's own functions
+        (models.detection.private); with central noise they are sent as they are (the coordinator clips them)."""
+        from models.detection.private import centred_uploads, coarse_shares, exceedances, own_moments
+
+        msg: R = req.msg
+        dp = msg.noisy if dp is None else dp
+        if dp is None:
+            raise ValueError(f"the {msg.phase} round does not carry its noisy sum's announcement")
+        if name in ("mean", "centred"):
+            m1, m2 = own_moments([Moments.of(self.transformed(self.records(msg), msg)).summary()])
+            if name == "mean":
+                values = {"m1": m1[0]}
+            elif msg.mean is None:
+                raise ValueError("the centred sum's round carries the fleet's mean")
+            else:
+                values = {k: v[0] for k, v in centred_uploads(np.ones(1), m1, m2, np.asarray(msg.mean)).items()}
+        elif name in ("anchor", "threshold"):
+            histogram = sparse_histogram(self.threshold_errors(msg, self.preprocessor(msg)))
+            values = {"h": coarse_shares(histogram)} if name == "anchor" else \
+                {"a": exceedances(histogram, float(dp["anchor"]), float(dp["quantile"]))}
+        else:
+            values = self.noisy_family_values(name, req)
+        return values
+
+    def noisy_family_values(self, name: str, req: Request) -> dict[str, np.ndarray]:
+        """The family's own noisy sums (PCA: the device's second moment)."""
+        raise ValueError(f"a {self.family} agent has no noisy sum {name!r}")
 
     def threshold_extras(self, msg: R, errors: np.ndarray) -> dict[str, np.ndarray]:
         """The fields a family's histogram message adds (`histogram`)."""

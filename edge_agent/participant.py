@@ -103,6 +103,23 @@ class Participant(ABC):
         """This device's statistics for the secure sum `name` (a family's private mode says what they are)."""
         raise ValueError(f"a {self.family} agent has no secure sum {name!r}")
 
+    def noise_key(self, job: str) -> list[int]:
+        """This device's secret key of its differential-privacy noise in a job (models.private.dp.Noise.
+        device_share): drawn once from the system's entropy and kept on the device's disk, so that a sum asked again
+        gets the same noise; the coordinator never sees it."""
+        name = f"dp-key-{job}"
+        key = self.store.load_json(name, None)
+        if key is None:
+            import secrets
+
+            key = [secrets.randbits(32) for _ in range(4)]
+            self.store.save_json(name, key)
+        return [int(k) for k in key]
+
+    def clear_values(self, name: str, req: Request) -> dict[str, np.ndarray]:
+        """This device's values for the sum `name` collected in the clear (a family's differential privacy)."""
+        raise ValueError(f"a {self.family} agent has no sum {name!r}")
+
     def _secure_step(self, req: Request) -> Envelope | None:
         """One step of a secure sum: advertise (this device's values kept with fresh secrets), share, unmask (the
         upload step is driven by the shares routed to this device, `on_routed`). What the device keeps between
@@ -112,6 +129,8 @@ class Participant(ABC):
         name, _, step = req.msg.phase.partition(":")
         if self.id not in req.msg.sampled:
             return None
+        if step == "clear":  # a sum collected in the clear (central noise, coordinator.noisy_detector)
+            return req.reply(Upload(arrays=self.clear_values(name, req)), self.id)
         if req.msg.secagg is None:
             raise ValueError(f"the {req.msg.phase} round does not carry its secure sum's announcement")
         announced = Announced.from_meta(req.msg.secagg)

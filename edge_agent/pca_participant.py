@@ -61,6 +61,14 @@ class PCAParticipant(DetectorParticipant[PCARound]):
         moment = own_moment(self.preprocessor(req.msg).transform(self.records(req.msg)))
         return {k: v[0] for k, v in moment_uploads(w, moment[None]).items()}
 
+    def noisy_family_values(self, name: str, req: Request) -> dict[str, np.ndarray]:
+        """With differential privacy: this device's second moment of its standardised records (weight 1)."""
+        from models.pca.private import own_moment
+
+        if name != "moments":
+            return super().noisy_family_values(name, req)
+        return {"C": own_moment(self.preprocessor(req.msg).transform(self.records(req.msg)))}
+
     def threshold_errors(self, msg: PCARound, pre: Preprocessor) -> np.ndarray:
         Z = self.algorithm(msg).consensus(msg.broadcast)
         X = pre.transform(self.records(msg))

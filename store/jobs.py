@@ -10,7 +10,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from models.jobspec import JobSpec
-from store.db import Job, Round
+from store.db import Job, ModelVersion, Round
 
 #: jobs waiting for a coordinator at most: a script creating jobs in a loop cannot queue work without bound
 MAX_PENDING_JOBS = 100
@@ -71,6 +71,14 @@ def get_job(session: Session, job_id: str) -> Job:
 
 def job_rounds(session: Session, job_id: str) -> list[Round]:
     return list(session.scalars(select(Round).where(Round.job_id == job_id).order_by(Round.round)))
+
+
+def privacy_spent(session: Session, job_id: str) -> dict[str, Any] | None:
+    """The differential-privacy budget the job's latest model version spent (its `dp`), None without one."""
+    info = session.scalars(select(ModelVersion.info).where(ModelVersion.job_id == job_id)
+                           .order_by(ModelVersion.version.desc()).limit(1)).first()
+    dp = info.get("dp") if isinstance(info, dict) else None
+    return dp if isinstance(dp, dict) else None
 
 
 def cancel_job(session: Session, job_id: str) -> Job:

@@ -75,7 +75,7 @@ def get_job(job_id: str = JOB_ID, db: Session = Depends(get_db)) -> JobDetail:
     except store_jobs.JobNotFoundError as e:
         raise HTTPException(404, str(e)) from None
     rounds = store_jobs.job_rounds(db, job_id)
-    return JobDetail(**job_out(job).model_dump(), rounds=[
+    return JobDetail(**job_out(job).model_dump(), dp=store_jobs.privacy_spent(db, job_id), rounds=[
         RoundOut(round=r.round, phase=r.phase, sampled=len(r.sampled or ()), answered=len(r.answered or ()),
                  seconds=r.seconds, metrics=_dict(r.metrics)) for r in rounds])
 

@@ -28,6 +28,10 @@ class DetectorRound(RoundMessage):
     scale: np.ndarray | None = array(default=None)
     weights: np.ndarray | None = array(default=None)
     private: bool = False  # private mode: the statistics phase asks for counts only (`Counted`), sums follow
+    dp: bool = False  # differential privacy: the statistics phase is a roll call (count 1), noisy sums follow
+    #: differential privacy with central noise: the sum this round collects in the clear (each device's values,
+    #: `models.core.messages.Upload`), its announcement (coordinator.noisy_detector.NoisyDetector.noisy_extra)
+    noisy: dict[str, Any] | None = None
 
 
 @dataclass(kw_only=True)

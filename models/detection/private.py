@@ -26,7 +26,7 @@ from models.detection.attacks import NO_ADVERSARIES, Adversaries
 from models.detection.preprocessing import Moments, Preprocessor, constant, signed_log1p
 from models.detection.screening import Guard, WeightCaps, crossing, tail_of, value_bound, weight_caps
 from models.detection.threshold import EDGES, TAIL_SPAN, TAIL_STEP, Tail
-from models.private.transport import SecureTransport
+from models.private.transport import BITS, SecureTransport
 
 #: differential privacy's clip of the statistics phase, per feature: a device's mean of log-scaled values and its
 #: mean square around the fleet's mean are clipped to this times sqrt(d) in L2 norm
@@ -126,23 +126,64 @@ def fleet_standardisation(feature_names: list[str], mean: np.ndarray, centred: d
 def noisy_clients(parts: list[np.ndarray], feature_names: list[str], T: list[np.ndarray], claims: list,
                   count: np.ndarray, transport: SecureTransport) -> Clients:
     """`private_clients` with differential privacy: each device's mean, then its mean square around the fleet's
-    mean, clipped to STATS_CLIP sqrt(d) and summed with the Gaussian noise; over the fleet's size."""
+    mean, clipped to `stats_clip` and summed with the Gaussian noise; over the fleet's size."""
     d, n = len(feature_names), len(parts)
-    ledger = transport.noise.ledger  # type: ignore[union-attr]
-    c = STATS_CLIP * np.sqrt(d)
-    bound = value_bound(True)
-    m1 = np.stack([total for _, total, _ in claims]) / np.maximum(count, 1.0)[:, None]
-    m2 = np.stack([sumsq for _, _, sumsq in claims]) / np.maximum(count, 1.0)[:, None]
+    m1, m2 = own_moments(claims)
     everyone = np.arange(n)
-    first = transport.phase({"m1": bound}, 1.0, 1, ledger.noise({"m1": c}), bits=64)
+    table = noisy_sums(d, 0.5)
+    first = table["mean"].transport(transport, 1)
     mean = first(everyone, {"m1": m1})["m1"][0] / n
-    second = transport.phase({"c2": bound * bound}, 1.0, 2, ledger.noise({"c2": c}), bits=64)
-    centred = second(everyone, {"c2": m2 - 2 * mean * m1 + mean**2})["c2"][0] / n
+    second = table["centred"].transport(transport, 2)
+    pre = noisy_standardisation(feature_names, mean, second(everyone, centred_uploads(np.ones(n), m1, m2, mean)), n)
     transport.phase_bytes += (first.sent[0] + second.sent[0]) * n
-    scale = np.sqrt(np.maximum(centred, 0.0))
+    return Clients(pre, [(t - mean) / pre.scale for t in T], np.ones(n), WeightCaps(1.0, 1.0), count)
+
+
+@dataclass(frozen=True)
+class NoisySum:
+    """One sum of a job with differential privacy (models.private.dp), as the simulator and the coordinator both
+    announce it: each statistic's shape, its scale (what the secure sum divides it by), its L2 clip, and the ring's
+    width. Every device weighs 1, and a scaled value stays within 1 before its share of the noise."""
+
+    shapes: dict[str, tuple[int, ...]]
+    scales: dict[str, float]
+    clips: dict[str, float]
+    bits: int = BITS
+
+    def transport(self, job: SecureTransport, offset: int) -> SecureTransport:
+        """The simulator's transport of this sum in a job's transport (`offset`: its seed's, from the job's)."""
+        return job.phase(self.scales, 1.0, offset, job.noise.ledger.noise(self.clips),  # type: ignore[union-attr]
+                         bits=self.bits)
+
+
+def noisy_sums(d: int, q: float) -> dict[str, NoisySum]:
+    """The noisy sums every detector job with differential privacy has, over `d` features at threshold quantile
+    `q`, by name: the statistics phase's two, the threshold phase's two (the family's own are between)."""
+    c = stats_clip(d)
+    return {"mean": NoisySum({"m1": (d,)}, NOISY_MEAN_SCALES, {"m1": c}, STATS_BITS),
+            "centred": NoisySum({"c2": (d,)}, NOISY_CENTRED_SCALES, {"c2": c}, STATS_BITS),
+            "anchor": NoisySum({"h": (COARSE_BINS,)}, {"h": 1.0}, {"h": 1.0}),
+            "threshold": NoisySum({"a": (len(candidates_of(1.0)),)}, {"a": 1.0}, {"a": exceedance_clip(q)})}
+
+
+#: differential privacy's statistics sums: each device's mean (weight 1) over the bound on log-scaled values, its
+#: mean square around the fleet's mean over its square
+NOISY_MEAN_SCALES = {"m1": value_bound(True)}
+NOISY_CENTRED_SCALES = {"c2": value_bound(True) ** 2}
+
+
+def stats_clip(d: int) -> float:
+    """Differential privacy's L2 clip of a device's mean, and of its mean square, over `d` features."""
+    return STATS_CLIP * float(np.sqrt(d))
+
+
+def noisy_standardisation(feature_names: list[str], mean: np.ndarray, centred: dict[str, np.ndarray],
+                          devices: int) -> Preprocessor:
+    """The fleet's standardisation from the noisy mean and the noisy sum of mean squares around it (over the
+    fleet's size): a scale the noise made 0 or negative is 1."""
+    scale = np.sqrt(np.maximum(centred["c2"][0] / devices, 0.0))
     scale = np.where(constant(mean, scale) | (scale <= 0), 1.0, scale)
-    pre = Preprocessor(list(feature_names), np.ones(d, bool), mean, scale)
-    return Clients(pre, [(t - mean) / scale for t in T], np.ones(n), WeightCaps(1.0, 1.0), count)
+    return Preprocessor(list(feature_names), np.ones(len(feature_names), bool), mean, scale)
 
 
 def private_tail(histograms: list[tuple[np.ndarray, np.ndarray]], weight: np.ndarray, q: float, holdout: float,
@@ -206,47 +247,77 @@ def tail_from(total: dict[str, np.ndarray], q: float, holdout: float) -> tuple[f
 def noisy_tail(histograms: list[tuple[np.ndarray, np.ndarray]], q: float, holdout: float,
                transport: SecureTransport) -> tuple[float, Tail]:
     """`private_tail` with differential privacy, two noisy sums. First an anchor: each device's held-out scores'
-    shares in the bins of the coarse grid (every COARSE-th edge; L2 norm at most 1, the clip), summed with the
-    noise; the anchor is the top of the highest bin holding more than 1 - q of the fleet 3 noise standard deviations
-    out of the noise (where the
-    fleet's scores still are). Then each device's share of scores above candidates from a decade below the anchor
-    to OFFSET_CLIP decades above it (8 a decade), cut at TAIL_CAP (1 - q) (so that the vector's L2 norm is bounded:
-    the clip), summed with the noise: the fleet's
-    exceedance at each, made non-increasing, and the threshold where it crosses 1 - q (interpolated
-    geometrically), as `private_tail` reads the pooled curve. The spread of the devices' own
-    tails is not released: each device's threshold gets the strongest prior (models.detection.screening.tail_of)."""
-    n_dev, G = len(histograms), (len(EDGES) - 1) // COARSE
-    shares = np.zeros((n_dev, G))
-    for i, (b, c) in enumerate(histograms):
-        np.add.at(shares[i], np.asarray(b, dtype=np.int64) // COARSE, np.asarray(c, dtype=float))
-        shares[i] /= max(shares[i].sum(), 1.0)
-    ledger = transport.noise.ledger  # type: ignore[union-attr]
-    noise = ledger.noise({"h": 1.0})
-    first = transport.phase({"h": 1.0}, 1.0, 3, noise)
-    h = first(np.arange(n_dev), {"h": shares})["h"][0]
-    standing = np.flatnonzero(h > 3 * noise.std("h") + (1 - q) * n_dev)
-    anchor = float(EDGES[COARSE * (int(standing[-1]) + 1 if len(standing) else G)])
-    # each device's share of held-out scores above each candidate (bins whose lower edge is at or above it)
-    candidates = anchor * 10.0 ** (np.arange(-8, 8 * OFFSET_CLIP + 1) / 8)
-    above = np.zeros((n_dev, len(candidates)))
-    for i, (b, c) in enumerate(histograms):
-        c = np.asarray(c, dtype=float)
-        lower = EDGES[np.asarray(b, dtype=np.int64)]
-        above[i] = (c[None, :] * (lower[None, :] >= candidates[:, None])).sum(axis=1) / max(c.sum(), 1.0)
-    cap = TAIL_CAP * (1 - q)  # only where the curve crosses 1 - q matters: shares above that are cut there,
-    bound = cap * np.sqrt(len(candidates))  # which bounds the vector's norm (the clip never binds)
-    second = transport.phase({"a": 1.0}, 1.0, 4, ledger.noise({"a": bound}))
-    above = np.minimum(above, cap)
-    curve = np.minimum.accumulate(second(np.arange(n_dev), {"a": above})["a"][0] / n_dev)
+    shares in the bins of the coarse grid (`coarse_shares`), summed with the noise (`anchor_of`). Then each device's
+    share of scores above candidates around the anchor (`exceedances`), summed with the noise: the fleet's threshold
+    where the noisy exceedance crosses 1 - q (`noisy_threshold`)."""
+    n_dev = len(histograms)
+    table = noisy_sums(1, q)
+    first = table["anchor"].transport(transport, 3)
+    h = first(np.arange(n_dev), {"h": np.stack([coarse_shares(x) for x in histograms])})
+    anchor = anchor_of(h, first.noise.std("h"), q, n_dev)  # type: ignore[union-attr]
+    second = table["threshold"].transport(transport, 4)
+    total = second(np.arange(n_dev), {"a": np.stack([exceedances(x, anchor, q) for x in histograms])})
+    transport.phase_bytes += (first.sent[0] + second.sent[0]) * n_dev
+    return noisy_threshold(total, anchor, q, n_dev, holdout)
+
+
+#: how many coarse bins the anchor's sum has
+COARSE_BINS = (len(EDGES) - 1) // COARSE
+
+
+def coarse_shares(histogram: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
+    """A device's share of its held-out scores in each bin of the coarse grid (every COARSE-th edge): L2 norm at
+    most 1, the anchor's clip."""
+    shares = np.zeros(COARSE_BINS)
+    b, c = histogram
+    np.add.at(shares, np.asarray(b, dtype=np.int64) // COARSE, np.asarray(c, dtype=float))
+    return shares / max(shares.sum(), 1.0)
+
+
+def anchor_of(total: dict[str, np.ndarray], std: float, q: float, devices: int) -> float:
+    """The anchor: the top of the highest coarse bin holding more than 1 - q of the fleet 3 noise standard
+    deviations out of the noise (where the fleet's scores still are)."""
+    h = total["h"][0]
+    standing = np.flatnonzero(h > 3 * std + (1 - q) * devices)
+    return float(EDGES[COARSE * (int(standing[-1]) + 1 if len(standing) else COARSE_BINS)])
+
+
+def candidates_of(anchor: float) -> np.ndarray:
+    """The candidate thresholds: a decade below the anchor to OFFSET_CLIP decades above it, 8 a decade."""
+    return anchor * 10.0 ** (np.arange(-8, 8 * OFFSET_CLIP + 1) / 8)
+
+
+def exceedance_clip(q: float) -> float:
+    """The L2 clip of a device's exceedances: each is cut at TAIL_CAP (1 - q) (only where the curve crosses 1 - q
+    matters), which bounds the vector's norm (the clip never binds)."""
+    return TAIL_CAP * (1 - q) * float(np.sqrt(len(candidates_of(1.0))))
+
+
+def exceedances(histogram: tuple[np.ndarray, np.ndarray], anchor: float, q: float) -> np.ndarray:
+    """A device's share of held-out scores above each candidate (bins whose lower edge is at or above it), cut at
+    TAIL_CAP (1 - q)."""
+    candidates = candidates_of(anchor)
+    b, c = histogram
+    c = np.asarray(c, dtype=float)
+    lower = EDGES[np.asarray(b, dtype=np.int64)]
+    above = (c[None, :] * (lower[None, :] >= candidates[:, None])).sum(axis=1) / max(c.sum(), 1.0)
+    return np.minimum(above, TAIL_CAP * (1 - q))
+
+
+def noisy_threshold(total: dict[str, np.ndarray], anchor: float, q: float, devices: int,
+                    holdout: float) -> tuple[float, Tail]:
+    """The fleet's threshold from the noisy sum of exceedances: the curve (over the fleet's size) made
+    non-increasing, and where it crosses 1 - q (interpolated geometrically). The curve around it is not released:
+    exceedance taken inversely proportional to the score there, and the strongest prior (a device's own threshold
+    stays near the fleet's; models.detection.screening.tail_of)."""
+    candidates = candidates_of(anchor)
+    curve = np.minimum.accumulate(total["a"][0] / devices)
     i = int(np.searchsorted(-curve, -(1 - q), side="left"))  # the first candidate the fleet's tail is below
     if i == 0 or i == len(candidates):
         fleet = float(candidates[min(i, len(candidates) - 1)])
     else:
         frac = (curve[i - 1] - (1 - q)) / max(curve[i - 1] - curve[i], 1e-12)
         fleet = float(candidates[i - 1] * (candidates[i] / candidates[i - 1]) ** np.clip(frac, 0.0, 1.0))
-    transport.phase_bytes += (first.sent[0] + second.sent[0]) * n_dev
-    # the curve around it is not released: exceedance taken inversely proportional to the score there, and the
-    # strongest prior (a device's own threshold stays near the fleet's)
     levels = (1 - q) * 2.0 ** (np.arange(TAIL_SPAN, -TAIL_SPAN - 1, -1) / TAIL_STEP)
     levels = levels[levels < 1]
     return fleet, Tail(fleet * (1 - q) / levels, levels, TAIL_SPAN / (1 - q), holdout)

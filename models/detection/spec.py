@@ -36,8 +36,8 @@ class DetectorJobSpec(JobSpec):
     private: bool = setting(False, help="private mode: the coordinator learns only sums of the devices' statistics "
                             "(secure aggregation, SecAgg+; numeric, log-scaled features)")
     dp_epsilon: float | None = setting(None, help="differential privacy: the budget epsilon for each device's whole "
-                                       "contribution, Gaussian noise on every sum (none: off; in `fedsentry "
-                                       "simulate` so far)")
+                                       "contribution, Gaussian noise on every sum (none: off; jobs: PCA in "
+                                       "private mode)")
     dp_delta: float = setting(1e-5, help="differential privacy: the budget delta (below 1 / the fleet's records)")
 
     def check_family(self) -> None:
@@ -69,8 +69,17 @@ class DetectorJobSpec(JobSpec):
             self.check_family()
         if self.private:
             self.check_private()
-        check(self.dp_epsilon is None, "dp_epsilon", "differential privacy runs in `fedsentry simulate` so far: it "
-              "trains on sums (the summed mixture, pooled PCA), which the coordinator's MQTT rounds do not run yet")
+        if self.dp_epsilon is not None:
+            self.check_dp()
+
+    def check_dp(self) -> None:
+        """What differential privacy in a job takes (coordinator.noisy_detector): a PCA job trained on sums as the
+        simulator's private mode trains it (numeric, log-scaled features, FedMM's statistic whole), the noise added
+        by the devices in private mode, by the coordinator otherwise."""
+        check(self.family == "pca", "dp_epsilon", f"differential privacy over MQTT runs PCA jobs so far; a "
+              f"{self.family} job's noisy seeding and rounds run in `fedsentry simulate` only")
+        if not self.private:
+            self.check_private()
 
     def check_private(self) -> None:
         """What private mode over MQTT takes (coordinator.private_detector): numeric features, every one log-scaled;
@@ -79,13 +88,14 @@ class DetectorJobSpec(JobSpec):
             check(self.algorithm == "fedem", "algorithm", "private mode trains the summed FedEM: the algorithm must be "
                   "fedem")
         if self.family == "pca":
-            check(self.algorithm == "fedmm", "algorithm", "private mode sums FedMM's statistic whole: the algorithm "
-                  "must be fedmm")
-        check(not self.categorical and not self.flags, "categorical", "private mode trains on numeric features only "
-              "(the value counts of text fields would be each device's own)")
-        check(self.log_transform, "log_transform", "private mode log-scales every feature (its bounds assume it)")
-        check(getattr(self, "kernel", "none") == "none", "kernel", "private mode sums the second moment of the "
-              "features themselves: no kernel")
+            check(self.algorithm == "fedmm", "algorithm", "private mode and differential privacy sum FedMM's statistic "
+                  "whole: the algorithm must be fedmm")
+        check(not self.categorical and not self.flags, "categorical", "private mode and differential privacy train on "
+              "numeric features only (the value counts of text fields would be each device's own)")
+        check(self.log_transform, "log_transform", "private mode and differential privacy log-scale every feature "
+              "(their bounds assume it)")
+        check(getattr(self, "kernel", "none") == "none", "kernel", "private mode and differential privacy sum the "
+              "second moment of the features themselves: no kernel")
 
     def with_features(self, features: list[str]) -> None:
         """Name the features a job that named none trains on (those its agents share), and check again: the

@@ -23,7 +23,7 @@ import numpy as np
 from models.core.linalg import subspace_distance, top_eigvecs
 from models.detection.metrics import detection_report
 from models.detection.preprocessing import as_device_records
-from models.detection.private import largest_weight, private_clients, private_tail
+from models.detection.private import NoisySum, largest_weight, private_clients, private_tail
 from models.detection.robust import residuals, second_moment
 from models.detection.screening import Guard
 from models.detection.threshold import sparse_histogram
@@ -53,7 +53,7 @@ def simulate_private_pca(train_parts: list[np.ndarray], X_test: np.ndarray, y_te
     if dp is not None:
         from models.private.accounting import ledger_for
 
-        ledger.noise = ledger_for(dp, {1.0: 5}, n, 1.0, secure, seed).noise({})
+        ledger.noise = ledger_for(dp, {1.0: NOISY_SUMS}, n, 1.0, secure, seed).noise({})
     clients = private_clients(parts, feature_names, guard, ledger)
     if ledger.noise is None:  # the threshold's sum: its weighted shares are within the largest capped weight
         ledger.clip = largest_weight(clients.caps, clients.claimed)
@@ -65,7 +65,7 @@ def simulate_private_pca(train_parts: list[np.ndarray], X_test: np.ndarray, y_te
         total = secure_sum(np.arange(n), moment_uploads(clients.weight, moments))
         W = float(total["w"][0])
     else:  # each device weighs 1: the fleet's size divides
-        secure_sum = ledger.phase({"C": VALUE_BOUND**2}, 1.0, 5, ledger.noise.ledger.noise({"C": float(d)}))
+        secure_sum = noisy_moments(d).transport(ledger, 5)
         total, W = secure_sum(np.arange(n), {"C": moments}), float(n)
     Z = pooled_subspace(total["C"][0] / W, d, rank)
     # what the sum would be without fixed point: the simulator's yardstick
@@ -90,6 +90,17 @@ def simulate_private_pca(train_parts: list[np.ndarray], X_test: np.ndarray, y_te
     # the secure sum's fixed-point error (with differential privacy: and the noise and clipping)
     out["subspace_distance"] = subspace_distance(Z, reference)
     return out
+
+
+#: with differential privacy: the noisy sums of a PCA job (2 of statistics, the moments, 2 of threshold), each
+#: device's second moment over the bound's square (weight 1), clipped to `moment_clip`
+NOISY_SUMS = 5
+
+
+def noisy_moments(d: int) -> NoisySum:
+    """Differential privacy's sum of the devices' second moments over `d` features (the upper triangle), each
+    clipped to L2 norm d (a record at one standard deviation in every feature)."""
+    return NoisySum({"C": (d * (d + 1) // 2,)}, {"C": VALUE_BOUND**2}, {"C": float(d)})
 
 
 #: the secure sum of the devices' weighted second moments: over the bound's square, and their weights

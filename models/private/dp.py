@@ -11,7 +11,10 @@ per query, which `models.private.accounting` composes over the job.
 Central: the coordinator sums in the clear and adds the whole noise. Distributed (private mode): each device adds
 its share before masking, a variance of 1/m of the target where m is the fewest uploads the secure sum can be
 completed with (a third of a round may drop: m = n - floor(n / 3)); a round completed with fewer uploads would
-carry less than the target noise, and fails instead.
+carry less than the target noise, and fails instead. A device draws its share from its own stream, keyed by its
+secret and the sum's index in the job (`device_share`): the same sum asked again (a retry, a coordinator restarted)
+gets the same noise, never a second draw; a simulation keys device i's stream with (seed, 4242, i), a real device
+with a secret of its own that the coordinator never sees.
 """
 
 from __future__ import annotations
@@ -29,6 +32,11 @@ from models.core.rounds import RoundFailedError
 def fewest_uploads(devices: int) -> int:
     """The fewest uploads a secure sum of `devices` devices completes with: all but a third of them."""
     return devices - devices // 3
+
+
+def device_key(seed: int, device: int) -> list[int]:
+    """The key of a simulated device's noise stream (a real device keeps a secret key of its own)."""
+    return [int(seed), 4242, int(device)]
 
 
 def clip_rows(values: np.ndarray, norm: float) -> tuple[np.ndarray, int]:
@@ -102,12 +110,24 @@ class Noise:
             ledger.taken.update(int(i) for i in ids)
 
     def device_shares(self, ids: np.ndarray, uploads: State) -> State:
-        """Distributed noise: clipped uploads, each device's with its share of the noise added (before masking)."""
-        share = 1.0 / np.sqrt(fewest_uploads(len(ids)))
+        """Distributed noise: clipped uploads, each device's with its share of the noise added (before masking),
+        device i's drawn from its stream keyed (seed, 4242, i) (`device_share`)."""
+        index = len(self.ledger.released)  # this sum's place among the job's noisy sums
         self.release(ids)
-        rng = self.ledger.rng
-        G = len(uploads)
-        return {k: v + rng.normal(0.0, self.std(k, G) * share, v.shape) for k, v in self.clip(uploads).items()}
+        rows = [self.device_share({k: v[j] for k, v in uploads.items()}, len(ids), device_key(self.ledger.seed, i),
+                                  index) for j, i in enumerate(ids)]
+        return {k: np.stack([r[k] for r in rows]) for k in uploads}
+
+    def device_share(self, values: State, members: int, key: list[int], index: int) -> State:
+        """One device's values (no leading axis) clipped, with its share of the noise of a sum of `members` devices
+        added: drawn from the stream keyed by its `key` and the sum's `index` in the job (names in sorted order),
+        so that the same sum asked again draws the same noise."""
+        share = 1.0 / np.sqrt(fewest_uploads(members))
+        clipped = self.clip({k: np.asarray(v, dtype=float)[None] for k, v in values.items()})
+        rng = np.random.default_rng([*key, index])
+        G = len(values)
+        return {k: clipped[k][0] + rng.normal(0.0, self.std(k, G) * share, clipped[k].shape[1:])
+                for k in sorted(clipped)}
 
     def check_uploads(self, sampled: int, uploaded: int) -> None:
         """A distributed sum completed with fewer uploads than its noise was shared for fails (RoundFailedError)."""
@@ -121,6 +141,11 @@ class Noise:
         rng, G = self.ledger.rng, len(uploads)
         return {k: v.sum(axis=0, keepdims=True) + rng.normal(0.0, self.std(k, G), (1, *v.shape[1:]))
                 for k, v in self.clip(uploads).items()}
+
+    def room(self, scales: Mapping[str, float], devices: int) -> float:
+        """How far, over its scale, a device's share of the noise may carry a scaled value of the sum of these
+        names (`scales`) over `devices` devices: what the ring keeps above the clip (the most of `headroom`)."""
+        return max(self.headroom(k, len(scales), devices) / float(scales[k]) for k in scales)
 
     def headroom(self, name: str, names: int, devices: int) -> float:
         """How far a device's share of the noise may carry one value of `name` in a sum of `names` names (8

@@ -69,7 +69,7 @@ class SecureTransport:
         clip = self.clip
         if self.noise is not None:  # each device clips, then adds its share of the noise before masking
             uploads = self.noise.device_shares(ids, uploads)
-            clip += max(self.noise.headroom(k, len(uploads), len(ids)) / self.scales[k] for k in uploads)
+            clip += self.noise.room({k: self.scales[k] for k in uploads}, len(ids))
         shapes = {k: np.asarray(v).shape[1:] for k, v in uploads.items()}
         flat = {int(i): flatten({k: v[j] for k, v in uploads.items()}, self.scales) for j, i in enumerate(ids)}
         ring = Ring.for_sum(clip, len(ids), self.bits)

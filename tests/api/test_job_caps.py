@@ -54,9 +54,19 @@ def test_the_command_line_names_the_flag(tmp_path, capsys):
     assert "--kernel-features: the job's round message would be 132 MiB" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("kind", ["gmm", "pca"])
-def test_a_differentially_private_job_is_refused_until_jobs_run_it(client, keys, kind):
-    r = client.post("/api/v1/jobs", json={"type": kind, "features": FEATURES[:10], "dp_epsilon": 4},
-                    headers=bearer(keys["admin"]))
+def test_a_differentially_private_job_is_taken_for_pca_on_sums_and_refused_otherwise_by_name(client, keys):
+    def post(body):
+        return client.post("/api/v1/jobs", json={"features": FEATURES[:10], "dp_epsilon": 4, **body},
+                           headers=bearer(keys["admin"]))
+
+    r = post({"type": "gmm"})
     assert r.status_code == 422, r.text
     assert any(d["field"] == "body.dp_epsilon" and "fedsentry simulate" in d["problem"] for d in r.json()["detail"])
+    r = post({"type": "pca", "algorithm": "fedpg"})
+    assert r.status_code == 422, r.text
+    assert any(d["field"] == "body.algorithm" and "fedmm" in d["problem"] for d in r.json()["detail"])
+    r = post({"type": "pca", "algorithm": "fedmm", "dp_epsilon": 0})
+    assert r.status_code == 422 and any(d["field"] == "body.dp_epsilon" for d in r.json()["detail"]), r.text
+    r = post({"type": "pca", "algorithm": "fedmm", "private": True})
+    assert r.status_code == 201, r.text
+    assert r.json()["params"]["dp_epsilon"] == 4 and r.json()["params"]["private"] is True

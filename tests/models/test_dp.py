@@ -57,6 +57,18 @@ def test_distributed_noise_through_the_secure_sum_carries_at_least_the_target_va
     assert np.std(total) > sigma * c
 
 
+def test_a_devices_share_is_drawn_from_its_own_key_and_the_sums_index_only():
+    """The same sum asked again (a retry, a restart) gets the same share; another sum, or another device, an
+    independent one of the variance the share says."""
+    noise = Ledger(1.0, distributed=True, fleet=4, fraction=1.0).noise({"a": 2.0})
+    zero = {"a": np.zeros(20000)}
+    first = noise.device_share(zero, 4, [7, 1], 0)["a"]
+    np.testing.assert_array_equal(first, noise.device_share(zero, 4, [7, 1], 0)["a"])
+    for other in (noise.device_share(zero, 4, [7, 1], 1)["a"], noise.device_share(zero, 4, [7, 2], 0)["a"]):
+        assert abs(np.corrcoef(first, other)[0, 1]) < 0.03
+    assert np.std(first) == pytest.approx(2.0 / np.sqrt(fewest_uploads(4)), rel=0.03)
+
+
 def test_each_device_upload_is_clipped_to_its_norm():
     ledger = Ledger(0.0, distributed=False, fleet=3, fraction=1.0)
     noise = ledger.noise({"a": 1.0})
@@ -85,15 +97,20 @@ def test_bad_budgets_are_refused_naming_the_setting(bad, field):
         Budget(**bad)
 
 
-def test_a_dp_job_is_refused_until_jobs_run_the_sums():
+def test_a_dp_job_runs_pca_on_sums_and_is_refused_otherwise_naming_the_setting():
     from models.mixture.spec import MixtureJobSpec
     from models.params import SettingError
     from models.pca.spec import PCAJobSpec
 
+    with pytest.raises(SettingError) as e:  # the mixture's noisy seeding and rounds: the simulator only
+        MixtureJobSpec.from_dict({"features": list("abcdef"), "dp_epsilon": 4.0})
+    assert e.value.field == "dp_epsilon" and "fedsentry simulate" in str(e.value)
+    with pytest.raises(SettingError) as e:  # PCA's noisy sums train FedMM's statistic whole
+        PCAJobSpec.from_dict({"features": list("abcdef"), "dp_epsilon": 4.0, "algorithm": "fedpg"})
+    assert e.value.field == "algorithm" and "differential privacy" in str(e.value)
+    for private in (False, True):  # central noise, or the devices' shares
+        PCAJobSpec.from_dict({"features": list("abcdef"), "dp_epsilon": 4.0, "algorithm": "fedmm", "private": private})
     for spec in (MixtureJobSpec, PCAJobSpec):
-        with pytest.raises(SettingError) as e:
-            spec.from_dict({"features": list("abcdef"), "dp_epsilon": 4.0})
-        assert e.value.field == "dp_epsilon" and "fedsentry simulate" in str(e.value)
         with pytest.raises(SettingError) as e:
             spec(features=list("abcdef"), dp_epsilon=4.0, dp_delta=0.5).check_simulated()
         assert e.value.field == "dp_delta"

@@ -1,0 +1,61 @@
+"""Differential privacy in a PCA job (issue 23, point 4) over a real broker with in-process agents, central and
+distributed: the model, the threshold and the budget spent equal `simulate_pca(..., dp=...)` with the same seed, and
+the API's job detail shows the budget spent. The noise streams are keyed as the simulator's for the comparison (a
+device keys its own with a secret, the coordinator likewise)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from models.pca.simulator import simulate_pca
+from models.private.dp import device_key
+from store.db import ModelVersion, Round, unpack
+from tests.integration.conftest import parts_for, wait_until
+from tests.integration.test_dp_job import assert_same_budget
+
+pytest.importorskip("cryptography", reason="private mode needs the cryptography package (the dev extra has it)")
+pytest.importorskip("dp_accounting", reason="differential privacy's budget needs dp-accounting (the dev extra)")
+
+N, RANK, SEED, EPSILON = 5, 3, 1, 4.0
+
+
+@pytest.mark.parametrize("private", [True, False], ids=["distributed", "central"])
+def test_a_dp_pca_job_over_mqtt_equals_the_simulator_and_the_api_shows_its_budget(broker, coordinator, fleet, traffic,
+                                                                                  monkeypatch, private):
+    import coordinator.noisy_detector as noisy
+    from edge_agent.participant import Participant
+
+    monkeypatch.setattr(Participant, "noise_key", lambda self, job: device_key(SEED, int(self.id.split("-")[1])))
+    monkeypatch.setattr(noisy, "central_key", lambda: [SEED, 4242])
+    data, split = traffic
+    parts = parts_for(split, N)
+    for i, p in enumerate(parts):
+        fleet.add(f"dev-{i}", p, data.feature_names)
+    wait_until(lambda: len(coordinator.online_devices()) == N, what="agents online")
+    coordinator.create_job("d1", "pca", "fedmm", {"features": data.feature_names, "rank": RANK, "seed": SEED,
+                                                  "private": private, "dp_epsilon": EPSILON, "min_agents": N,
+                                                  "deadline": 3.0})
+    wait_until(lambda: coordinator.job_status("d1") in ("finished", "failed"), 60, "job d1")
+    with coordinator.sessions() as s:
+        rounds = s.query(Round).filter_by(job_id="d1").order_by(Round.round).all()
+        assert coordinator.job_status("d1") == "finished", [r.metrics for r in rounds[-2:]]
+        mv = s.query(ModelVersion).filter_by(job_id="d1").one()
+        Z, info = unpack(mv.arrays)["Z"], dict(mv.info)
+    sim = simulate_pca(parts, split.X_test, split.y_test, data.feature_names, rank=RANK, seed=SEED, private=private,
+                       dp=__import__("models.private.accounting", fromlist=["Budget"]).Budget(EPSILON))
+    np.testing.assert_allclose(Z @ Z.T, sim["Z"] @ sim["Z"].T, atol=1e-6)
+    assert info["threshold"] == pytest.approx(sim["threshold"], rel=1e-6)
+    assert_same_budget(info["dp"], sim["dp"], skip=("clipped_uploads",) if private else ())
+
+    from fastapi.testclient import TestClient
+
+    from api.app import create_app
+    from api.security import create_key
+    from api.settings import Settings
+
+    with coordinator.sessions.begin() as s:
+        key = {"Authorization": f"Bearer {create_key(s, 'viewer')}"}
+    with TestClient(create_app(Settings(cookie_secure=False), sessions=coordinator.sessions)) as client:
+        detail = client.get("/api/v1/jobs/d1", headers=key).json()
+    assert detail["dp"] == info["dp"] and detail["dp"]["noise"] == ("distributed" if private else "central")
