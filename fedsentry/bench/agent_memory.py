@@ -77,7 +77,9 @@ def training_records(n: int, data_dir: str | None, seed: int = 0) -> tuple[str, 
 
 
 def measure(records: int = 50_000, data_dir: str | None = None, budget: str | None = None,
-            timeout: float = 900, detector: str | None = None) -> dict[str, Any]:
+            timeout: float = 900, detector: str | None = None, rounds: int | None = None) -> dict[str, Any]:
+    """One agent process through a job at the family's defaults (`rounds`: fewer training rounds than the default,
+    for tests: every round of a job does the same work, so its peak is any round's), then scoring its replay."""
     from coordinator.broker import EmbeddedBroker, Mosquitto
     from coordinator.service import Coordinator
     from models.families import DEFAULT_DETECTOR, family
@@ -118,7 +120,8 @@ def measure(records: int = 50_000, data_dir: str | None = None, budget: str | No
         time.sleep(1.0)
         sampler.mark("training")
         coordinator.create_job("mem-1", detector, family(detector).spec.default_algorithm(),
-                               {"features": names, "min_agents": 1, "deadline": 120})
+                               {"features": names, "min_agents": 1, "deadline": 120,
+                                **({"rounds": rounds} if rounds else {})})
         _wait(lambda: coordinator.job_status("mem-1") in ("finished", "failed"), timeout, "the job", proc)
         training_seconds = time.monotonic() - t0
         sampler.mark("scoring")

@@ -103,6 +103,7 @@ def test_csv_with_nan_and_mismatched_columns(tmp_path):
 
 def test_bench_writes_table_plot_and_json(tmp_path):
     out = fedsentry("bench", "pca", "--dataset", "synthetic", "--clients", "20", "--rounds", "10", "--quick",
+                    "--kernel-features", "200",  # the kernel rows at D=1000 take a minute here
                     "--out", str(tmp_path), "--json", str(tmp_path / "b.json"))
     assert out.returncode == 0, out.stderr
     table = (tmp_path / "pca-synthetic.md").read_text()
