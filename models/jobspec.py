@@ -160,7 +160,7 @@ class JobSpec:
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
-    def problem(self) -> dict[str, int]:
+    def problem(self) -> dict[str, Any]:
         """The dimensions an algorithm of this job is built with (besides its parameters)."""
         raise NotImplementedError
 

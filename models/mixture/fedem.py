@@ -50,6 +50,7 @@ from models.core.pipeline import CAP_SCALE, support_mask
 from models.mixture import control
 from models.mixture.gmm import Mixture, e_step, hard_stats, kmeans, m_step, nearest, triu_unpack
 from models.mixture.splitting import grouped_sums, least_records, split_labels
+from models.mixture.swaps import hold_empty, last_swap, swap, swap_due, swaps_allowed
 
 #: how the seeding merges the devices' clusters (FedEM.merge_labels)
 SEEDINGS = ("merge", "split")
@@ -125,7 +126,8 @@ class FedEM(FederatedAlgorithm):
     def __init__(self, n_features: int, components: int | None = None, reg: float = DEFAULT_REG, min_cluster: int = 5,
                  float32: bool = True, tolerance: float = 1e-3, hard_rounds: int = 100_000, seed_rows: bool = True,
                  min_support: int = 3, control_rows: int | None = None, mass_cap: float = MASS_CAP,
-                 seeding: str = "merge", ridges: list[float] | None = None):
+                 seeding: str = "merge", ridges: list[float] | None = None, splits: int | None = None,
+                 rounds: int | None = None, fraction: float | None = None):
         components = default_components(n_features, float32) if components is None else components
         if not 1 <= components <= 1024:
             raise ValueError("components must be between 1 and 1024")
@@ -158,6 +160,15 @@ class FedEM(FederatedAlgorithm):
         if len(ridges) > MAX_RIDGES or not all(0 < r <= 10 for r in ridges):
             raise ValueError(f"ridges must be at most {MAX_RIDGES} further ridges, each in (0, 10]")
         self.ridges = [float(r) for r in ridges]
+        if splits is not None and not 0 <= splits <= 1000:
+            raise ValueError("splits must be between 0 (none) and 1000 (swaps in the k-means rounds, "
+                             "models.mixture.swaps)")
+        if (rounds is not None and not 1 <= rounds <= 100_000) or (fraction is not None and not 0 < fraction <= 1):
+            raise ValueError("rounds must be between 1 and 100000 and fraction in (0, 1] (the job's)")
+        #: the last round a swap may end (a split settles as the devices answer: each once, on average, after it);
+        #: None: the job's rounds are not known here (a device), and `splits` alone bounds the swaps
+        self.last_swap = last_swap(rounds, fraction)
+        self.splits = swaps_allowed(splits, self.last_swap)
 
     @property
     def packed(self) -> int:
@@ -249,6 +260,13 @@ class FedEM(FederatedAlgorithm):
         server["em_round"] = server["em_round"] + 1
         control.write(server, ids, weight, (R, S1, S2), int(server["em_round"]))
         m = self.aggregate(server)
+        server["swapped"] = np.array(0)
+        if self.splits:
+            m = hold_empty(m, control.aggregate(server)[0], server)
+        if int(server["em_round"]) < self.hard_rounds and swap_due(int(server["em_round"]), self.splits,
+                                                                   self.last_swap):
+            m = swap(server, self.reg, float(server.get(CAP_SCALE, 1.0)),
+                     self.min_cluster) or m
         # the support rule (models.core.pipeline.support) then says which components are shared
         return self.keep(server, broadcast_of(m, 2 if int(server["em_round"]) < self.hard_rounds else 1))
 
@@ -395,7 +413,13 @@ class FedEM(FederatedAlgorithm):
                                    "S2_rows", "H_rows")
 
     def touched(self, server: State, client_ids: np.ndarray) -> dict[str, np.ndarray]:
-        return control.touched(server, client_ids)
+        """The rows a step changed: its devices', or every row in use after a swap merged two components in all
+        of them (models.mixture.swaps)."""
+        out = control.touched(server, client_ids)
+        if int(server.get("swapped", 0)):
+            every = np.arange(int(server["rows"]))
+            out.update({k: every for k in ("R_rows", "S1_rows", "S2_rows", "H_rows")})
+        return out
 
     def table_lengths(self, server: State) -> dict[str, int]:
         """The table's rows in use: what is stored (the rest of its capacity holds nothing)."""

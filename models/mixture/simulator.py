@@ -107,7 +107,9 @@ def simulate_mixture(
     if algorithm == "centralized":
         alg = FedEM(d, **params)
     else:
-        alg = SummedFedEM(d, **params) if summed else {**FEDERATED, **ANCHORS}[algorithm](d, **params)
+        # the job's rounds and share sampled bound the swaps, as a job's do (MixtureJobSpec.problem)
+        job: dict[str, Any] = {"rounds": rounds, "fraction": fraction}
+        alg = SummedFedEM(d, **params, **job) if summed else {**FEDERATED, **ANCHORS}[algorithm](d, **params, **job)
     transport = None
     if summed:
         from models.detection.private import largest_weight, private_clients

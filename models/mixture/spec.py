@@ -4,7 +4,7 @@ parameters: ``algorithm_params.components``, ``algorithm_params.reg``)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from models.detection.spec import DetectorJobSpec
 from models.jobspec import Simulation, check, setting
@@ -41,12 +41,16 @@ class MixtureJobSpec(DetectorJobSpec):
                     "ridges": "further ridges (comma-separated): the server also takes the M-step of the same "
                     "statistics at each, and a record scores by its smallest tail probability across the mixtures "
                     "(models.mixture.ridges)",
+                    "splits": "swaps in the k-means rounds, one every 5 rounds: the broadest component splits in "
+                    "two and the two components cheapest to merge become one (models.mixture.swaps; none: as many "
+                    "as end 1/fraction rounds before the job's last; 0: none)",
                     "seed_rows": "keep each device's seeding clusters as its first control-variate row (README)",
                     "min_support": "devices that must support a component for it to join the fleet's model; the "
                     "others stay personal (at most half a small fleet; 0 turns the rule off)"})
 
-    def problem(self) -> dict[str, int]:
-        return {"n_features": len(self.features)}
+    def problem(self) -> dict[str, Any]:
+        # the job's rounds and share sampled bound the swaps (models.mixture.swaps.last_swap)
+        return {"n_features": len(self.features), "rounds": self.rounds, "fraction": self.fraction}
 
     def check_family(self) -> None:
         super().check_family()

@@ -64,6 +64,9 @@ class SummedFedEM(FedEM):
 
     def __init__(self, n_features: int, split_factor: int = 1, **params: object):
         super().__init__(n_features, **params)  # type: ignore[arg-type]
+        #: no swaps (models.mixture.swaps): they merge components in every device's row, and a summed server holds
+        #: no rows; its seeding splits already (module docstring)
+        self.splits = 0
         if not 1 <= split_factor <= 16:
             raise ValueError("split_factor must be between 1 and 16 (seeding centres per component before merging)")
         self.split_factor = int(split_factor)

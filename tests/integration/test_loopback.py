@@ -172,6 +172,31 @@ def test_mixture_deployment_equals_simulation(tmp_path, traffic, algorithm, para
     assert (m.weights > 1e-3).sum() == params["components"]  # seeding placed every component on data
 
 
+def test_mixture_deployment_with_swaps_equals_simulation_and_its_stored_state_rebuilds(tmp_path, traffic):
+    """Swaps (models.mixture.swaps) merge components in every device's row: the coordinator computes what the
+    simulator does, and the rows it stores after such a round rebuild its state exactly."""
+    from store.db import JobState
+
+    features, parts = traffic
+    rounds, fraction, params = 12, 0.5, {"components": 8, "reg": 1e-2}
+    participants = pca_participants(tmp_path, features, parts, "gmm")
+    settings = {"features": features, "rounds": rounds, "fraction": fraction, "seed": 3, "algorithm_params": params}
+    loop = Loopback(tmp_path, "gmm", "fedem", settings, participants)
+    mv = loop.run()
+    assert int(loop.runner.server["swaps"]) >= 1  # the case this test is for happened
+
+    X = np.vstack(parts)
+    sim = simulate_mixture(parts, X, np.zeros(len(X)), features, "fedem", rounds, fraction, seed=3, params=params)
+    stored, m = unpack(mv.arrays), sim["detector"].mixture_
+    for name, want in (("weights", m.weights), ("means", m.means), ("prec_chol", m.prec_chol)):
+        np.testing.assert_allclose(stored[name], want, atol=1e-9, err_msg=name)
+    assert mv.info["threshold"] == pytest.approx(sim["threshold"], rel=1e-9)
+    with loop.sessions() as s:
+        rebuilt = loop.runner.load_server(s, unpack(s.get(JobState, "loop").server))
+    for k, v in loop.runner.server.items():
+        np.testing.assert_array_equal(rebuilt[k], v, err_msg=k)
+
+
 @pytest.mark.parametrize(("algorithm", "params"), DICT_CASES, ids=[f"{a}{p}" for a, p in DICT_CASES])
 def test_dictionary_deployment_equals_simulation(tmp_path, traffic, algorithm, params):
     features, parts = traffic

@@ -1,0 +1,100 @@
+"""Split-and-merge in the k-means rounds (models.mixture.swaps): the broad component splits, the cheapest pair
+merges in every device's row, the table still holds each device's statistics, and a round of such a step stores
+every row it changed."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from models.mixture import control
+from models.mixture.fedem import FedEM
+from models.mixture.gmm import hard_stats, nearest
+from models.mixture.swaps import SPLIT_EVERY, merge_pair, moments, split_target, swap, swap_due
+
+#: components: 0 and 1 two near groups (cheapest to merge), 2 two far clumps with nothing between (broad),
+#: 3 a group of its own
+CENTRES = {0: [(0.0, 0.0)], 1: [(0.5, 0.0)], 2: [(-20.0, 10.0), (20.0, 10.0)], 3: [(0.0, 30.0)]}
+
+
+def device_rows(devices: int = 6, per: int = 40, seed: int = 0) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """Each device's records (every group on every device) and their components."""
+    rng = np.random.default_rng(seed)
+    X, labels = [], []
+    for _ in range(devices):
+        parts = [(rng.normal(c, 0.5, (per, 2)), k) for k, cs in CENTRES.items() for c in cs]
+        X.append(np.vstack([p for p, _ in parts]))
+        labels.append(np.concatenate([np.full(len(p), k) for p, k in parts]))
+    return X, labels
+
+
+def table(X: list[np.ndarray], labels: list[np.ndarray], weight: np.ndarray) -> tuple[FedEM, dict]:
+    alg = FedEM(2, components=4, reg=1e-3, float32=False, splits=1)
+    server, _ = alg.init_server(len(X), np.random.default_rng(0))
+    stats = [hard_stats(x, lab, 4) for x, lab in zip(X, labels)]
+    per = [tuple(s / len(x) for s in st) for st, x in zip(stats, X)]
+    control.write(server, np.arange(len(X)), weight, tuple(np.stack([p[i] for p in per]) for i in range(3)), 1)
+    server["cap.scale"] = np.array(1.0 / len(X[0]))  # records per unit of weighted mass
+    return alg, server
+
+
+def test_the_broad_component_splits_and_the_cheapest_pair_merges():
+    X, labels = device_rows()
+    R, S1, S2 = (np.sum([hard_stats(x, lab, 4)[i] for x, lab in zip(X, labels)], axis=0) for i in range(3))
+    means, _, logdet = moments(R, S1, S2, 1e-3)
+    assert split_target(R, logdet, R, least=5, d=2) == 2
+    assert sorted(merge_pair(R, S1, S2, 1e-3, means, logdet, avoid=2)) == [0, 1]
+    # nothing far broader than the others: nothing to split
+    calm = [x[lab != 2] for x, lab in zip(X, labels)]
+    R, S1, S2 = (np.sum([hard_stats(x, lab[lab != 2], 4)[i] for x, lab in zip(calm, labels)], axis=0)
+                 for i in range(3))
+    assert split_target(R, moments(R, S1, S2, 1e-3)[2], R, least=5, d=2) is None
+
+
+def test_a_swap_keeps_every_row_the_statistics_of_its_device_and_splits_between_the_clumps():
+    X, labels = device_rows()
+    weight = np.linspace(0.5, 1.5, len(X)) / len(X)
+    alg, server = table(X, labels, weight)
+    before = {k: server[f"{k}_rows"][: len(X)].copy() for k in control.STATS}
+    m = swap(server, 1e-3, 1.0 / server["cap.scale"], 5)
+    assert m is not None and int(server["swapped"]) == 1
+    n = int(server["rows"])
+    # the merged pair: one column holds both, the other is empty, in every row; the other columns untouched
+    merged = [k for k in (0, 1) if server["R_rows"][:n, k].any()]
+    assert len(merged) == 1
+    free = 1 - merged[0]
+    for k in control.STATS:
+        rows = server[f"{k}_rows"][:n]
+        np.testing.assert_allclose(rows[:, merged[0]], before[k][:, 0] + before[k][:, 1], atol=1e-12)
+        np.testing.assert_array_equal(rows[:, free], 0)
+        np.testing.assert_array_equal(rows[:, 2:], before[k][:, 2:])
+        # each device's row still adds up to its own moments, and the sums are the table's
+        np.testing.assert_allclose(rows.sum(axis=1), before[k].sum(axis=1), atol=1e-12)
+        np.testing.assert_allclose(server[k], np.tensordot(server["W_rows"][:n], rows, axes=1), atol=1e-12)
+    np.testing.assert_array_equal(server["support"], server["H_rows"][:n].sum(axis=0))
+    # the broad component and the freed one: one mean toward each clump, so the next k-means round separates them
+    for x, lab in zip(X, labels):
+        got = nearest(x[lab == 2], m.means)
+        left = x[lab == 2][:, 0] < 0
+        assert set(got.tolist()) == {2, free}
+        assert len(set(got[left].tolist())) == 1 and len(set(got[~left].tolist())) == 1
+    # a round with a swap stores every row it changed: all of them
+    assert (alg.touched(server, np.array([0]))["R_rows"] == np.arange(n)).all()
+
+
+def test_swaps_run_every_few_rounds_and_end_while_the_devices_can_still_answer():
+    due = [r for r in range(1, 200) if swap_due(r, 3)]
+    assert due == [SPLIT_EVERY, 2 * SPLIT_EVERY, 3 * SPLIT_EVERY]
+    assert not any(swap_due(r, 0) for r in range(1, 200))
+    # by default, as many as end 1 / fraction rounds before the job's last: 100 rounds at 10 %: the last at 90
+    alg = FedEM(2, rounds=100, fraction=0.1)
+    assert alg.last_swap == 90 and alg.splits == 90 // SPLIT_EVERY
+    assert max(r for r in range(1, 101) if swap_due(r, alg.splits, alg.last_swap)) == 90
+    short = FedEM(2, rounds=30, fraction=0.3)  # a job's defaults: the last swap 4 rounds before its end
+    assert [r for r in range(1, 31) if swap_due(r, short.splits, short.last_swap)] == [5, 10, 15, 20, 25]
+    assert FedEM(2).splits == 0  # the job's rounds unknown (a device): none
+    assert FedEM(2, rounds=100, fraction=0.1, splits=2).splits == 2
+    with pytest.raises(ValueError, match="splits"):
+        FedEM(2, splits=-1)
+    with pytest.raises(ValueError, match="fraction"):
+        FedEM(2, rounds=10, fraction=0)
