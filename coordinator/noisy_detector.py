@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from models.core.messages import Upload
-from models.detection.private import NoisySum, anchor_of, noisy_standardisation, noisy_sums, noisy_threshold
+from models.detection.private import NoisySum, anchor_of, noisy_job, noisy_standardisation, noisy_threshold
 from models.private.dp import Ledger, Noise, fewest_uploads
 from wire.protocol import ProtocolError
 
@@ -61,14 +61,12 @@ class NoisyDetector:
 
     def planned_sums(self) -> int:
         """How many noisy sums of every device the job releases (the budget is calibrated for them)."""
-        return 4 + len(self.noisy_family())
+        return len(self.noisy_table())
 
     # -- the sums -------------------------------------------------------------------------------------
     def noisy_table(self) -> dict[str, NoisySum]:
         """Every noisy sum of the job, in the order they run."""
-        base = noisy_sums(len(self.spec.features), self.spec.quantile)
-        return {"mean": base["mean"], "centred": base["centred"], **self.noisy_family(),
-                "anchor": base["anchor"], "threshold": base["threshold"]}
+        return noisy_job(len(self.spec.features), self.spec.quantile, self.noisy_family())
 
     def noisy_next(self, done: str) -> str | None:
         order = list(self.noisy_table())

@@ -15,7 +15,7 @@ from models.kernel import RandomFourierFeatures
 from models.pca import PCAAlgorithm
 from models.pca.detector import PCADetector
 from models.pca.messages import PCARound
-from models.pca.private import MOMENT_SCALES, noisy_moments, pooled_subspace
+from models.pca.private import MOMENT_SCALES, noisy_family, pooled_subspace
 from models.pca.spec import PCAJobSpec
 
 
@@ -76,7 +76,7 @@ class PCAJob(DetectorJob):
 
     def noisy_family(self) -> dict[str, NoisySum]:
         """With differential privacy: every device's clipped second moment, weighing 1."""
-        return {"moments": noisy_moments(len(self.spec.features))}
+        return noisy_family(len(self.spec.features))
 
     def summed_family(self, name: str, total: dict[str, np.ndarray], members: list[str]) -> dict[str, Any]:
         d = len(self.spec.features)

@@ -74,9 +74,9 @@ def private_clients(parts: list[np.ndarray], feature_names: list[str], guard: Gu
     clip = largest_weight(caps, count)
     everyone = np.arange(len(parts))
     # two secure sums: the fleet's mean, then each device's mean square around it (no cancellation of large sums)
-    first = SecureTransport(MEAN_SCALES, clip, transport.dropout, transport.seed + 1, bits=STATS_BITS)
+    first = transport.phase(MEAN_SCALES, clip, 1, bits=STATS_BITS)
     mean, W = fleet_mean(first(everyone, mean_uploads(weight, m1)))
-    second = SecureTransport(CENTRED_SCALES, clip, transport.dropout, transport.seed + 2, bits=STATS_BITS)
+    second = transport.phase(CENTRED_SCALES, clip, 2, bits=STATS_BITS)
     centred = second(everyone, centred_uploads(weight, m1, m2, mean))
     transport.phase_bytes += (first.sent[0] + second.sent[0]) * len(parts)  # the phase's bytes count as the job's
     pre = fleet_standardisation(feature_names, mean, centred, W)
@@ -166,6 +166,15 @@ def noisy_sums(d: int, q: float) -> dict[str, NoisySum]:
             "threshold": NoisySum({"a": (len(candidates_of(1.0)),)}, {"a": 1.0}, {"a": exceedance_clip(q)})}
 
 
+def noisy_job(d: int, q: float, family: dict[str, NoisySum]) -> dict[str, NoisySum]:
+    """Every noisy sum of a detector job with differential privacy, by name, in the order they run: the statistics
+    phase's two, the family's own (`family`), the threshold phase's two. How many there are is what the budget
+    is calibrated for (the simulator's and the coordinator's, both from here)."""
+    base = noisy_sums(d, q)
+    return {"mean": base["mean"], "centred": base["centred"], **family, "anchor": base["anchor"],
+            "threshold": base["threshold"]}
+
+
 #: differential privacy's statistics sums: each device's mean (weight 1) over the bound on log-scaled values, its
 #: mean square around the fleet's mean over its square
 NOISY_MEAN_SCALES = {"m1": value_bound(True)}
@@ -197,8 +206,7 @@ def private_tail(histograms: list[tuple[np.ndarray, np.ndarray]], weight: np.nda
         return noisy_tail(histograms, q, holdout, transport)
     dense = dense_histograms(histograms)
     n = dense.sum(axis=1)
-    secure = SecureTransport(tail_scales(max(float(n.max()), 1.0)), transport.clip, transport.dropout,
-                             transport.seed + 3)
+    secure = transport.phase(tail_scales(max(float(n.max()), 1.0)), transport.clip, 3)
     S = secure(np.arange(len(histograms)), tail_uploads(dense, weight))
     transport.phase_bytes += secure.sent[0] * len(histograms)
     return tail_from(S, q, holdout)

@@ -185,7 +185,10 @@ def simulate_mixture(
         out["dp"] = report(transport.noise.ledger, dp)  # type: ignore[arg-type]
     if algorithm != "centralized":  # per device and round: the statistics and threshold phases count as rounds
         sent += transport.phase_bytes if transport else sum(histogram_bytes)
-        out["upload_bytes_per_device_round"] = sent / (len(clients.X) * (len(history) + 1 + len(histogram_bytes)))
+        device_rounds = len(clients.X) * (len(history) + 1 + len(histogram_bytes))
+        out["upload_bytes_per_device_round"] = sent / device_rounds
+        if transport is not None:
+            out["upload_bytes_by_step"] = transport.per_step(device_rounds)
     own = np.array([shrunk_threshold(s, threshold, det.tail_, quantile) for s in scores])  # as each device sets it
     where = np.full(len(X_test), -1) if test_devices is None else np.asarray(test_devices)
     test_scores = np.empty(len(X_test))

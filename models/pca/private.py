@@ -23,7 +23,7 @@ import numpy as np
 from models.core.linalg import subspace_distance, top_eigvecs
 from models.detection.metrics import detection_report
 from models.detection.preprocessing import as_device_records
-from models.detection.private import NoisySum, largest_weight, private_clients, private_tail
+from models.detection.private import NoisySum, largest_weight, noisy_job, private_clients, private_tail
 from models.detection.robust import residuals, second_moment
 from models.detection.screening import Guard
 from models.detection.threshold import sparse_histogram
@@ -53,7 +53,8 @@ def simulate_private_pca(train_parts: list[np.ndarray], X_test: np.ndarray, y_te
     if dp is not None:
         from models.private.accounting import ledger_for
 
-        ledger.noise = ledger_for(dp, {1.0: NOISY_SUMS}, n, 1.0, secure, seed).noise({})
+        sums = len(noisy_job(d, quantile, noisy_family(d)))  # as the coordinator plans them
+        ledger.noise = ledger_for(dp, {1.0: sums}, n, 1.0, secure, seed).noise({})
     clients = private_clients(parts, feature_names, guard, ledger)
     if ledger.noise is None:  # the threshold's sum: its weighted shares are within the largest capped weight
         ledger.clip = largest_weight(clients.caps, clients.claimed)
@@ -78,6 +79,7 @@ def simulate_private_pca(train_parts: list[np.ndarray], X_test: np.ndarray, y_te
            "seconds_per_round": time.perf_counter() - t0, "upload_bytes_per_client_round": secure_sum.sent[0],
            "all_device_rounds": 1, "threshold": threshold,
            "upload_bytes_per_device_round": sent / (n * 4),  # statistics (2 sums), the moments, the threshold
+           "upload_bytes_by_step": ledger.per_step(n * 4),
            **detection_report(y_test, det.score_samples(X_test), threshold)}
     if secure:
         out["secure_sum"] = {"device_cpu_seconds_max": float(max(secure_sum.device_cpu)),
@@ -92,9 +94,10 @@ def simulate_private_pca(train_parts: list[np.ndarray], X_test: np.ndarray, y_te
     return out
 
 
-#: with differential privacy: the noisy sums of a PCA job (2 of statistics, the moments, 2 of threshold), each
-#: device's second moment over the bound's square (weight 1), clipped to `moment_clip`
-NOISY_SUMS = 5
+def noisy_family(d: int) -> dict[str, NoisySum]:
+    """PCA's own noisy sum in a job with differential privacy (models.detection.private.noisy_job has the others):
+    every device's clipped second moment, weighing 1."""
+    return {"moments": noisy_moments(d)}
 
 
 def noisy_moments(d: int) -> NoisySum:

@@ -21,6 +21,11 @@ from models.private import crypto, shamir
 CIPHERTEXT_BYTES = crypto.NONCE_BYTES + 2 * shamir.SHARE_BYTES + 16
 #: an advertisement: two X25519 public keys and the commitment to the self-mask seed
 KEYS_BYTES = 96
+#: what a device's replies carry beyond their envelopes (the arrays the agents send; models.private.secagg counts
+#: the simulator's bytes with them): a row of `Shares` (the neighbour's position, int64, and its ciphertext) and a
+#: row of `Revealed` (the neighbour's position, int64, which kind of share, and the share)
+SHARE_ROW_BYTES = 8 + CIPHERTEXT_BYTES
+REVEAL_ROW_BYTES = 8 + 1 + shamir.SHARE_BYTES
 
 
 @dataclass(kw_only=True)

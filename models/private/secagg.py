@@ -41,6 +41,7 @@ import numpy as np
 
 from models.private import crypto, shamir
 from models.private.fixedpoint import Ring
+from models.private.messages import KEYS_BYTES, REVEAL_ROW_BYTES, SHARE_ROW_BYTES
 
 
 class SecAggError(ValueError):
@@ -337,15 +338,27 @@ class Server:
 
 
 
+#: a secure sum's four replies, as the simulator counts their bytes (`Transcript.steps`)
+STEP_NAMES = ("keys", "shares", "masked", "unmask")
+
+
 @dataclass
 class Transcript:
-    """What one in-process secure sum exchanged and cost: the bytes each device sent, the CPU seconds each device
-    and the coordinator spent (`fedsentry bench secagg`), and the coordinator's stored view (the masked uploads)."""
+    """What one in-process secure sum exchanged and cost: the bytes each device sent (what its four replies carry
+    over MQTT beyond their envelopes, models.private.messages), all the devices' bytes per step, the CPU seconds
+    each device and the coordinator spent (`fedsentry bench secagg`), and the coordinator's stored view (the
+    masked uploads)."""
 
     sent: dict[int, int] = field(default_factory=dict)
+    steps: dict[str, int] = field(default_factory=lambda: dict.fromkeys(STEP_NAMES, 0))
     cpu: dict[int, float] = field(default_factory=dict)
     server_cpu: float = 0.0
     uploads: dict[int, bytes] = field(default_factory=dict)
+
+    def send(self, step: str, i: int, n: int) -> None:
+        """Device i sent n bytes in `step`."""
+        self.sent[i] += n
+        self.steps[step] += n
 
     def device(self, i: int, step: Any, *args: Any) -> Any:
         """Run a device's step, its CPU time counted."""
@@ -373,21 +386,21 @@ def secure_sum(setup: Setup, values: dict[int, np.ndarray], rng: np.random.Gener
     log = Transcript({i: 0 for i in setup.members})
     advertised = {i: log.device(i, c.advertise) for i, c in clients.items()}
     for i in advertised:
-        log.sent[i] += 96
+        log.send("keys", i, KEYS_BYTES)
     handed = log.coordinator(server.hand_keys, advertised)
     shares = {i: log.device(i, clients[i].share, handed[i]) for i in handed}
     for i, out in shares.items():
-        log.sent[i] += sum(len(ct) for ct in out.values())
+        log.send("shares", i, len(out) * SHARE_ROW_BYTES)
     for i, incoming in log.coordinator(server.route, shares).items():
         log.device(i, clients[i].receive, incoming)
     uploads = {i: log.device(i, clients[i].upload, values[i], rng) for i in server.shared
                if i not in gone_before_upload}
     for i, data in uploads.items():
-        log.sent[i] += len(data)
+        log.send("masked", i, len(data))
     log.uploads = uploads
     survivors, dropped = log.coordinator(server.collect, uploads)
     answering = survivors - set(gone_after_upload)
     reveals = {i: log.device(i, clients[i].unmask, survivors, dropped) for i in answering}
     for i, out in reveals.items():
-        log.sent[i] += sum(len(s) + 8 for s in out.values())
+        log.send("unmask", i, len(out) * REVEAL_ROW_BYTES)
     return log.coordinator(server.finish, reveals), survivors, log

@@ -1,8 +1,11 @@
-"""Shamir secret sharing (Shamir 1979) of 32-byte secrets over the prime field GF(2^521 - 1).
+"""Shamir secret sharing (Shamir 1979) of 32-byte secrets over the prime field GF(2^256 + 297).
 
 `split` gives each of the `points` a share such that any `threshold` shares reconstruct the secret (`combine`,
-Lagrange interpolation at 0) and fewer reveal nothing about it. The field is the Mersenne prime 2^521 - 1: any
-256-bit secret is an element, and a share is 66 bytes. Coefficients come from the operating system's
+Lagrange interpolation at 0) and fewer reveal nothing about it. The field is the smallest prime above 2^256,
+2^256 + 297: any 256-bit secret is an element, and a share is 33 bytes (257 bits; a field of 2^521 - 1 would
+double every share a device sends and reveals). Shares that combine to a field element above 2^256 are refused
+here; an altered share that combines to another 256-bit value is caught by the caller, who checks the secret
+against what its owner committed to (models.private.secagg). Coefficients come from the operating system's
 cryptographic generator (`secrets`), never from a seeded one.
 """
 
@@ -11,8 +14,8 @@ from __future__ import annotations
 import secrets
 from collections.abc import Sequence
 
-PRIME = (1 << 521) - 1
-SHARE_BYTES = 66  # 521 bits
+PRIME = (1 << 256) + 297
+SHARE_BYTES = 33  # 257 bits
 SECRET_BYTES = 32
 
 

@@ -48,6 +48,9 @@ class SecureTransport:
     failures: int = 0  # secure sums that could not be unmasked (their rounds failed)
     noise: Noise | None = None  # differential privacy: the Gaussian mechanism on each sum
     secure: bool = True  # masked uploads (private mode); False: summed in the clear (central noise only)
+    #: bytes all the devices sent, per step of a secure sum (models.private.secagg.STEP_NAMES; "clear": sums in the
+    #: clear), over this transport and the phases it made
+    steps: dict[str, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.rng = np.random.default_rng(self.seed)
@@ -57,7 +60,7 @@ class SecureTransport:
         """The transport of a phase outside the rounds: this job's dropouts and mode, its own scales, clip and
         seed (`offset` from the job's), and its own differential privacy (None: none)."""
         return SecureTransport(scales, clip, self.dropout, self.seed + offset, bits=bits, noise=noise,
-                               secure=self.secure)
+                               secure=self.secure, steps=self.steps)
 
     def __call__(self, ids: np.ndarray, uploads: State) -> State:
         if len(ids) < 2:  # a secure sum needs two devices: one device alone is not summed (nothing is sent)
@@ -87,6 +90,8 @@ class SecureTransport:
         if self.noise is not None:  # every upload counted (drops came after it): the noise is all there
             self.noise.check_uploads(len(ids), len(ids))
         self.sent.append(float(np.mean(list(log.sent.values()))))
+        for step, n in log.steps.items():
+            self.steps[step] = self.steps.get(step, 0.0) + n
         self.device_cpu.append(max(log.cpu.values()))
         self.server_cpu.append(log.server_cpu)
         return unflatten(total, shapes, self.scales)
@@ -96,7 +101,13 @@ class SecureTransport:
         n = len(ids)
         values = sum(int(np.prod(np.asarray(v).shape[1:], dtype=np.int64)) for v in uploads.values())
         self.sent.append(8.0 * values)
+        self.steps["clear"] = self.steps.get("clear", 0.0) + 8.0 * values * n
         self.sums += 1
         if self.noise is not None:
             return self.noise.central(ids, uploads)
         return {k: np.asarray(v, dtype=float).sum(axis=0, keepdims=True) for k, v in uploads.items()} if n else {}
+
+    def per_step(self, device_rounds: float) -> dict[str, float]:
+        """The bytes of each step per device and round (`device_rounds`: devices times the job's rounds, as
+        `upload_bytes_per_device_round` divides its total)."""
+        return {k: v / device_rounds for k, v in self.steps.items()}

@@ -5,9 +5,12 @@ device's secret."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
+from models.private import shamir
 from models.private.messages import Advertised, Masked, Revealed, Routed, Shares
 from models.private.relay import Announced, Member, Relay
 from store.db import pack, unpack
@@ -38,22 +41,33 @@ def saved(arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     return unpack(pack(arrays))
 
 
-def run(a: Announced, vals, gone_after_upload=(), uploading=None, tamper=None):
+def payload(msg) -> int:
+    """The bytes of a message's arrays: what its envelope carries besides its header."""
+    return sum(v.nbytes for f in dataclasses.fields(msg) if isinstance(v := getattr(msg, f.name), np.ndarray))
+
+
+def run(a: Announced, vals, gone_after_upload=(), uploading=None, tamper=None, sent=None):
     """The four steps; both sides restored from their saved arrays before each step. Returns the decoded sum and
-    the coordinator's saved state after each step."""
+    the coordinator's saved state after each step (`sent`, if given, adds up the arrays each device's replies
+    carried)."""
     states, kept = {}, []
+    sent = {} if sent is None else sent
+
+    def counted(i, msg):
+        sent[i] = sent.get(i, 0) + payload(msg)
+        return msg
     advertised = {}
     for i, name in enumerate(a.names):
         member, msg = Member.advertise(a, name, vals[i])
         states[i] = saved(member.state())
-        advertised[i] = wire(msg, Advertised)
+        advertised[i] = counted(i, wire(msg, Advertised))
     relay = Relay(a)
     keys = relay.advertised(advertised)
     kept.append(saved(relay.state()))
     shares = {}
     for i in states:
         member = Member.restore(a, states[i])
-        shares[i] = wire(member.share(keys["ids"], keys["keys"]), Shares)
+        shares[i] = counted(i, wire(member.share(keys["ids"], keys["keys"]), Shares))
         states[i] = saved(member.state())
     relay = Relay.restore(a, kept[-1])
     for i, m in shares.items():
@@ -66,7 +80,7 @@ def run(a: Announced, vals, gone_after_upload=(), uploading=None, tamper=None):
     uploads = {}
     for i in states if uploading is None else uploading:
         member = Member.restore(a, states[i])
-        uploads[i] = wire(member.upload(wire(routed[i], Routed), np.random.default_rng(i)), Masked)
+        uploads[i] = counted(i, wire(member.upload(wire(routed[i], Routed), np.random.default_rng(i)), Masked))
         states[i] = saved(member.state())
     for m in uploads.values():
         relay.check_upload(m)
@@ -78,7 +92,7 @@ def run(a: Announced, vals, gone_after_upload=(), uploading=None, tamper=None):
         if int(i) in gone_after_upload:
             continue
         member = Member.restore(a, states[int(i)])
-        reveals[int(i)] = wire(member.unmask(who["survivors"], who["dropped"]), Revealed)
+        reveals[int(i)] = counted(int(i), wire(member.unmask(who["survivors"], who["dropped"]), Revealed))
     if tamper is not None:
         tamper(reveals)
     return relay.finish(reveals), kept, states
@@ -90,6 +104,21 @@ def test_the_sum_over_the_wire_survives_a_third_dropping_after_upload_and_restar
     assert total["m"].shape == (1, 2, 3) and total["w"].shape == (1,)
     np.testing.assert_allclose(total["m"][0], sum(v["m"] for v in vals), atol=1e-6)
     np.testing.assert_allclose(total["w"][0], sum(float(v["w"]) for v in vals), atol=1e-6)
+
+
+def test_the_simulators_byte_count_is_what_the_agents_replies_carry():
+    """models.private.secagg.secure_sum (the simulator's secure sums) counts, per device, the arrays of the four
+    replies a job's agent sends: keys, shares, masked upload, revealed shares (their envelopes' headers aside)."""
+    from models.private.relay import flatten
+    from models.private.secagg import secure_sum
+
+    a, vals = announced(), values()
+    sent: dict[int, int] = {}
+    run(a, vals, gone_after_upload={1, 4}, sent=sent)
+    flat = {i: flatten(v, a.scales) for i, v in enumerate(vals)}
+    _, _, log = secure_sum(a.setup(), flat, np.random.default_rng(0), gone_after_upload=frozenset({1, 4}))
+    assert log.sent == sent and sum(log.steps.values()) == sum(sent.values())
+    assert log.steps["masked"] == N * a.length * 6  # a 48-bit ring: 6 bytes a value
 
 
 def test_devices_that_drop_before_upload_leave_the_others_sum():
@@ -120,10 +149,11 @@ def test_revealed_shares_of_the_wrong_layout_are_refused_naming_it():
     from models.private.secagg import SecAggError
 
     relay = Relay(announced())
-    bad = Revealed(of=np.array([1, 2]), what=np.array([0, 2], np.uint8), share=np.zeros((2, 66), np.uint8))
+    bad = Revealed(of=np.array([1, 2]), what=np.array([0, 2], np.uint8),
+                   share=np.zeros((2, shamir.SHARE_BYTES), np.uint8))
     with pytest.raises(SecAggError, match="what must be 0"):
         relay.check_reveal(bad)
-    with pytest.raises(SecAggError, match="one row of 66 bytes"):
+    with pytest.raises(SecAggError, match=f"one row of {shamir.SHARE_BYTES} bytes"):
         relay.check_reveal(Revealed(of=np.array([1]), what=np.array([0], np.uint8), share=np.zeros((1, 5), np.uint8)))
 
 
@@ -135,7 +165,8 @@ def test_what_the_coordinator_saves_holds_no_device_secret():
         for secret in ("c_private", "s_private", "b"):
             assert bytes(s[secret]) not in coordinator
         for share in s["held.shares"]:  # the plaintext shares a device holds never reach the coordinator's store
-            assert bytes(share[:66]) not in coordinator and bytes(share[66:]) not in coordinator
+            half = shamir.SHARE_BYTES
+            assert bytes(share[:half]) not in coordinator and bytes(share[half:]) not in coordinator
     # of the uploads it keeps their masked sum only (one vector), which is not the sum of the devices' encodings
     assert kept[-1]["masked"].shape == (a.length,) and not [k for k in kept[-1] if k.startswith("uploads")]
     setup = Member.restore(a, states[0]).client.setup

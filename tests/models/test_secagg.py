@@ -171,11 +171,26 @@ def test_shamir_any_threshold_shares_rebuild_and_fewer_do_not(threshold, data):
     assert shamir.combine({x: shares[x] for x in chosen}) == secret
     if threshold > 1:
         fewer = {x: shares[x] for x in chosen[: threshold - 1]}
-        try:  # a random field element: below 2^256 with probability 2^-265, and then another secret
+        try:  # a random field element: below 2^256 with probability about 1/2, and then another secret
             rebuilt: bytes | None = shamir.combine(fewer)
         except ValueError:
             rebuilt = None
         assert rebuilt != secret
+
+
+def test_shamir_shares_are_33_bytes_of_a_prime_field_above_every_secret():
+    """The field is prime (else Lagrange interpolation has no inverses and shares rebuild nothing) and holds every
+    256-bit secret, in the 33 bytes a share takes on the wire."""
+    p = shamir.PRIME
+    assert p > 2**256 and p.bit_length() <= 8 * shamir.SHARE_BYTES == 264
+    d, s = p - 1, 0
+    while d % 2 == 0:
+        d, s = d // 2, s + 1
+    for a in (2, 3, 5, 7, 11, 13, 17, 19, 23, 29, 31, 37, 41):  # Miller-Rabin: a composite fails some base
+        x = pow(a, d, p)
+        assert x in (1, p - 1) or any(pow(x, 2**r, p) == p - 1 for r in range(1, s)), f"{p} is not prime"
+    top = b"\xff" * shamir.SECRET_BYTES
+    assert shamir.combine(dict(list(shamir.split(top, [1, 2, 3], 2).items())[:2])) == top
 
 
 def test_fixed_point_sums_do_not_wrap_at_the_bound():
