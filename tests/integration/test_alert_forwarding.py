@@ -63,8 +63,10 @@ def assert_once_each(expected: set[str], *receivers) -> None:
     for r in receivers:
         # a loss never arrives at all; 60 s is the margin of a loaded CI machine (30 s once ran out there for the
         # last receiver after a restart, not reproduced alone or beside three busy loops: 11-21 s in all)
-        wait_until(lambda r=r: set(r.ids()) >= expected, 60,
-                   f"every alert at {getattr(r, 'url', r)} (missing {len(expected - set(r.ids()))})")
+        try:
+            wait_until(lambda r=r: set(r.ids()) >= expected, 60, f"every alert at {getattr(r, 'url', r)}")
+        except AssertionError as e:
+            raise AssertionError(f"{e}: {len(expected - set(r.ids()))} of {len(expected)} missing") from None
     time.sleep(0.5)  # anything sent twice would arrive by now
     for r in receivers:
         counts = Counter(r.ids())
