@@ -135,7 +135,7 @@ def register_ingest(groups: dict[str, Any]) -> None:
                         "dropped afterwards (e.g. postgresql://postgres@127.0.0.1:5432/postgres)")
     p.add_argument("--workers", type=positive_int, nargs="+", default=[1, 2],
                    help="worker counts to time, the first 1 for the ratio (default 1 2)")
-    p.add_argument("--alerts", type=positive_int, default=50_000, help="alerts per run (default 50000)")
+    p.add_argument("--alerts", type=positive_int, default=200_000, help="alerts per run (default 200000)")
     p.add_argument("--devices", type=positive_int, default=200, help="devices they come from (default 200)")
     p.add_argument("--per-message", type=positive_int, default=50, help="alerts per message (default 50)")
     p.add_argument("--out", default="benchmarks/results",
