@@ -32,6 +32,14 @@ def mqtt_topic(routing_key: str) -> str:
     return routing_key.translate(str.maketrans("./", "/."))
 
 
+def check_queue_url(url: str) -> None:
+    """ValueError naming the flag when `url` is not an AMQP URL (its password never in the message)."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("amqp", "amqps") or not parts.hostname:
+        raise ValueError(f"--queue: {parts.scheme or 'no scheme'}://{parts.hostname or ''}... is not an AMQP "
+                         "URL (amqp://user:password@host:5672/)")
+
+
 class QueueIngest:
     """One ingest worker's consumer: `run` until `stop`, moving to the next node's URL when a connection is lost."""
 
@@ -40,10 +48,7 @@ class QueueIngest:
         if not urls:
             raise ValueError("an ingest worker needs the queue's broker URL (amqp://...)")
         for url in urls:
-            parts = urlsplit(url)
-            if parts.scheme not in ("amqp", "amqps") or not parts.hostname:
-                raise ValueError(f"--queue: {parts.scheme or 'no scheme'}://{parts.hostname or ''}... is not an AMQP "
-                                 "URL (amqp://user:password@host:5672/)")
+            check_queue_url(url)
         self.urls, self.sessions, self.reject, self.limit = list(urls), sessions, reject, limit
         self.batch, self.wait, self.prefetch = batch, wait, prefetch
         self.stored = 0  # alerts stored by this worker (redeliveries not counted)

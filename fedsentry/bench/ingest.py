@@ -19,13 +19,28 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
+from fedsentry.errors import UsageError
 from fedsentry.output import write_results
 
 
 def run(args: argparse.Namespace) -> int:
+    from coordinator.queue_ingest import check_queue_url
+
     logging.getLogger("pika").setLevel(logging.WARNING)
-    runs = [one_count(args, n) for n in args.workers]
+    from sqlalchemy.exc import ArgumentError, OperationalError
+
+    try:
+        check_queue_url(args.queue)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    if not args.postgres.startswith(("postgresql://", "postgresql+psycopg://", "postgres://")):
+        raise UsageError("--postgres: a PostgreSQL server's URL, e.g. postgresql://postgres@127.0.0.1:5432/postgres")
+    try:
+        runs = [one_count(args, n) for n in args.workers]
+    except (ArgumentError, OperationalError) as e:
+        raise UsageError(f"--postgres: {str(e.orig if isinstance(e, OperationalError) else e).strip()}") from None
     base = runs[0]["alerts_per_s"] if runs and args.workers[0] == 1 else None
     for r in runs:
         r["ratio"] = round(r["alerts_per_s"] / base, 2) if base else None
@@ -38,6 +53,7 @@ def run(args: argparse.Namespace) -> int:
 
 def one_count(args: argparse.Namespace, workers: int) -> dict[str, Any]:
     import pika
+    import pika.exceptions
     from sqlalchemy import func, select, text
     from sqlalchemy.orm import Session
 
@@ -49,7 +65,13 @@ def one_count(args: argparse.Namespace, workers: int) -> dict[str, Any]:
     with database(args.postgres, True) as url, tempfile.TemporaryDirectory(prefix="fedsentry-benchingest-") as logs:
         engine = make_engine(url)
         migrate(engine)
-        conn = pika.BlockingConnection(pika.URLParameters(args.queue))
+        try:
+            conn = pika.BlockingConnection(pika.URLParameters(args.queue))
+        except pika.exceptions.AMQPError as e:
+            where = urlsplit(args.queue)
+            why = f": {e}" if str(e) else ""
+            raise UsageError(f"--queue: no RabbitMQ answers at {where.hostname}:{where.port or 5672} "
+                             f"({type(e).__name__}{why})") from None
         ch = conn.channel()
         ch.queue_declare(QUEUE, durable=True, arguments={"x-queue-type": "quorum"})
         ch.queue_bind(QUEUE, "amq.topic", ROUTING_KEY)

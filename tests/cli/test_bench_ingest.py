@@ -1,0 +1,31 @@
+"""`fedsentry bench ingest` refuses bad settings by name, before it starts anything (the run itself is timed in
+tests/integration/test_rabbitmq_cluster.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from fedsentry.cli import main
+
+PG = "postgresql://postgres@127.0.0.1:5432/postgres"
+
+
+@pytest.mark.parametrize("flags, says", [
+    (["--queue", "http://user:secret@host/", "--postgres", PG], "--queue: http://host... is not an AMQP URL"),
+    (["--queue", "amqp://guest:guest@127.0.0.1:5672/", "--postgres", "sqlite:///x.db"],
+     "--postgres: a PostgreSQL server's URL"),
+    (["--queue", "amqp://guest:guest@127.0.0.1:5672/", "--postgres", PG, "--workers", "0"],
+     "--workers: must be at least 1"),
+])
+def test_bad_settings_are_refused_naming_the_flag(flags, says, capsys):
+    assert main(["bench", "ingest", *flags]) == 2
+    err = capsys.readouterr().err
+    assert says in err and "secret" not in err
+
+
+def test_a_queue_nobody_answers_is_named(postgres_url, capsys, tmp_path):
+    """The scratch database is made and dropped again; the error names the address (port 1: nothing listens)."""
+    assert main(["bench", "ingest", "--queue", "amqp://guest:guest@127.0.0.1:1/", "--postgres", postgres_url,
+                 "--alerts", "10", "--workers", "1", "--out", str(tmp_path)]) == 2
+    assert "--queue: no RabbitMQ answers at 127.0.0.1:1" in capsys.readouterr().err
+
