@@ -26,6 +26,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
+from fedsentry.errors import UsageError
 from fedsentry.output import write_json
 
 #: the alerts span this long, up to now (the dashboard's longest period, "last 30 days", holds them all)
@@ -122,6 +123,13 @@ class Fleet:
             if i not in in_incident and self.rng.random() < (0.7 if m["ts"] < day_ago else 0.1):
                 ids.append(m["id"])
         return ids, open_incidents
+
+
+def database_error(flag: str, e: Exception) -> UsageError:
+    """A database URL nobody can use (unparsable, nobody answers, refused), as the flag's error."""
+    from sqlalchemy.exc import OperationalError
+
+    return UsageError(f"{flag}: {str(e.orig if isinstance(e, OperationalError) else e).strip()}")
 
 
 @contextmanager
@@ -298,6 +306,8 @@ class Requests:
 
 
 def run(args: argparse.Namespace) -> int:
+    from sqlalchemy.exc import ArgumentError, OperationalError
+
     specs = [(db, False) for db in args.db or ["sqlite"]]
     if args.postgres:
         specs.append((args.postgres, True))
@@ -305,11 +315,14 @@ def run(args: argparse.Namespace) -> int:
     fleet = Fleet(args.alerts, args.devices)
     runs: dict[str, dict[str, dict[str, Any]]] = {}
     for spec, scratch in specs:
-        with database(spec, scratch) as url:
-            name = url.split(":")[0].split("+")[0]
-            name = name if name not in runs else f"{name} ({len(runs) + 1})"
-            print(f"{name}:", file=sys.stderr)
-            runs[name] = measure(url, fleet, args.repeat)
+        try:
+            with database(spec, scratch) as url:
+                name = url.split(":")[0].split("+")[0]
+                name = name if name not in runs else f"{name} ({len(runs) + 1})"
+                print(f"{name}:", file=sys.stderr)
+                runs[name] = measure(url, fleet, args.repeat)
+        except (ArgumentError, OperationalError) as e:
+            raise database_error("--postgres" if scratch else "--db", e) from None
     out = {"command": shlex.join(["fedsentry", *sys.argv[1:]]), "alerts": args.alerts, "devices": args.devices,
            "incidents": len(fleet.incidents), "incident_updates": sum(len(u) for _, u in fleet.incidents),
            "records": fleet.records, "repeat": args.repeat, "databases": runs}

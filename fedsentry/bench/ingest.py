@@ -27,6 +27,7 @@ from fedsentry.output import write_results
 
 def run(args: argparse.Namespace) -> int:
     from coordinator.queue_ingest import check_queue_url
+    from fedsentry.bench.api import database_error
 
     logging.getLogger("pika").setLevel(logging.WARNING)
     from sqlalchemy.exc import ArgumentError, OperationalError
@@ -40,7 +41,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         runs = [one_count(args, n) for n in args.workers]
     except (ArgumentError, OperationalError) as e:
-        raise UsageError(f"--postgres: {str(e.orig if isinstance(e, OperationalError) else e).strip()}") from None
+        raise database_error("--postgres", e) from None
     base = runs[0]["alerts_per_s"] if runs and args.workers[0] == 1 else None
     for r in runs:
         r["ratio"] = round(r["alerts_per_s"] / base, 2) if base else None

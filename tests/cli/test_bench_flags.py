@@ -1,5 +1,5 @@
-"""`fedsentry bench ingest` refuses bad settings by name, before it starts anything (the run itself is timed in
-tests/integration/test_rabbitmq_cluster.py)."""
+"""`fedsentry bench ingest` and `bench api` refuse bad settings by name, not with a traceback (the ingest run itself
+is timed in tests/integration/test_rabbitmq_cluster.py)."""
 
 from __future__ import annotations
 
@@ -29,3 +29,12 @@ def test_a_queue_nobody_answers_is_named(postgres_url, capsys, tmp_path):
                  "--alerts", "10", "--workers", "1", "--out", str(tmp_path)]) == 2
     assert "--queue: no RabbitMQ answers at 127.0.0.1:1" in capsys.readouterr().err
 
+
+
+@pytest.mark.parametrize("flags, says", [
+    (["--postgres", "x"], "--postgres: Could not parse"),
+    (["--db", "postgresql://postgres@127.0.0.1:1/x"], "--db: connection failed"),
+])
+def test_bench_api_names_a_database_it_cannot_use(flags, says, capsys):
+    assert main(["bench", "api", "--alerts", "10", *flags]) == 2
+    assert says in capsys.readouterr().err
