@@ -63,6 +63,9 @@ class SummedFedEM(FedEM):
     summed: ClassVar[bool] = True
 
     def __init__(self, n_features: int, split_factor: int = 1, **params: object):
+        if params.get("splits"):
+            raise ValueError("splits: private mode makes no swaps (they merge components in every device's row of "
+                             "the server's table, and a secure sum leaves it none); leave splits out or set 0")
         super().__init__(n_features, **params)  # type: ignore[arg-type]
         #: no swaps (models.mixture.swaps): they merge components in every device's row, and a summed server holds
         #: no rows; its seeding splits already (module docstring)
