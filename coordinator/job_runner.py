@@ -195,6 +195,11 @@ class JobRunner(ABC):
             return
         self.begin("stats", 0, self.participants)
 
+    def needs(self) -> frozenset[str]:
+        """What the job's settings need of a device's program (wire.protocol.ABILITIES): a differentially private
+        job takes only agents that add their share of the noise; an agent that does not say so is left out."""
+        return frozenset({"dp"}) if getattr(self.spec, "dp_epsilon", None) is not None else frozenset()
+
     def settle(self, announced: dict[str, tuple[str, ...]]) -> str | None:
         """Settings a job leaves to its participants, decided now that they are known; why the job cannot
         start otherwise (None: it can)."""

@@ -37,6 +37,7 @@ from store.records import insert_for
 from store.singleton import Locks
 from wire.mqtt import make_client, parse_broker_url
 from wire.protocol import (
+    ABILITIES,
     AGENT_SUBSCRIPTIONS,
     ProtocolError,
     agent_message,
@@ -105,6 +106,7 @@ class Coordinator:
         self._saved_rejections: Counter[str] = Counter()
         self._rejections_lock = threading.Lock()
         self.capabilities: dict[str, tuple[str, ...]] = {}  # from the agents' retained status messages
+        self.abilities: dict[str, frozenset[str]] = {}  # wire.protocol.ABILITIES each agent declared
         self.announced: dict[str, tuple[str, ...]] = {}  # the numeric features each agent's records have
         self.accepted = 0
         #: accepted answers acknowledged at the next tick, once stored
@@ -279,8 +281,8 @@ class Coordinator:
         started = False
         for job_id, runner in list(self.jobs.items()):
             if runner.phase == "waiting":
-                if self._isolated(job_id, runner, "starting", partial(runner.start, self.online_devices(runner.type),
-                                                                             self.announced)):
+                online = self.online_devices(runner.type, runner.needs())
+                if self._isolated(job_id, runner, "starting", partial(runner.start, online, self.announced)):
                     self._release(job_id)
                 started = started or runner.phase != "waiting"
         return bool(published) or started or set(self.jobs) != before or any(
@@ -383,13 +385,15 @@ class Coordinator:
             job = s.get(Job, job_id)
             job.leader, job.lease_until = None, None
 
-    def online_devices(self, job_type: str | None = None) -> list[str]:
-        """Devices online now; with a job type, those that said they can take part in it."""
+    def online_devices(self, job_type: str | None = None, needs: frozenset[str] = frozenset()) -> list[str]:
+        """Devices online now; with a job type, those that said they can take part in it (and have the abilities
+        the job needs, wire.protocol.ABILITIES)."""
         with self.sessions() as s:
             online = list(s.scalars(select(Device.id).where(Device.online.is_(True))))
         if job_type is None:
             return online
-        return [d for d in online if job_type in self.capabilities.get(d, LEGACY_JOBS)]
+        return [d for d in online if job_type in self.capabilities.get(d, LEGACY_JOBS)
+                and needs <= self.abilities.get(d, frozenset())]
 
     # -- messages -------------------------------------------------------------------------------------
     def reject(self, reason: str, detail: str, topic: str, n: int = 1) -> None:
@@ -423,6 +427,9 @@ class Coordinator:
                 jobs = env.meta.get("jobs")
                 if isinstance(jobs, list):
                     self.capabilities[agent] = tuple(str(j) for j in jobs)
+                abilities = env.meta.get("abilities")
+                self.abilities[agent] = frozenset(a for a in abilities[:16] if a in ABILITIES) \
+                    if isinstance(abilities, list) else frozenset()
                 features = env.meta.get("features")
                 if isinstance(features, list) and len(features) <= 1000 and all(
                         isinstance(f, str) and 0 < len(f) <= 128 and f.isprintable() for f in features):

@@ -40,6 +40,7 @@ from models.families import FAMILIES, LEGACY_JOBS, family
 from wire.messages import envelope, read
 from wire.mqtt import NOT_AUTHORISED_HINT, PUBLISHED, make_client, redact_url, unreachable_because
 from wire.protocol import (
+    ABILITIES,
     JOB_SUBSCRIPTION,
     Envelope,
     ProtocolError,
@@ -435,6 +436,7 @@ class Agent:
     def _status(self) -> Envelope:
         return Envelope("status", "", 0, self.cfg.agent_id, {}, {
             "online": True, "records": self.buffer.seen, "jobs": self.participants.families(),
+            "abilities": list(ABILITIES),
             "features": self.buffer.columns[:1000],  # a job that names none trains on those its agents share
             **({"model": self.model_status} if self.model_status else {}),
             **({"feedback": self.feedback.report} if self.feedback.report else {})})

@@ -65,6 +65,10 @@ def agent_topic(agent: str, what: str) -> str:
     return f"{PREFIX}/agents/{agent}/{what}"
 
 
+#: what an agent's program can do beyond taking part in its families, declared in its status message (an older
+#: agent declares nothing): "dp", it adds its share of the noise to a differentially private job's sums (an agent
+#: without it would send its values without noise into a sum whose noise was shared out for it)
+ABILITIES = ("dp",)
 #: what the coordinator reads: every agent's status, uploads and alerts (not the ack topics it writes)
 AGENT_SUBSCRIPTIONS = [(f"{PREFIX}/agents/+/{what}", 1) for what in ("status", "upload", "alerts")]
 #: alert ids confirmed per "ack" message at most
