@@ -19,7 +19,9 @@ and each row still adds up to its device's moments; the coordinator stores every
 (FedEM.touched). The split is made in the broadcast only: the next k-means rounds' devices assign their records
 to the two new means, their rows replace the stale ones, and the stale rows keep the whole component in the first
 half until their devices answer again. A component with no mass yet (the new half, while no device holding its
-records has answered) keeps its last broadcast mean (`hold_empty`) instead of falling to the pooled moments.
+records has answered) keeps its last broadcast mean (`hold_empty`) instead of falling to the pooled moments; with
+swaps on, this holds in every round, the EM rounds after `hard_rounds` included (an emptied component keeps its place
+there too, as it does in the k-means rounds).
 
 When: a swap every SPLIT_EVERY k-means rounds, the last one ending 1 / fraction rounds before the job's last (each
 device answers once after it, on average): 18 swaps in 100 rounds at 10 %, 5 in a job's default 30 rounds at 30 %.
