@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from fedsentry.bench.waiting import wait_while_running
 from fedsentry.output import write_results
 
 
@@ -114,7 +115,8 @@ def measure(records: int = 50_000, data_dir: str | None = None, budget: str | No
     sampler.start()
     t0 = time.monotonic()
     try:
-        _wait(lambda: "mem-agent" in coordinator.online_devices(detector), 60, "the agent online", proc)
+        wait_while_running(lambda: "mem-agent" in coordinator.online_devices(detector), 60, "the agent online",
+                           [proc])
         time.sleep(1.0)
         sampler.mark("idle")
         time.sleep(1.0)
@@ -122,7 +124,8 @@ def measure(records: int = 50_000, data_dir: str | None = None, budget: str | No
         coordinator.create_job("mem-1", detector, family(detector).spec.default_algorithm(),
                                {"features": names, "min_agents": 1, "deadline": 120,
                                 **({"rounds": rounds} if rounds else {})})
-        _wait(lambda: coordinator.job_status("mem-1") in ("finished", "failed"), timeout, "the job", proc)
+        wait_while_running(lambda: coordinator.job_status("mem-1") in ("finished", "failed"), timeout, "the job",
+                           [proc])
         training_seconds = time.monotonic() - t0
         sampler.mark("scoring")
         if coordinator.job_status("mem-1") != "finished":
@@ -182,16 +185,6 @@ def _job_error(coordinator: Any, job_id: str) -> str | None:
     with coordinator.sessions() as s:
         job = s.get(Job, job_id)
         return None if job is None else job.error
-
-
-def _wait(done, timeout: float, what: str, proc: subprocess.Popen) -> None:
-    end = time.monotonic() + timeout
-    while not done():
-        if proc.poll() is not None:
-            raise RuntimeError(f"the agent exited ({proc.returncode}) while waiting for {what}")
-        if time.monotonic() > end:
-            raise TimeoutError(f"{what}: not done after {timeout:.0f} s")
-        time.sleep(0.1)
 
 
 def markdown(r: dict[str, Any]) -> str:

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from fedsentry.bench.waiting import ProcessExitedError, wait_while_running
 from fedsentry.errors import UsageError
 from fedsentry.output import write_results
 
@@ -99,7 +100,7 @@ def one_count(args: argparse.Namespace, workers: int) -> dict[str, Any]:
             t0 = time.perf_counter()
             # counted 4 times a second: a count over the growing table is itself work for the database (20 times a
             # second took a third of a core from the run it timed)
-            until(lambda: stored() >= published, 600, f"{published} alerts stored", procs, logs, every=0.25)
+            until(lambda: stored() >= published, 600, f"{published} alerts stored", procs, logs)
             elapsed = time.perf_counter() - t0
         finally:
             for p in procs:
@@ -136,15 +137,13 @@ def fill(ch: Any, args: argparse.Namespace, mqtt_topic: Any) -> int:
     return n
 
 
-def until(ok: Any, timeout: float, what: str, procs: list[subprocess.Popen], logs: str, every: float = 0.25) -> None:
-    end = time.monotonic() + timeout
-    while not ok():
-        dead = [i for i, p in enumerate(procs) if p.poll() is not None]
-        if dead or time.monotonic() > end:
-            tail = (Path(logs) / f"ingest-{dead[0] if dead else 0}.log").read_text()[-1500:]
-            raise RuntimeError(f"waiting for {what}: " + (f"worker {dead[0]} exited" if dead else "timed out")
-                               + f"; its log ends:\n{tail}")
-        time.sleep(every)
+def until(done: Any, timeout: float, what: str, procs: list[subprocess.Popen], logs: str) -> None:
+    """wait_while_running 4 times a second, with the log of the worker that exited (or the first) on failure."""
+    try:
+        wait_while_running(done, timeout, what, procs, every=0.25)
+    except (ProcessExitedError, TimeoutError) as e:
+        tail = (Path(logs) / f"ingest-{getattr(e, 'index', 0)}.log").read_text()[-1500:]
+        raise RuntimeError(f"{e}; worker log ends:\n{tail}") from None
 
 
 def markdown(result: dict[str, Any]) -> str:
