@@ -15,6 +15,8 @@ from typing import Any
 
 #: how often an unchanged status still refreshes the device's last_seen (seconds)
 REFRESH = 60.0
+#: under a flood of alerts, PRESENCE_BATCH statuses are handled every PRESENCE_EVERY messages
+PRESENCE_EVERY, PRESENCE_BATCH = 200, 20
 
 
 class Presence:
@@ -41,6 +43,11 @@ class Presence:
         with self.lock:
             devices = list(self.latest)[:n]
             return [self.latest.pop(d) for d in devices]
+
+    def forget_waiting(self) -> None:
+        """Drop the statuses waiting, unacknowledged (their connection is gone: the broker delivers them again)."""
+        with self.lock:
+            self.latest.clear()
 
     def changed(self, device: str, state: Any) -> bool:
         """Whether a status with this stored state must be written: it differs from the last one written, or

@@ -22,22 +22,23 @@ from typing import Any
 from sqlalchemy import select, update
 from sqlalchemy.exc import OperationalError
 
-from coordinator.feedback import Reports, publish_feedback
+from coordinator import status
+from coordinator.feedback import publish_feedback
 from coordinator.forward import Destination, Forwarder
 from coordinator.ingest import AlertIngest
 from coordinator.ingest_limit import IngestLimit
 from coordinator.job_runner import JobRunner, LeadershipLostError
 from coordinator.models_service import publish_promoted
-from coordinator.presence import Presence, status_sender
+from coordinator.presence import PRESENCE_BATCH, PRESENCE_EVERY, Presence, status_sender
 from coordinator.queue_ingest import QueueIngest
-from models.families import LEGACY_JOBS, family, job_spec
-from store.db import Alert, Device, FlaggedRecord, Job, Rejection, Round, make_engine, migrate, session_factory, utcnow
+from coordinator.status import StatusStore
+from models.families import family, job_spec
+from store.db import Alert, FlaggedRecord, Job, Rejection, Round, make_engine, migrate, session_factory, utcnow
 from store.jobs import create_job
 from store.records import insert_for
 from store.singleton import Locks
 from wire.mqtt import make_client, parse_broker_url
 from wire.protocol import (
-    ABILITIES,
     AGENT_SUBSCRIPTIONS,
     ProtocolError,
     agent_message,
@@ -48,33 +49,17 @@ log = logging.getLogger("fedsentry.coordinator")
 LEASE = timedelta(seconds=15)
 ALERT_BATCH = 2000  # alerts stored in one transaction at most
 ALERT_WAIT = 0.05  # seconds an alert may wait for its batch
-PRESENCE_EVERY, PRESENCE_BATCH = 200, 20  # under a flood of alerts, 20 statuses every 200 messages
 HOUSEKEEPING = (0.05, 1.0)  # database polling interval: after activity, and at most
 MODEL_REPUBLISH = 600.0  # seconds between publications of the promoted models again (retained is per node on a cluster)
 ELSEWHERE_READ = 0.2  # seconds between reads of the active jobs for answers to a job not led here
 
 
-MODEL_STATES = ("none", "loaded", "scoring", "refused")
 #: what a coordinator process does (`fedsentry coordinator --role`): a driver leads jobs (rounds, answers, promoted
 #: models), an ingest worker stores alerts (forwarding, retention); both keep devices' status. Any number of each
 #: may run on one database: every job, and each of forwarding, retention and publishing, has one holder at a time.
 ROLES = ("driver", "ingest")
 #: the agents' topics each role reads
 ROLE_TOPICS = {"driver": ("status", "upload"), "ingest": ("status", "alerts")}
-
-
-def model_status(m: Any) -> dict[str, Any] | None:
-    """A device's report on its model (the one in use, and the last it refused with why), kept only when well
-    formed: a status message is never refused for it."""
-    if not isinstance(m, dict) or m.get("status") not in MODEL_STATES:
-        return None
-    job, version, reason = m.get("job"), m.get("version"), m.get("reason", "")
-    if not (isinstance(job, str) and len(job) <= 64 and isinstance(version, int) and not isinstance(version, bool)
-            and 0 <= version < 2**31 and isinstance(reason, str)):
-        return None
-    out = {"job": job, "version": version, "status": m["status"], **({"reason": reason[:300]} if reason else {})}
-    refused = model_status(m.get("refused")) if "refused" in m else None
-    return {**out, "refused": refused} if refused else out
 
 
 class Coordinator:
@@ -105,9 +90,6 @@ class Coordinator:
         self.rejected: Counter[str] = Counter()
         self._saved_rejections: Counter[str] = Counter()
         self._rejections_lock = threading.Lock()
-        self.capabilities: dict[str, tuple[str, ...]] = {}  # from the agents' retained status messages
-        self.abilities: dict[str, frozenset[str]] = {}  # wire.protocol.ABILITIES each agent declared
-        self.announced: dict[str, tuple[str, ...]] = {}  # the numeric features each agent's records have
         self.accepted = 0
         #: accepted answers acknowledged at the next tick, once stored
         self._upload_acks: list[tuple[int, int]] = []
@@ -128,6 +110,7 @@ class Coordinator:
         self.client.on_message = self._on_message
         #: the devices' newest status messages, handled between alerts and uploads (coordinator/presence.py)
         self.presence = Presence(self.client.ack)
+        self.statuses = StatusStore(self.sessions, self.presence)
         #: alerts each device may have stored per second (more wait on the device, unconfirmed, and come again)
         #: with several ingest workers, each admits its share of a device's rate
         limit = IngestLimit(alert_rate / ingest_workers, max(1.0, alert_burst / ingest_workers))
@@ -136,7 +119,6 @@ class Coordinator:
                              if self.queue else None)
         self.queue_thread: threading.Thread | None = None
         #: the effect of analysts' false-positive feedback, as devices report it (coordinator/feedback.py)
-        self.feedback = Reports(self.sessions)
         self.thread: threading.Thread | None = None
         #: stored alerts sent on to webhooks and syslog servers, each from its own thread
         self.forwarder = (Forwarder(self.sessions, list(forward), locks=self.locks)
@@ -165,7 +147,8 @@ class Coordinator:
         if reason_code.is_failure:
             log.error("broker refused the coordinator: %s", reason_code)
             return
-        topics = {t for r in self.roles for t in ROLE_TOPICS[r]} - ({"alerts"} if self.queue else set())
+        # with a queue, this process's alerts and statuses come from it (coordinator.queue_ingest)
+        topics = {t for r in self.roles for t in ROLE_TOPICS[r]} - ({"alerts", "status"} if self.queue else set())
         client.subscribe([(topic, qos) for topic, qos in AGENT_SUBSCRIPTIONS if topic.rsplit("/", 1)[1] in topics])
         self.connected.set()
         log.info("coordinator connected to %s:%s", self.broker.host, self.broker.port)
@@ -279,10 +262,12 @@ class Coordinator:
             if again:
                 self._models_published = time.monotonic()
         started = False
+        fleet = status.online(self.sessions) if any(r.phase == "waiting" for r in self.jobs.values()) else {}
         for job_id, runner in list(self.jobs.items()):
             if runner.phase == "waiting":
-                online = self.online_devices(runner.type, runner.needs())
-                if self._isolated(job_id, runner, "starting", partial(runner.start, online, self.announced)):
+                online = status.able(fleet, runner.type, runner.needs())
+                announced = {d: c.features for d, c in fleet.items() if c.features}
+                if self._isolated(job_id, runner, "starting", partial(runner.start, online, announced)):
                     self._release(job_id)
                 started = started or runner.phase != "waiting"
         return bool(published) or started or set(self.jobs) != before or any(
@@ -387,13 +372,13 @@ class Coordinator:
 
     def online_devices(self, job_type: str | None = None, needs: frozenset[str] = frozenset()) -> list[str]:
         """Devices online now; with a job type, those that said they can take part in it (and have the abilities
-        the job needs, wire.protocol.ABILITIES)."""
-        with self.sessions() as s:
-            online = list(s.scalars(select(Device.id).where(Device.online.is_(True))))
-        if job_type is None:
-            return online
-        return [d for d in online if job_type in self.capabilities.get(d, LEGACY_JOBS)
-                and needs <= self.abilities.get(d, frozenset())]
+        the job needs, wire.protocol.ABILITIES), as stored in `devices` (coordinator.status)."""
+        fleet = status.online(self.sessions)
+        return list(fleet) if job_type is None else status.able(fleet, job_type, needs)
+
+    def announced(self) -> dict[str, tuple[str, ...]]:
+        """The numeric features each online device's records have, as its status said."""
+        return {d: c.features for d, c in status.online(self.sessions).items() if c.features}
 
     # -- messages -------------------------------------------------------------------------------------
     def reject(self, reason: str, detail: str, topic: str, n: int = 1) -> None:
@@ -424,19 +409,7 @@ class Coordinator:
         try:
             agent, what, env = agent_message(topic, payload)
             if what == "status" and env.kind == "status":
-                jobs = env.meta.get("jobs")
-                if isinstance(jobs, list):
-                    self.capabilities[agent] = tuple(str(j) for j in jobs)
-                abilities = env.meta.get("abilities")
-                self.abilities[agent] = frozenset(a for a in abilities[:16] if a in ABILITIES) \
-                    if isinstance(abilities, list) else frozenset()
-                features = env.meta.get("features")
-                if isinstance(features, list) and len(features) <= 1000 and all(
-                        isinstance(f, str) and 0 < len(f) <= 128 and f.isprintable() for f in features):
-                    self.announced[agent] = tuple(features)
-                self._status(agent, bool(env.meta.get("online")), model_status(env.meta.get("model")))
-                if "feedback" in env.meta:
-                    self.feedback.take(agent, env.meta["feedback"])
+                self.statuses.take(agent, env)
             elif what == "alerts" and env.kind in ("alert", "alerts"):
                 status, accepted = self.ingest.buffer(agent, env, topic, mid, qos)
                 self.accepted += accepted
@@ -468,18 +441,6 @@ class Coordinator:
     def alerts_ingested(self) -> int:
         """Alerts stored since this coordinator started (redeliveries not counted)."""
         return self.ingest.stored + (self.queue_ingest.stored if self.queue_ingest else 0)
-
-    def _status(self, agent: str, online: bool, model: dict[str, Any] | None = None) -> None:
-        """Presence and model status, written when they change (and last_seen at most every presence.REFRESH s)."""
-        if not self.presence.changed(agent, (online, model)):
-            return
-        values: dict[str, Any] = {"online": online, "last_seen": utcnow(),
-                                  **({"model_status": model} if model is not None else {})}
-        with self.sessions.begin() as s:  # one statement: coordinators sharing a database may see a new device at once
-            insert = insert_for(s)
-            s.execute(insert(Device).values(id=agent, **values).on_conflict_do_update(index_elements=["id"],
-                                                                                      set_=values))
-        self.presence.wrote(agent, (online, model))
 
     # -- jobs API used by the CLI, the demo and the REST API --------------------------------------------
     def create_job(self, job_id: str, type_: str, algorithm: str, params: dict[str, Any]) -> None:

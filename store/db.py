@@ -76,6 +76,8 @@ class Device(Base):
     alerts: Mapped[int] = mapped_column(BigInteger, default=0)  # flagged records its alerts stand for (64-bit)
     # the device's model: {job, version, status: loaded | scoring | refused, reason} from its status messages
     model_status: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+    # what its status says it can do: {jobs, abilities, features} (coordinator.status; none yet: legacy defaults)
+    capabilities: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
 
 
 class Job(Base):

@@ -22,7 +22,7 @@ def test_two_coordinators_write_a_new_devices_first_status_at_once(postgres_url)
 
             def second() -> None:
                 try:
-                    b._status("dev-new", True, {"job": "j", "version": 1, "status": "loaded"})
+                    b.statuses.write("dev-new", True, {"job": "j", "version": 1, "status": "loaded"})
                 except BaseException as e:  # reported by the assertion below
                     errors.append(e)
 

@@ -16,7 +16,7 @@ def test_a_job_without_features_trains_on_those_the_agents_share(coordinator, fl
         cols = names + (["extra"] if i == 0 else [])
         fleet.add(f"dev-{i}", np.abs(rng.normal(100, 10, (300, len(cols)))), cols)
     wait_until(lambda: len(coordinator.online_devices("gmm")) == 3, what="agents online")
-    wait_until(lambda: len(coordinator.announced) == 3, what="features announced")
+    wait_until(lambda: len(coordinator.announced()) == 3, what="features announced")
     coordinator.create_job("auto", "gmm", "fedem", {"min_agents": 3, "rounds": 3, "fraction": 1.0,
                                                     "algorithm_params": {"components": 4}})
     wait_until(lambda: coordinator.job_status("auto") in ("finished", "failed"), 60, "the job")
@@ -30,7 +30,7 @@ def test_agents_that_share_too_few_features_fail_the_job_with_why(coordinator, f
     rng = np.random.default_rng(1)
     fleet.add("dev-a", np.abs(rng.normal(100, 10, (200, 2))), ["duration", "src_bytes"])
     fleet.add("dev-b", np.abs(rng.normal(100, 10, (200, 2))), ["duration", "dst_bytes"])
-    wait_until(lambda: len(coordinator.announced) == 2, what="features announced")
+    wait_until(lambda: len(coordinator.announced()) == 2, what="features announced")
     coordinator.create_job("few", "pca", "fedmm", {"min_agents": 2, "rank": 1})
     wait_until(lambda: coordinator.job_status("few") == "failed", 30, "the job failed")
     with coordinator.sessions() as s:

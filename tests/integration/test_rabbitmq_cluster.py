@@ -18,11 +18,11 @@ import pytest
 from sqlalchemy import func, select, text
 from sqlalchemy.orm import Session
 
-from coordinator.queue_ingest import QUEUE
-from store.db import Alert, make_engine
+from coordinator.queue_ingest import QUEUE, STATUS_QUEUE
+from store.db import Alert, Device, make_engine
 from tests.integration.conftest import wait_until
 from tests.rabbitmq_cluster import HAVE_RABBITMQ, RabbitCluster
-from wire.protocol import agent_topic, alert_batches, job_topic
+from wire.protocol import Envelope, agent_topic, alert_batches, job_topic
 
 pytestmark = pytest.mark.skipif(not HAVE_RABBITMQ, reason="rabbitmq-server is not installed")
 
@@ -160,6 +160,75 @@ def test_two_ingest_workers_a_worker_and_the_queue_leader_killed_store_every_ale
         close(sender)
     finally:
         for p in workers.values():
+            if p.poll() is None:
+                p.terminate()
+            p.wait(timeout=30)
+        engine.dispose()
+
+
+def _ingest_worker(cluster: RabbitCluster, name: str, db: str, log) -> subprocess.Popen:
+    password = cluster.passwords["coordinator"]
+    amqp = " ".join(f"amqp://coordinator:{password}@127.0.0.1:{n['amqp']}/%2F" for n in cluster.nodes)
+    return subprocess.Popen(
+        [sys.executable, "-m", "fedsentry.cli", "coordinator", "--role", "ingest", "--client-id", name,
+         "--ingest-workers", "2", "--username", "coordinator", "--db", db,
+         "--broker", f"mqtt://127.0.0.1:{cluster.nodes[0]['mqtt']}"],
+        env={**os.environ, "FEDSENTRY_QUEUE_URLS": amqp, "FEDSENTRY_MQTT_PASSWORD": password},
+        stdout=subprocess.DEVNULL, stderr=log)
+
+
+def test_statuses_go_through_the_queue_to_one_worker_at_a_time_which_another_replaces(cluster, postgres_url,
+                                                                                     tmp_path):
+    """Issue 27, point 2 (device status through the queue): ingest workers store devices' statuses from the quorum
+    queue `fedsentry.status`, with what each device can do (coordinator.status), read by one worker at a time so a
+    device's statuses are stored in the order it sent them; SIGKILL that worker mid-flood and the other stores the
+    newest."""
+    for i in range(3):
+        if cluster.procs[i].poll() is not None:  # an earlier test stopped it
+            cluster.start_node(i)
+    engine = make_engine(postgres_url)
+
+    def consumers() -> list[tuple[str, str]]:  # (channel, active) of the status queue's consumers
+        out = cluster.ctl(0, "list_consumers", "queue_name", "channel_pid", "active", "--quiet",
+                          "--no-table-headers")
+        return [tuple(line.split()[1:3]) for line in out.splitlines() if line.split()[:1] == [STATUS_QUEUE]]
+
+    def stored() -> Device | None:
+        with Session(engine) as s:
+            return s.get(Device, "dev-a")
+
+    def status(version: int, online: bool = True) -> bytes:
+        return Envelope("status", "", 0, "dev-a", {}, {
+            "online": online, "jobs": ["gmm"], "abilities": ["dp"], "features": ["bytes", "dur"],
+            "model": {"job": "j", "version": version, "status": "loaded"}}).encode()
+
+    first = _ingest_worker(cluster, "ing-first", postgres_url, (tmp_path / "first.log").open("w"))
+    workers = [first]
+    dev, _, _ = client(cluster, 1, "dev-a")
+    try:
+        wait_until(lambda: len(consumers()) == 1, 60, "the first worker reading the status queue")
+        workers.append(_ingest_worker(cluster, "ing-second", postgres_url, (tmp_path / "second.log").open("w")))
+        wait_until(lambda: len(consumers()) == 2, 60, "the second worker reading the status queue")
+        assert sorted(active for _, active in consumers()) == ["false", "true"]  # one reads, one stands by
+        for v in range(1, 301):
+            dev.publish(agent_topic("dev-a", "status"), status(v), qos=1)
+        wait_until(lambda: (d := stored()) is not None and d.model_status["version"] == 300, 60,
+                   "the newest of 300 statuses stored")
+        d = stored()
+        assert d.online and d.capabilities == {"jobs": ["gmm"], "abilities": ["dp"], "features": ["bytes", "dur"]}
+
+        os.kill(first.pid, signal.SIGKILL)  # the active one (the first to read the queue)
+        first.wait()
+        for v in range(301, 401):
+            dev.publish(agent_topic("dev-a", "status"), status(v), qos=1)
+        dev.publish(agent_topic("dev-a", "status"), status(400, online=False), qos=1).wait_for_publish(10)
+        wait_until(lambda: (d := stored()) is not None and not d.online, 60,
+                   "the standby worker storing the statuses sent after the first was killed")
+        assert stored().model_status["version"] == 400
+        assert [active for _, active in consumers()] == ["true"]
+    finally:
+        close(dev)
+        for p in workers:
             if p.poll() is None:
                 p.terminate()
             p.wait(timeout=30)
