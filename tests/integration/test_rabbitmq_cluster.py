@@ -99,73 +99,6 @@ def test_agents_on_other_nodes_hear_the_coordinator_and_a_session_outlives_its_n
         close(coord, b)
 
 
-def _queue_leader(cluster: RabbitCluster, up: int) -> int:
-    """The node that leads the alert queue (asked of a running node)."""
-    out = cluster.ctl(up, "list_queues", "name", "leader", "--quiet", "--no-table-headers")
-    name = next(line.split()[1] for line in out.splitlines() if line.split()[:1] == [QUEUE])
-    return next(i for i, n in enumerate(cluster.nodes) if n["name"] == name)
-
-
-def test_two_ingest_workers_a_worker_and_the_queue_leader_killed_store_every_alert_once(cluster, postgres_url,
-                                                                                          tmp_path):
-    """Issue 27, point 2: two `--role ingest` processes read the alerts from a quorum queue; one is SIGKILLed, then
-    the queue leader's node stops: exactly 20,000 alerts are stored."""
-    if cluster.procs[1].poll() is not None:  # the test before stopped it
-        cluster.start_node(1)
-    password = cluster.passwords["coordinator"]
-    amqp = [f"amqp://coordinator:{password}@127.0.0.1:{n['amqp']}/%2F" for n in cluster.nodes]
-    workers = {}
-    for name, order in (("ing-a", [0, 1, 2]), ("ing-b", [2, 0, 1])):
-        env = {**os.environ, "FEDSENTRY_QUEUE_URLS": " ".join(amqp[i] for i in order),
-               "FEDSENTRY_MQTT_PASSWORD": password}
-        workers[name] = subprocess.Popen(
-            [sys.executable, "-m", "fedsentry.cli", "coordinator", "--role", "ingest", "--client-id", name,
-             "--ingest-workers", "2", "--username", "coordinator", "--db", postgres_url,
-             "--broker", f"mqtt://127.0.0.1:{cluster.nodes[order[0]]['mqtt']}"],
-            env=env, stdout=subprocess.DEVNULL, stderr=(tmp_path / f"{name}.log").open("w"))
-    engine = make_engine(postgres_url)
-
-    def stored() -> int:
-        with Session(engine) as s:
-            return s.scalar(select(func.count()).select_from(Alert)) or 0
-
-    def queue(column: str) -> int:
-        out = cluster.ctl(0, "list_queues", "name", column, "--quiet", "--no-table-headers")
-        return sum(int(line.split()[1]) for line in out.splitlines() if line.split()[:1] == [QUEUE])
-
-    devices = [f"dev-{i:02d}" for i in range(20)]
-    messages = [alert_batches("j", 1, d, [{"id": f"{d}-{k}", "ts": time.time(), "score": 5.0, "threshold": 1.0,
-                                           "count": 1} for k in range(1000)]) for d in devices]
-    batches = [b for per_device in zip(*messages, strict=True) for b in per_device]  # the devices interleaved
-    try:
-        wait_until(lambda: queue("consumers") == 2, 60, "both workers reading the queue")
-        leader = _queue_leader(cluster, 0)
-        sender, _, _ = client(cluster, next(i for i in range(3) if i != leader), "coordinator")
-        half = len(batches) // 2
-        with engine.connect() as locked:  # the workers take the first half and cannot store any of it yet
-            locked.execute(text("LOCK TABLE alerts IN ACCESS EXCLUSIVE MODE"))
-            for b in batches[:half]:
-                sender.publish(agent_topic(b.sender, "alerts"), b.encode(), qos=1).wait_for_publish(10)
-            wait_until(lambda: queue("messages_ready") == 0, 30, "the first half taken by the workers")
-            time.sleep(1)  # and in their hands
-            os.kill(workers["ing-a"].pid, signal.SIGKILL)  # with alerts it had taken and not stored
-            workers["ing-a"].wait()
-            locked.rollback()
-        for b in batches[half:]:
-            sender.publish(agent_topic(b.sender, "alerts"), b.encode(), qos=1).wait_for_publish(10)
-        cluster.stop_node(leader)
-        wait_until(lambda: stored() >= 20_000, 120, "every alert stored")
-        time.sleep(3)  # redeliveries settle: nothing more arrives
-        assert stored() == 20_000, (tmp_path / "ing-b.log").read_text()[-2000:]
-        close(sender)
-    finally:
-        for p in workers.values():
-            if p.poll() is None:
-                p.terminate()
-            p.wait(timeout=30)
-        engine.dispose()
-
-
 def _ingest_worker(cluster: RabbitCluster, name: str, db: str, log) -> subprocess.Popen:
     password = cluster.passwords["coordinator"]
     amqp = " ".join(f"amqp://coordinator:{password}@127.0.0.1:{n['amqp']}/%2F" for n in cluster.nodes)
@@ -229,6 +162,73 @@ def test_statuses_go_through_the_queue_to_one_worker_at_a_time_which_another_rep
     finally:
         close(dev)
         for p in workers:
+            if p.poll() is None:
+                p.terminate()
+            p.wait(timeout=30)
+        engine.dispose()
+
+
+def _queue_leader(cluster: RabbitCluster, up: int) -> int:
+    """The node that leads the alert queue (asked of a running node)."""
+    out = cluster.ctl(up, "list_queues", "name", "leader", "--quiet", "--no-table-headers")
+    name = next(line.split()[1] for line in out.splitlines() if line.split()[:1] == [QUEUE])
+    return next(i for i, n in enumerate(cluster.nodes) if n["name"] == name)
+
+
+def test_two_ingest_workers_a_worker_and_the_queue_leader_killed_store_every_alert_once(cluster, postgres_url,
+                                                                                          tmp_path):
+    """Issue 27, point 2: two `--role ingest` processes read the alerts from a quorum queue; one is SIGKILLed, then
+    the queue leader's node stops: exactly 20,000 alerts are stored."""
+    if cluster.procs[1].poll() is not None:  # the test before stopped it
+        cluster.start_node(1)
+    password = cluster.passwords["coordinator"]
+    amqp = [f"amqp://coordinator:{password}@127.0.0.1:{n['amqp']}/%2F" for n in cluster.nodes]
+    workers = {}
+    for name, order in (("ing-a", [0, 1, 2]), ("ing-b", [2, 0, 1])):
+        env = {**os.environ, "FEDSENTRY_QUEUE_URLS": " ".join(amqp[i] for i in order),
+               "FEDSENTRY_MQTT_PASSWORD": password}
+        workers[name] = subprocess.Popen(
+            [sys.executable, "-m", "fedsentry.cli", "coordinator", "--role", "ingest", "--client-id", name,
+             "--ingest-workers", "2", "--username", "coordinator", "--db", postgres_url,
+             "--broker", f"mqtt://127.0.0.1:{cluster.nodes[order[0]]['mqtt']}"],
+            env=env, stdout=subprocess.DEVNULL, stderr=(tmp_path / f"{name}.log").open("w"))
+    engine = make_engine(postgres_url)
+
+    def stored() -> int:
+        with Session(engine) as s:
+            return s.scalar(select(func.count()).select_from(Alert)) or 0
+
+    def queue(column: str) -> int:
+        out = cluster.ctl(0, "list_queues", "name", column, "--quiet", "--no-table-headers")
+        return sum(int(line.split()[1]) for line in out.splitlines() if line.split()[:1] == [QUEUE])
+
+    devices = [f"dev-{i:02d}" for i in range(20)]
+    messages = [alert_batches("j", 1, d, [{"id": f"{d}-{k}", "ts": time.time(), "score": 5.0, "threshold": 1.0,
+                                           "count": 1} for k in range(1000)]) for d in devices]
+    batches = [b for per_device in zip(*messages, strict=True) for b in per_device]  # the devices interleaved
+    try:
+        wait_until(lambda: queue("consumers") == 2, 60, "both workers reading the queue")
+        leader = _queue_leader(cluster, 0)
+        sender, _, _ = client(cluster, next(i for i in range(3) if i != leader), "coordinator")
+        half = len(batches) // 2
+        with engine.connect() as locked:  # the workers take the first half and cannot store any of it yet
+            locked.execute(text("LOCK TABLE alerts IN ACCESS EXCLUSIVE MODE"))
+            for b in batches[:half]:
+                sender.publish(agent_topic(b.sender, "alerts"), b.encode(), qos=1).wait_for_publish(10)
+            wait_until(lambda: queue("messages_ready") == 0, 30, "the first half taken by the workers")
+            time.sleep(1)  # and in their hands
+            os.kill(workers["ing-a"].pid, signal.SIGKILL)  # with alerts it had taken and not stored
+            workers["ing-a"].wait()
+            locked.rollback()
+        for b in batches[half:]:
+            sender.publish(agent_topic(b.sender, "alerts"), b.encode(), qos=1).wait_for_publish(10)
+        cluster.stop_node(leader)
+        wait_until(lambda: stored() >= 20_000, 120, "every alert stored")
+        time.sleep(3)  # redeliveries settle: nothing more arrives
+        assert stored() == 20_000, (tmp_path / "ing-b.log").read_text()[-2000:]
+        close(sender)
+    finally:
+        for p in workers.values():
             if p.poll() is None:
                 p.terminate()
             p.wait(timeout=30)
