@@ -94,6 +94,9 @@ def summarise(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
             "recall_fleet_threshold": spread([r["fleet_threshold"]["recall"] for r in mine]),
             "normal_records_per_device": float(np.median([r["devices"]["normal_records_median"] for r in noniid]))
             if noniid else None,
+            # devices above 3 % per run: seen, expected by chance at the run's own rate, shown by a binomial test
+            **{f"devices_{k}": spread([r["devices"][k] for r in noniid if k in r["devices"]]) for k in
+               ("above_3_percent", "above_3_percent_by_chance", "significantly_above_3_percent")},
             "stable": bool(caught.min() >= 0.9 * np.median(caught)),
             "least_caught_over_median": float(caught.min() / np.median(caught)) if np.median(caught) else None,
         })
@@ -125,22 +128,29 @@ def markdown(result: dict[str, Any]) -> str:
         "Median (least–most) over each dataset's runs, at the label-free threshold with each device's own "
         "threshold shrunk toward the fleet's. Worst device: the largest false-positive rate of one device on the "
         "normal test records it sees, non-i.i.d. runs (noniid, dirichlet), own thresholds vs the fleet's one "
-        "threshold. Stable: no run catches fewer than 0.9 × its dataset's median. "
+        "threshold. Devices above 3 %: of the 100 devices of a non-i.i.d. run, how many were seen above 3 %, how many "
+        "would be by chance if each had the run's own rate (binomial, on the records it saw), and how many a "
+        "binomial test shows above 3 % (family-wise 5 %). "
+        "Stable: no run catches fewer than 0.9 × its dataset's median. "
         f"Reproduce: `{result['command']}`.",
         "",
         "| data | runs | AUC | F1 | caught | FP rate | worst device, own / fleet threshold | normal records per "
-        "device | caught, fleet threshold | stable (least / median) |",
-        "|---|---:|---|---|---|---|---|---:|---|---|",
+        "device | devices above 3 %: seen / by chance / shown | caught, fleet threshold | stable (least / median) |",
+        "|---|---:|---|---|---|---|---|---:|---|---|---|",
     ]
     for s in result["summary"]:
         ratio = s["least_caught_over_median"]
         stable = ("yes" if s["stable"] else "**no**") + (f" ({ratio:.2f})" if ratio is not None else "")
         records = s["normal_records_per_device"]
+        above = " / ".join("–" if s.get(f"devices_{k}") is None else f"{s[f'devices_{k}']['median']:.{d}f}"
+                           for k, d in (("above_3_percent", 0), ("above_3_percent_by_chance", 1),
+                                        ("significantly_above_3_percent", 0)))
         lines.append(
             f"| {s['dataset']} | {s['runs']} | {cell(s['auc_roc'])} | {cell(s['f1'], digits=3)} | "
             f"{cell(s['recall'], True, 1)} | {cell(s['false_positive_rate'], True, 2)} | "
             f"{cell(s['worst_device_fpr'], True, 1)} / {cell(s['worst_device_fpr_fleet_threshold'], True, 1)} | "
-            f"{'–' if records is None else f'{records:.0f}'} | {cell(s['recall_fleet_threshold'], True, 1)} | "
+            f"{'–' if records is None else f'{records:.0f}'} | {above} | "
+            f"{cell(s['recall_fleet_threshold'], True, 1)} | "
             f"{stable} |")
     lines += ["", "Each run:", "",
               "| data | partition | seed | AUC | F1 | caught | FP rate | worst device (own / fleet) | s |",

@@ -121,8 +121,10 @@ def run_simulate(args: argparse.Namespace) -> int:
              result["seconds_per_round"])
     spread = result.get("device_false_positive_rate")
     if spread:
-        log.info("devices' false-positive rates: min %.4f median %.4f max %.4f (%d above 3 %%; the median device saw "
-                 "%d normal test records)", spread["min"], spread["median"], spread["max"], spread["above_3_percent"],
+        log.info("devices' false-positive rates: min %.4f median %.4f max %.4f (%d above 3 %%, %.1f expected by chance "
+                 "at the fleet's rate, %d shown above 3 %% by a binomial test; the median device saw %d normal test "
+                 "records)", spread["min"], spread["median"], spread["max"], spread["above_3_percent"],
+                 spread["above_3_percent_by_chance"], spread["significantly_above_3_percent"],
                  spread["normal_records_median"])
     write_json(result, args.json)
     return 0

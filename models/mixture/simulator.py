@@ -232,15 +232,27 @@ def mixture_noise(alg: SummedFedEM, dp: Budget, fleet: int, fraction: float, rou
 def device_rates(flagged: np.ndarray, where: np.ndarray, y_test: np.ndarray, devices: int) -> dict[str, Any] | None:
     """The spread over devices of their false-positive rates on the normal test records each sees (min,
     median, max), with how many devices had more than 3 % and how many normal records the median device saw
-    (one false positive among 30 records is already 3.3 %)."""
+    (one false positive among 30 records is already 3.3 %).
+
+    How many devices exceed 3 % by chance alone: `above_3_percent_by_chance` is the number expected if every device
+    had the fleet's own rate on the records it saw (each device's count binomial), and `significantly_above_3_percent`
+    the devices whose count a one-sided binomial test finds above 3 % (family-wise 5 %, Bonferroni over the
+    devices): the devices whose own rate is shown to be above 3 %, not merely seen above it."""
+    from scipy.stats import binom
+
     normal = np.asarray(y_test) == 0
     seen = np.bincount(where[normal & (where >= 0)], minlength=devices)
     wrong = np.bincount(where[normal & (where >= 0) & flagged], minlength=devices)
-    rates = wrong[seen > 0] / seen[seen > 0]
-    if not len(rates):
+    n, k = seen[seen > 0], wrong[seen > 0]
+    if not len(n):
         return None
+    rates = k / n
+    fleet = float(k.sum() / n.sum())
+    by_chance = float(binom.sf(np.floor(0.03 * n), n, fleet).sum())  # P(count > 3 % of n) at the fleet's rate
+    significant = int((binom.sf(k - 1, n, 0.03) < 0.05 / len(n)).sum())  # P(count >= k) at 3 %
     return {"min": float(rates.min()), "median": float(np.median(rates)), "max": float(rates.max()),
-            "above_3_percent": int((rates > 0.03).sum()), "normal_records_median": float(np.median(seen[seen > 0]))}
+            "above_3_percent": int((rates > 0.03).sum()), "above_3_percent_by_chance": by_chance,
+            "significantly_above_3_percent": significant, "normal_records_median": float(np.median(n))}
 
 
 def devices_seeing(parts: list[np.ndarray], X_test: np.ndarray, y_test: np.ndarray, seed: int = 0,
