@@ -81,7 +81,7 @@ def one(name: str, contamination: float, seed: int = 0) -> dict[str, Any]:
     _, centres = two_sites(P, rng)
     device = devices_of(P, centres, rng)
     parts = [P[device == k] for k in range(2 * DEVICES_PER_SITE) if np.any(device == k)]
-    Q = mixture_samples(det_a.mixture_, len(P), np.random.default_rng(seed))
+    Q = mixture_samples(det_a.mixture_, len(P), np.random.default_rng(seed), det_a.reg)
     t0 = time.perf_counter()
     alg = FedMMOT(P.shape[1], hidden=HIDDEN, batch=1024, seed=seed)
     weight = np.array([len(p) for p in parts])
