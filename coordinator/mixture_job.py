@@ -181,4 +181,5 @@ class MixtureJob(DetectorJob):
         if not EDGES[0] < threshold < EDGES[-1]:
             raise ValueError(f"threshold {threshold!r} outside the score grid ({EDGES[0]:g}..{EDGES[-1]:g})")
         return MixtureDetector.from_model(self.algorithm().consensus(self.broadcast), pre, threshold,
-                                          shared_of(self.broadcast), self.tail, quantile=self.spec.quantile)
+                                          shared_of(self.broadcast), self.tail, quantile=self.spec.quantile,
+                                          reg=self.algorithm().reg)

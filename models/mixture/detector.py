@@ -200,7 +200,8 @@ class MixtureDetector(ThresholdedDetector):
         return ({"weights": m.weights, "means": m.means, "prec_chol": m.prec_chol,
                  "shared": self.shared_.astype(np.float64), **wide, **scales, **self.preprocessor_.wire_arrays()},
                 {"detector": "gmm", **self.preprocessor_.wire_meta(), "threshold": self.threshold_,
-                 "quantile": self.quantile, **({"tail": self.tail_.to_meta()} if self.tail_ is not None else {})})
+                 "quantile": self.quantile, "reg": self.reg,
+                 **({"tail": self.tail_.to_meta()} if self.tail_ is not None else {})})
 
     @classmethod
     def from_wire(cls, arrays: dict[str, np.ndarray], meta: dict[str, Any]) -> MixtureDetector:
@@ -212,7 +213,10 @@ class MixtureDetector(ThresholdedDetector):
         tail = Tail.from_meta(meta["tail"]) if meta.get("tail") is not None else None
         wide = [Mixture(m.weights, m.means, np.asarray(p, float)) for p in arrays.get("wide_prec_chol", [])]
         scales = np.asarray(arrays["scales"], float) if "scales" in arrays else None
-        return cls.from_model(m, pre, float(meta["threshold"]), shared, tail, wide, scales, quantile=quantile)
+        # the ridge the mixture was trained with (`reg`: what its samples take off again); envelopes from before it
+        # travelled were trained at the default unless their job set one
+        reg = float(meta.get("reg", DEFAULT_REG))
+        return cls.from_model(m, pre, float(meta["threshold"]), shared, tail, wide, scales, quantile=quantile, reg=reg)
 
     def to_dict(self) -> dict[str, Any]:
         arrays, meta = self.to_wire()

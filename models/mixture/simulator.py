@@ -153,7 +153,8 @@ def simulate_mixture(
             out["secure_sum"] = {"device_cpu_seconds_max": float(np.max(transport.device_cpu)),
                                  "coordinator_cpu_seconds_median": float(np.median(transport.server_cpu)),
                                  "dropout": dropout, "clipped_values": transport.clipped}
-    det = MixtureDetector.from_model(mixture, clients.preprocessor, 1.0, shared, wide=wide, quantile=quantile)
+    det = MixtureDetector.from_model(mixture, clients.preprocessor, 1.0, shared, wide=wide, quantile=quantile,
+                                      reg=alg.reg)
     # the fleet's components and the device's own (from the records it trained on, not those held out)
     devices = [copy.copy(det).personalise(p) for p in fit_parts]
 

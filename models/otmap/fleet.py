@@ -25,12 +25,13 @@ TARGET_STREAM = 26
 
 
 def target(detector: Any, n: int, seed: int) -> np.ndarray:
-    """Q: n samples of the detector's mixture (its standardised space), drawn from (seed, TARGET_STREAM)."""
+    """Q: n samples of the detector's mixture (its standardised space, its ridge taken off: `mixture_samples`),
+    drawn from (seed, TARGET_STREAM)."""
     mixture = getattr(detector, "mixture_", None)
     if mixture is None:
         raise ValueError(f"a transport map is learnt onto a promoted mixture (gmm), not a "
                          f"{type(detector).__name__}")
-    return mixture_samples(mixture, n, np.random.default_rng((seed, TARGET_STREAM)))
+    return mixture_samples(mixture, n, np.random.default_rng((seed, TARGET_STREAM)), detector.reg)
 
 
 def fleet_moments(pre: Preprocessor, count: np.ndarray, total: np.ndarray,
