@@ -10,8 +10,9 @@ table sums exactly, and its memory no longer grows with the fleet (K statistics,
 What each upload carries (all summable, nothing that names the device):
 - dR, dS1, dS2: the change of W_i (R, S1, S2) per record (models.mixture.gmm packing);
 - dH: the change of its 0/1 support row (it holds SUPPORT_SHARE of its records in the component), so that the
-  server counts supporters from the sum (the support rule's count; its mass share needs each device's mass and
-  is off in private mode);
+  server counts supporters from the sum (the support rule's count);
+- dQ: the change of its squared weighted mass per component ((W_i R_i)^2), while the mass share is on: the rule
+  needs each device's mass, and the server bounds the heaviest devices' share from the sums (`mass_shares`);
 - dN: 1 the first time the device contributes, 0 after (how many devices the counts cover).
 
 The device computes its own capped weight from its record count and the caps the statistics phase fixed (which the
@@ -61,6 +62,9 @@ GROW = 3
 DELTAS = ("dR", "dS1", "dS2", "dH", "dN")  # (a seeding round's also carries "dC", its records per centre)
 #: every upload name, as differential privacy's clips travel in the broadcast
 DP_NAMES = (*DELTAS, "dC")
+#: the change of a device's squared weighted mass per component, uploaded while the support rule's mass share is on
+#: (`mass_shares`; not with differential privacy)
+SQUARES = "dQ"
 #: refinement rounds after the seeding's growth (the last one's centres are the first mixture's; the k-means rounds
 #: that follow refine further)
 REFINE = 1
@@ -107,7 +111,8 @@ class SummedFedEM(FedEM):
         n, K, d, p = len(data["X"]), self.components, self.n_features, self.packed
         slots = K * self.split_factor
         return {"nll": np.zeros(n), "R": np.zeros((n, slots)), "S1": np.zeros((n, slots, d)),
-                "S2": np.zeros((n, slots, p)), "H": np.zeros((n, slots)), "joined": np.zeros(n), "merged": np.zeros(n)}
+                "S2": np.zeros((n, slots, p)), "H": np.zeros((n, slots)), "joined": np.zeros(n), "merged": np.zeros(n),
+                "Q": np.zeros((n, slots))}
 
     # -- device ----------------------------------------------------------------------------------------
     def client_update(self, state: State, data: State, broadcast: State) -> tuple[State, State]:
@@ -115,7 +120,8 @@ class SummedFedEM(FedEM):
         stage = int(broadcast["stage"])
         K, slots = self.components, len(state["R"][0])
         state, merges = merged(state, broadcast)
-        new = {k: np.zeros_like(state[k]) for k in ("R", "S1", "S2", "H")}
+        state = {**state, "Q": state.get("Q", np.zeros_like(state["R"]))}  # (a device's state from before it)
+        new = {k: np.zeros_like(state[k]) for k in ("R", "S1", "S2", "H", "Q")}
         nll = np.zeros(len(data["X"]))
         counts = np.zeros((len(data["X"]), slots))  # a seeding round's records per centre (not weighed)
         for b, X in enumerate(data["X"]):
@@ -131,11 +137,14 @@ class SummedFedEM(FedEM):
                 R, S1, S2 = _pad(R, slots), _pad(S1, slots), _pad(S2, slots)
             new["R"][b], new["S1"][b], new["S2"][b] = w * R / n, w * S1 / n, w * S2 / n
             new["H"][b] = (R / n >= SUPPORT_SHARE).astype(float) if len(X) else 0.0
+            new["Q"][b] = new["R"][b] ** 2
         # what changed: a seeding round's live slots and the last one's (every device's span is the broadcast's),
         # after seeding the first K
         upto = int(broadcast["span"]) if stage == GROW else K
         up = {f"d{k}": (new[k] - state[k])[:, :upto] for k in ("R", "S1", "S2", "H")}
         up["dN"] = 1.0 - state["joined"]
+        if self.squares:  # the support rule's mass share: the change of its squared mass (`mass_shares`)
+            up[SQUARES] = (new["Q"] - state["Q"])[:, :upto]
         if stage == GROW:  # the seeding's records per centre, this round's (not a change: every device answers)
             up["dC"] = counts[:, :upto]
         if "dp.clip" in broadcast:  # differential privacy: each change clipped, what is left carried to the next
@@ -172,7 +181,9 @@ class SummedFedEM(FedEM):
         server["devices"] = server["devices"] + float(total["dN"])
         if int(server["stage"]) == GROW:
             slots = K * self.split_factor
-            for name, s in zip(("R", "S1", "S2", "H"), (*stats, total["dH"])):
+            if SQUARES in uploads:
+                stats.append(np.asarray(uploads[SQUARES], dtype=float).sum(axis=0))
+            for name, s in zip(("R", "S1", "S2", "H", "Q"), (*stats[:3], total["dH"], *stats[3:])):
                 acc = server.get(f"grow.{name}", np.zeros((slots, *s.shape[1:])))
                 acc[: len(s)] += s
                 server[f"grow.{name}"] = acc
@@ -185,6 +196,8 @@ class SummedFedEM(FedEM):
         for name, s in zip(("R", "S1", "S2"), stats):
             server[name] = server[name] + s[:K]
         server["support"] = server["support"] + total["dH"][:K]
+        if SQUARES in uploads:
+            server["Q"] = server.get("Q", np.zeros(K)) + np.asarray(uploads[SQUARES], dtype=float).sum(axis=0)[:K]
         server["em_round"] = server["em_round"] + 1
         m = self.aggregate(server)
         if self.splits:  # as plaintext FedEM: a split's new half keeps its place until its records' devices answer
@@ -203,7 +216,7 @@ class SummedFedEM(FedEM):
                  self.min_cluster)
         if s is None:
             return None
-        merge_columns({k: server[k] for k in ("R", "S1", "S2", "support")}, s.a, s.b)
+        merge_columns({k: server[k] for k in ("R", "S1", "S2", "support", "Q") if k in server}, s.a, s.b)
         server["merges"] = np.vstack([server.get("merges", np.zeros((0, 2), dtype=np.int64)), [[s.a, s.b]]])
         server["swaps"] = np.array(len(server["merges"]))  # how many this job made
         return split_in_broadcast(self.aggregate(server), s.covs, s.k, s.b)
@@ -244,8 +257,9 @@ class SummedFedEM(FedEM):
             server["refined"] = np.array(refined + 1)
             return self.keep(server, self.with_caps(server, self.grow_broadcast(centres, answered)))
         # seeded: the last round's centres sat in the first K slots, where the devices' contributions now are
-        for name in ("R", "S1", "S2", "H"):
-            server["support" if name == "H" else name] = np.array(server.pop(f"grow.{name}")[:K], dtype=float)
+        for name in ("R", "S1", "S2", "H", "Q"):
+            if f"grow.{name}" in server:
+                server["support" if name == "H" else name] = np.array(server.pop(f"grow.{name}")[:K], dtype=float)
         for key in ("grow.C", "grow.live"):
             server.pop(key, None)
         for key in ("last.centres", "last.live", "last.span"):
@@ -258,6 +272,12 @@ class SummedFedEM(FedEM):
         if "last.stage" not in server:
             return self.grow_broadcast(np.zeros((1, self.n_features)))
         return super().current(server)
+
+    @property
+    def squares(self) -> bool:
+        """Whether uploads carry the change of the device's squared masses (SQUARES): while the mass share is on
+        (mass_cap below 1), and not with differential privacy (they are not among its noised sums)."""
+        return self.mass_cap < 1 and not self.dp_clips
 
     @property
     def least_records(self) -> int:
@@ -286,10 +306,16 @@ class SummedFedEM(FedEM):
         return m_step(R, server["S1"], server["S2"], self.reg, min_mass=max(floor, 1e-6))
 
     def support_view(self, server: State) -> SupportView | None:
-        """The count from the summed 0/1 rows (no mass share: it needs each device's mass)."""
+        """The count from the summed 0/1 rows, and the mass share bounded from the summed squared masses
+        (`mass_shares`)."""
         if int(server["stage"]) == GROW or not float(server["devices"]):
             return None
-        return SupportView(np.asarray(server["support"]), int(round(float(server["devices"]))), self.min_support)
+        heaviest = None
+        if self.squares and "Q" in server:
+            R, Q = np.asarray(server["R"], dtype=float), np.asarray(server["Q"], dtype=float)
+            heaviest = lambda m: mass_shares(R, Q, m)  # noqa: E731
+        return SupportView(np.asarray(server["support"]), int(round(float(server["devices"]))), self.min_support,
+                           self.mass_cap, heaviest)
 
     def client_finish(self, state: State, broadcast: State) -> State:
         return state
@@ -310,6 +336,8 @@ class SummedFedEM(FedEM):
         K, d, p = self.components, self.n_features, self.packed
         upto = int(broadcast["span"]) if int(broadcast["stage"]) == GROW else K
         shapes = {"dR": (upto,), "dS1": (upto, d), "dS2": (upto, p), "dH": (upto,), "dN": ()}
+        if self.squares:
+            shapes[SQUARES] = (upto,)
         return {**shapes, "dC": (upto,)} if int(broadcast["stage"]) == GROW else shapes
 
 
@@ -323,11 +351,21 @@ def merged(state: State, broadcast: State) -> tuple[State, int]:
     done = np.asarray(state.get("merged", np.zeros(len(state["R"]))), dtype=np.int64)
     if not (done < len(pairs)).any():
         return state, len(pairs)
-    state = {**state, **{k: np.array(state[k], dtype=float) for k in ("R", "S1", "S2", "H")}}
+    names = [k for k in ("R", "S1", "S2", "H", "Q") if k in state]
+    state = {**state, **{k: np.array(state[k], dtype=float) for k in names}}
     for i, start in enumerate(done):
         for a, b in pairs[start:]:
-            merge_columns({k: state[k][i] for k in ("R", "S1", "S2", "H")}, int(a), int(b))
+            merge_columns({k: state[k][i] for k in names}, int(a), int(b))
     return state, len(pairs)
+
+
+def mass_shares(R: np.ndarray, Q: np.ndarray, m: int) -> np.ndarray:
+    """Per component, a bound on the share of its mass its m heaviest devices hold, from the sums of the devices'
+    masses (R) and squared masses (Q) alone: by Cauchy-Schwarz, m heaviest shares s_1..s_m add up to at most
+    sqrt(m sum_i s_i^2) = sqrt(m Q) / R. The mass share (models.core.pipeline.support_mask) keeps a component out
+    when it exceeds mass_cap: every component plaintext keeps out, and some it shares (a bound, not the share)."""
+    R, Q = np.asarray(R, dtype=float), np.maximum(np.asarray(Q, dtype=float), 0.0)
+    return np.where(R > 0, np.minimum(np.sqrt(m * Q) / np.where(R > 0, R, 1.0), 1.0), 0.0)
 
 
 def _pad(a: np.ndarray, slots: int) -> np.ndarray:
@@ -371,4 +409,5 @@ def summed_scales(most: float, swaps: int = 0) -> dict[str, float]:
     out a hair below the support rule's)."""
     b = PRIVATE_VALUE_BOUND
     room = 2.0 ** int(np.ceil(np.log2(1 + max(int(swaps), 0))))
-    return {"dR": 1.0, "dS1": b, "dS2": b * b, "dH": room, "dN": 1.0, "dC": most}
+    # a squared weighted mass is at most the squared clip: within the clip once divided by the bound (clips up to it)
+    return {"dR": 1.0, "dS1": b, "dS2": b * b, "dH": room, "dN": 1.0, "dC": most, SQUARES: b}

@@ -251,7 +251,7 @@ def test_a_private_gmm_job_equals_the_simulators_private_mode_with_devices_dropp
     if swapping:  # every round message since lists the merge, and the agents made it in their own contributions
         assert loop.runner.broadcast["merges"].shape == (1, 2)
     total = contributions(loop, participants, params["components"])  # the sums: the devices' contributions
-    for k in ("R", "S1", "S2", "H"):
+    for k in ("R", "S1", "S2", "H", "Q"):
         np.testing.assert_allclose(loop.runner.server["support" if k == "H" else k], total[k], atol=1e-6)
 
 
@@ -284,7 +284,7 @@ def contributions(loop: PrivateLoopback, participants: list, K: int) -> dict:
     from models.mixture.summed import merged
 
     counted = loop.runner.info["counted"]
-    total = {k: 0.0 for k in ("R", "S1", "S2", "H")}
+    total = {k: 0.0 for k in ("R", "S1", "S2", "H", "Q")}
     for p in participants:
         pending = p.store.load_arrays("pending-loop") or {}
         label = bytes(pending.pop("__pending_label__", np.zeros(0, np.uint8))).decode()
