@@ -42,8 +42,9 @@ class MixtureJob(DetectorJob):
     tail: Tail | None = None  # set with the threshold, published with the model
 
     def algorithm(self) -> FedEM:
-        if self.spec.private:  # the coordinator sees only sums: the devices hold their control variates
-            return SummedFedEM(len(self.spec.features), **self.spec.algorithm_params)
+        if self.spec.private:  # the coordinator sees only sums: the devices hold their control variates (the job's
+            # rounds and share sampled bound the swaps, as in plaintext: MixtureJobSpec.problem)
+            return SummedFedEM(**self.spec.problem(), **self.spec.algorithm_params)
         return cast(FedEM, super().algorithm())
 
     # -- private mode: the seeding grows from sums (every device, until it is done), then the sampled EM rounds,
@@ -77,7 +78,7 @@ class MixtureJob(DetectorJob):
         alg = self.algorithm()
         assert isinstance(alg, SummedFedEM)
         shapes = alg.upload_shapes(self.broadcast)
-        scales = summed_scales(float(max(self.counts)))
+        scales = summed_scales(float(max(self.counts)), alg.splits)
         return shapes, {k: scales[k] for k in shapes}, BITS
 
     def summed_family(self, name: str, total: dict[str, np.ndarray], members: list[str]) -> dict[str, Any]:

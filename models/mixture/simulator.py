@@ -115,11 +115,13 @@ def simulate_mixture(
         from models.detection.private import largest_weight, private_clients
         from models.mixture.summed import summed_transport
 
+        assert isinstance(alg, SummedFedEM)
+        if dp is not None:  # noisy sums: no swaps (their decisions on noisy sums are not measured)
+            alg.splits = 0
         transport = summed_transport(largest_weight(clients.caps, clients.claimed), seed, dropout,
-                                     float(np.max(clients.claimed)))
+                                     float(np.max(clients.claimed)), alg.splits)
         transport.secure = private
         if dp is not None:
-            assert isinstance(alg, SummedFedEM)
             transport.noise, alg.mass_floor = mixture_noise(alg, dp, len(train_parts), fraction, rounds, private,
                                                             seed)
             alg.dp_clips = dict(transport.noise.clips)
@@ -148,6 +150,7 @@ def simulate_mixture(
             answers * alg.upload_bytes() + len(clients.X) * 8 * (1 + 2 * d)  # (plaintext statistics phase)
         out.update(rounds=rounds, seconds_per_round=(time.perf_counter() - t0) / rounds,
                    upload_bytes_per_client_round=alg.upload_bytes(), rejected_uploads=int(history[-1]["rejected"]),
+                   swaps=int(history[-1]["swaps"]),
                    all_device_rounds=len(history) - rounds, private=private)
         if transport is not None and transport.secure:
             out["secure_sum"] = {"device_cpu_seconds_max": float(np.max(transport.device_cpu)),
@@ -307,6 +310,7 @@ def run_mixture(alg: FedEM, X: list[np.ndarray], claimed: np.ndarray, rounds: in
 
     def observe(idx: np.ndarray, done: RoundResult) -> None:
         entry = {"round": len(history), "rejected": float(done.server["rejected"]), "devices": float(len(idx)),
+                 "swaps": float(done.server.get("swaps", 0)),  # made so far (models.mixture.swaps)
                  "train_nll": float(np.mean(done.states["nll"])) if int(done.broadcast["stage"]) == 1 else float("nan")}
         history.append(entry)
         if on_round:

@@ -57,8 +57,5 @@ class MixtureJobSpec(DetectorJobSpec):
         # several ridges need a threshold phase per mixture, which the coordinator does not run yet
         check(not self.algorithm_params.get("ridges"), "algorithm_params.ridges", "several ridges run in the "
               "simulator only so far (fedsentry simulate --ridges); a job trains one ridge (reg)")
-        check(not (self.private and self.algorithm_params.get("splits")), "algorithm_params.splits",
-              "private mode makes no swaps (a secure sum leaves the server no device rows to merge in): leave "
-              "splits out or set 0")
         check(0.05 <= self.holdout <= 0.5, "holdout", "must be in [0.05, 0.5] (the share of each device's records "
               "its threshold is read from)")

@@ -10,8 +10,9 @@ table sums exactly, and its memory no longer grows with the fleet (K statistics,
 What each upload carries (all summable, nothing that names the device):
 - dR, dS1, dS2: the change of W_i (R, S1, S2) per record (models.mixture.gmm packing);
 - dH: the change of its 0/1 support row (it holds SUPPORT_SHARE of its records in the component), so that the
-  server counts supporters from the sum (the support rule's count; its mass share needs each device's mass and
-  is off in private mode);
+  server counts supporters from the sum (the support rule's count);
+- dQ: the change of its squared weighted mass per component ((W_i R_i)^2), while the mass share is on: the rule
+  needs each device's mass, and the server bounds the heaviest devices' share from the sums (`mass_shares`);
 - dN: 1 the first time the device contributes, 0 after (how many devices the counts cover).
 
 The device computes its own capped weight from its record count and the caps the statistics phase fixed (which the
@@ -29,6 +30,15 @@ until it has `split_factor` x K of them (by default K; more are merged into K by
 as k-FED merges clusters, which measured no better: docs/privacy.md), and refines once. About log2(K
 split_factor) + 2 rounds of every device, whose uploads grow with the live centres; each seeding upload summarises
 whatever records fell to a centre, summed over the devices.
+
+Swaps (models.mixture.swaps), as plaintext FedEM makes them: the same rule decides them (`swaps.plan` reads only
+the aggregated statistics, which these sums are). The merge of b into a is made in the running sums and listed in
+every broadcast after (`merges`); each device makes the merges it has not made yet in its own contribution (its
+control variate: R, S1, S2 and its support row) before computing its next difference (`merged`), so that the sums
+stay exactly the sum of the devices' contributions. No upload grows. What differs from plaintext's table: a device's
+support row is merged by the same column addition, so until the device answers again the count of the merged
+component counts it once per component merged in (plaintext recounts the merged row at once: a device supporting
+both counts once).
 """
 
 from __future__ import annotations
@@ -43,6 +53,7 @@ from models.mixture.control import SUPPORT_SHARE
 from models.mixture.fedem import FedEM, broadcast_of, mixture_of
 from models.mixture.gmm import Mixture, hard_stats, kmeans, m_step, nearest
 from models.mixture.splitting import MAX_SPLITS, least_records, split_centres, splittable
+from models.mixture.swaps import hold_empty, merge_columns, plan, split_in_broadcast, swap_due
 from models.private.dp import clip_rows
 
 #: the broadcast stage of a seeding round (FedEM's own: 0 seeding, 1 EM, 2 k-means)
@@ -51,6 +62,9 @@ GROW = 3
 DELTAS = ("dR", "dS1", "dS2", "dH", "dN")  # (a seeding round's also carries "dC", its records per centre)
 #: every upload name, as differential privacy's clips travel in the broadcast
 DP_NAMES = (*DELTAS, "dC")
+#: the change of a device's squared weighted mass per component, uploaded while the support rule's mass share is on
+#: (`mass_shares`; not with differential privacy)
+SQUARES = "dQ"
 #: refinement rounds after the seeding's growth (the last one's centres are the first mixture's; the k-means rounds
 #: that follow refine further)
 REFINE = 1
@@ -63,13 +77,7 @@ class SummedFedEM(FedEM):
     summed: ClassVar[bool] = True
 
     def __init__(self, n_features: int, split_factor: int = 1, **params: object):
-        if params.get("splits"):
-            raise ValueError("splits: private mode makes no swaps (they merge components in every device's row of "
-                             "the server's table, and a secure sum leaves it none); leave splits out or set 0")
         super().__init__(n_features, **params)  # type: ignore[arg-type]
-        #: no swaps (models.mixture.swaps): they merge components in every device's row, and a summed server holds
-        #: no rows; its seeding splits already (module docstring)
-        self.splits = 0
         if not 1 <= split_factor <= 16:
             raise ValueError("split_factor must be between 1 and 16 (seeding centres per component before merging)")
         self.split_factor = int(split_factor)
@@ -103,14 +111,17 @@ class SummedFedEM(FedEM):
         n, K, d, p = len(data["X"]), self.components, self.n_features, self.packed
         slots = K * self.split_factor
         return {"nll": np.zeros(n), "R": np.zeros((n, slots)), "S1": np.zeros((n, slots, d)),
-                "S2": np.zeros((n, slots, p)), "H": np.zeros((n, slots)), "joined": np.zeros(n)}
+                "S2": np.zeros((n, slots, p)), "H": np.zeros((n, slots)), "joined": np.zeros(n), "merged": np.zeros(n),
+                "Q": np.zeros((n, slots))}
 
     # -- device ----------------------------------------------------------------------------------------
     def client_update(self, state: State, data: State, broadcast: State) -> tuple[State, State]:
         """Each device's new contribution W_i T_i and the difference to its last (its control variate)."""
         stage = int(broadcast["stage"])
         K, slots = self.components, len(state["R"][0])
-        new = {k: np.zeros_like(state[k]) for k in ("R", "S1", "S2", "H")}
+        state, merges = merged(state, broadcast)
+        state = {**state, "Q": state.get("Q", np.zeros_like(state["R"]))}  # (a device's state from before it)
+        new = {k: np.zeros_like(state[k]) for k in ("R", "S1", "S2", "H", "Q")}
         nll = np.zeros(len(data["X"]))
         counts = np.zeros((len(data["X"]), slots))  # a seeding round's records per centre (not weighed)
         for b, X in enumerate(data["X"]):
@@ -126,11 +137,14 @@ class SummedFedEM(FedEM):
                 R, S1, S2 = _pad(R, slots), _pad(S1, slots), _pad(S2, slots)
             new["R"][b], new["S1"][b], new["S2"][b] = w * R / n, w * S1 / n, w * S2 / n
             new["H"][b] = (R / n >= SUPPORT_SHARE).astype(float) if len(X) else 0.0
+            new["Q"][b] = new["R"][b] ** 2
         # what changed: a seeding round's live slots and the last one's (every device's span is the broadcast's),
         # after seeding the first K
         upto = int(broadcast["span"]) if stage == GROW else K
         up = {f"d{k}": (new[k] - state[k])[:, :upto] for k in ("R", "S1", "S2", "H")}
         up["dN"] = 1.0 - state["joined"]
+        if self.squares:  # the support rule's mass share: the change of its squared mass (`mass_shares`)
+            up[SQUARES] = (new["Q"] - state["Q"])[:, :upto]
         if stage == GROW:  # the seeding's records per centre, this round's (not a change: every device answers)
             up["dC"] = counts[:, :upto]
         if "dp.clip" in broadcast:  # differential privacy: each change clipped, what is left carried to the next
@@ -138,7 +152,7 @@ class SummedFedEM(FedEM):
             up = {k: clip_rows(v, clips[k])[0] for k, v in up.items()}
             for k in ("R", "S1", "S2", "H"):
                 new[k][:, :upto] = state[k][:, :upto] + up[f"d{k}"]
-        after = {**new, "nll": nll, "joined": np.ones(len(data["X"]))}
+        after = {**new, "nll": nll, "joined": np.ones(len(data["X"])), "merged": np.full(len(data["X"]), merges)}
         return after, up
 
     @staticmethod
@@ -167,7 +181,9 @@ class SummedFedEM(FedEM):
         server["devices"] = server["devices"] + float(total["dN"])
         if int(server["stage"]) == GROW:
             slots = K * self.split_factor
-            for name, s in zip(("R", "S1", "S2", "H"), (*stats, total["dH"])):
+            if SQUARES in uploads:
+                stats.append(np.asarray(uploads[SQUARES], dtype=float).sum(axis=0))
+            for name, s in zip(("R", "S1", "S2", "H", "Q"), (*stats[:3], total["dH"], *stats[3:])):
                 acc = server.get(f"grow.{name}", np.zeros((slots, *s.shape[1:])))
                 acc[: len(s)] += s
                 server[f"grow.{name}"] = acc
@@ -180,10 +196,30 @@ class SummedFedEM(FedEM):
         for name, s in zip(("R", "S1", "S2"), stats):
             server[name] = server[name] + s[:K]
         server["support"] = server["support"] + total["dH"][:K]
+        if SQUARES in uploads:
+            server["Q"] = server.get("Q", np.zeros(K)) + np.asarray(uploads[SQUARES], dtype=float).sum(axis=0)[:K]
         server["em_round"] = server["em_round"] + 1
         m = self.aggregate(server)
+        if self.splits:  # as plaintext FedEM: a split's new half keeps its place until its records' devices answer
+            m = hold_empty(m, server["R"], server)
+        if int(server["em_round"]) < self.hard_rounds and swap_due(int(server["em_round"]), self.splits,
+                                                                   self.last_swap):
+            m = self.swap(server) or m
         return self.keep(server, self.with_caps(server, broadcast_of(
             m, 2 if int(server["em_round"]) < self.hard_rounds else 1)))
+
+    def swap(self, server: State) -> Mixture | None:
+        """A swap (models.mixture.swaps), decided by plaintext FedEM's rule on the running sums: the merge made in
+        them, and listed in every broadcast after (`merges`) for each device to make in its own contribution
+        before its next difference (`merged`); the mixture to broadcast, None when nothing splits."""
+        s = plan(server["R"], server["S1"], server["S2"], self.reg, float(server.get(CAP_SCALE, 1.0)),
+                 self.min_cluster)
+        if s is None:
+            return None
+        merge_columns({k: server[k] for k in ("R", "S1", "S2", "support", "Q") if k in server}, s.a, s.b)
+        server["merges"] = np.vstack([server.get("merges", np.zeros((0, 2), dtype=np.int64)), [[s.a, s.b]]])
+        server["swaps"] = np.array(len(server["merges"]))  # how many this job made
+        return split_in_broadcast(self.aggregate(server), s.covs, s.k, s.b)
 
     def grow(self, server: State) -> tuple[State, State]:
         """One seeding step on the summed statistics of the broadcast centres (see the module): split while fewer
@@ -221,8 +257,9 @@ class SummedFedEM(FedEM):
             server["refined"] = np.array(refined + 1)
             return self.keep(server, self.with_caps(server, self.grow_broadcast(centres, answered)))
         # seeded: the last round's centres sat in the first K slots, where the devices' contributions now are
-        for name in ("R", "S1", "S2", "H"):
-            server["support" if name == "H" else name] = np.array(server.pop(f"grow.{name}")[:K], dtype=float)
+        for name in ("R", "S1", "S2", "H", "Q"):
+            if f"grow.{name}" in server:
+                server["support" if name == "H" else name] = np.array(server.pop(f"grow.{name}")[:K], dtype=float)
         for key in ("grow.C", "grow.live"):
             server.pop(key, None)
         for key in ("last.centres", "last.live", "last.span"):
@@ -237,13 +274,21 @@ class SummedFedEM(FedEM):
         return super().current(server)
 
     @property
+    def squares(self) -> bool:
+        """Whether uploads carry the change of the device's squared masses (SQUARES): while the mass share is on
+        (mass_cap below 1), and not with differential privacy (they are not among its noised sums)."""
+        return self.mass_cap < 1 and not self.dp_clips
+
+    @property
     def least_records(self) -> int:
         """The fewest records a seeding centre keeps (over the fleet; models.mixture.splitting.least_records)."""
         return least_records(self.min_cluster, self.n_features)
 
     def with_caps(self, server: State, broadcast: State) -> State:
-        """The weight caps of the statistics phase, for each device to cap its own weight, and the clips the job
-        announces."""
+        """The weight caps of the statistics phase, for each device to cap its own weight, the clips the job
+        announces, and every merge the job's swaps made so far (for each device to make in its own contribution)."""
+        if "merges" in server:
+            broadcast = {**broadcast, "merges": np.asarray(server["merges"], dtype=np.int64)}
         if self.dp_clips:  # and differential privacy's clip of each change (DP_NAMES order)
             broadcast = {**broadcast, "dp.clip": np.array([self.dp_clips[k] for k in DP_NAMES])}
         if CAP_LEVEL in server:
@@ -261,10 +306,16 @@ class SummedFedEM(FedEM):
         return m_step(R, server["S1"], server["S2"], self.reg, min_mass=max(floor, 1e-6))
 
     def support_view(self, server: State) -> SupportView | None:
-        """The count from the summed 0/1 rows (no mass share: it needs each device's mass)."""
+        """The count from the summed 0/1 rows, and the mass share bounded from the summed squared masses
+        (`mass_shares`)."""
         if int(server["stage"]) == GROW or not float(server["devices"]):
             return None
-        return SupportView(np.asarray(server["support"]), int(round(float(server["devices"]))), self.min_support)
+        heaviest = None
+        if self.squares and "Q" in server:
+            R, Q = np.asarray(server["R"], dtype=float), np.asarray(server["Q"], dtype=float)
+            heaviest = lambda m: mass_shares(R, Q, m)  # noqa: E731
+        return SupportView(np.asarray(server["support"]), int(round(float(server["devices"]))), self.min_support,
+                           self.mass_cap, heaviest)
 
     def client_finish(self, state: State, broadcast: State) -> State:
         return state
@@ -285,7 +336,36 @@ class SummedFedEM(FedEM):
         K, d, p = self.components, self.n_features, self.packed
         upto = int(broadcast["span"]) if int(broadcast["stage"]) == GROW else K
         shapes = {"dR": (upto,), "dS1": (upto, d), "dS2": (upto, p), "dH": (upto,), "dN": ()}
+        if self.squares:
+            shapes[SQUARES] = (upto,)
         return {**shapes, "dC": (upto,)} if int(broadcast["stage"]) == GROW else shapes
+
+
+def merged(state: State, broadcast: State) -> tuple[State, int]:
+    """Each device's contribution (its control variate: R, S1, S2 and its support row H) with the merges of the
+    job's swaps it has not made yet, in order (models.mixture.swaps.merge_columns), as the server's sums now hold
+    it; and how many merges the job has made. A support row then counts a device in both merged components twice
+    until it answers again (the server's count is its sum), and its next change of that count may be as low as
+    -(1 + merges since): `summed_scales` makes room for it."""
+    pairs = np.asarray(broadcast.get("merges", np.zeros((0, 2))), dtype=np.int64).reshape(-1, 2)
+    done = np.asarray(state.get("merged", np.zeros(len(state["R"]))), dtype=np.int64)
+    if not (done < len(pairs)).any():
+        return state, len(pairs)
+    names = [k for k in ("R", "S1", "S2", "H", "Q") if k in state]
+    state = {**state, **{k: np.array(state[k], dtype=float) for k in names}}
+    for i, start in enumerate(done):
+        for a, b in pairs[start:]:
+            merge_columns({k: state[k][i] for k in names}, int(a), int(b))
+    return state, len(pairs)
+
+
+def mass_shares(R: np.ndarray, Q: np.ndarray, m: int) -> np.ndarray:
+    """Per component, a bound on the share of its mass its m heaviest devices hold, from the sums of the devices'
+    masses (R) and squared masses (Q) alone: by Cauchy-Schwarz, m heaviest shares s_1..s_m add up to at most
+    sqrt(m sum_i s_i^2) = sqrt(m Q) / R. The mass share (models.core.pipeline.support_mask) keeps a component out
+    when it exceeds mass_cap: every component plaintext keeps out, and some it shares (a bound, not the share)."""
+    R, Q = np.asarray(R, dtype=float), np.maximum(np.asarray(Q, dtype=float), 0.0)
+    return np.where(R > 0, np.minimum(np.sqrt(m * Q) / np.where(R > 0, R, 1.0), 1.0), 0.0)
 
 
 def _pad(a: np.ndarray, slots: int) -> np.ndarray:
@@ -310,18 +390,24 @@ def dp_clips(n_features: int, least_records: int) -> dict[str, float]:
             "dC": float(least_records)}
 
 
-def summed_transport(clip: float, seed: int, dropout: float, most: float = 1.0) -> Any:
+def summed_transport(clip: float, seed: int, dropout: float, most: float = 1.0, swaps: int = 0) -> Any:
     """The secure sum of a private mixture job's rounds (models.private.transport.SecureTransport): each device divides
     its statistics by the powers of the job's bound on standardised values (PRIVATE_VALUE_BOUND: per record, a sum is
     at most the bound, a sum of squares its square), so that every value lies within `clip` (its largest capped
     weight), and clips them there; a seeding round's record counts are divided by `most`, the most records a device
-    claimed. (Imported here: private mode's `cryptography` is an optional extra.)"""
+    claimed, and the support rows' changes by room for the job's `swaps` (`summed_scales`). (Imported here: private
+    mode's `cryptography` is an optional extra.)"""
     from models.private.transport import SecureTransport
 
-    return SecureTransport(summed_scales(most), clip, dropout, seed)
+    return SecureTransport(summed_scales(most, swaps), clip, dropout, seed)
 
 
-def summed_scales(most: float) -> dict[str, float]:
-    """What each upload name is divided by before its secure sum (`summed_transport`)."""
+def summed_scales(most: float, swaps: int = 0) -> dict[str, float]:
+    """What each upload name is divided by before its secure sum (`summed_transport`). A support row's change lies
+    in [-(1 + swaps), 1] (`merged`: a merged column counts a device up to once per component merged into it): it is
+    divided by the least power of two above that, which the fixed-point encoding keeps exact (a count must not come
+    out a hair below the support rule's)."""
     b = PRIVATE_VALUE_BOUND
-    return {"dR": 1.0, "dS1": b, "dS2": b * b, "dH": 1.0, "dN": 1.0, "dC": most}
+    room = 2.0 ** int(np.ceil(np.log2(1 + max(int(swaps), 0))))
+    # a squared weighted mass is at most the squared clip: within the clip once divided by the bound (clips up to it)
+    return {"dR": 1.0, "dS1": b, "dS2": b * b, "dH": room, "dN": 1.0, "dC": most, SQUARES: b}

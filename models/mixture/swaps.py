@@ -30,11 +30,17 @@ log-determinants (K x NEIGHBOURS / 2 of them, d x d) and a pass over two columns
 
 Measured (`fedsentry bench detection`, 45 runs against the same runs without swaps, `--splits 0`;
 benchmarks/results/stability.md): median caught +2.9 points on synthetic, +2.4 on nsl-kdd, +6.5 on ton-iot,
-least / median 0.95 -> 0.96, 0.85 -> 0.94, 0.74 -> 0.77. Private mode's summed server holds no rows to merge in:
-it makes no swaps (models.mixture.summed).
+least / median 0.95 -> 0.96, 0.85 -> 0.94, 0.74 -> 0.77.
+
+Private mode (models.mixture.summed) decides each swap the same way (`plan`: the aggregated statistics are all it
+reads, and a summed server has them), and makes the merge where the statistics are held: in its running sums, and
+on each device in the contribution it last made (its control variate), which it merges before its next difference
+(the broadcast lists every merge of the job; `merge_columns`).
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -180,17 +186,46 @@ def hold_empty(m: Mixture, R: np.ndarray, server: State) -> Mixture:
     return Mixture(m.weights, means, prec)
 
 
-def swap(server: State, reg: float, records_per_mass: float, least: int) -> Mixture | None:
-    """One swap on the server's table (module docstring): the mixture to broadcast, or None when no component is
-    broad enough to split (nothing changed)."""
-    R, S1, S2 = control.aggregate(server)
+@dataclass(frozen=True)
+class Swap:
+    """One swap's decision: component k splits into k and b, after b merged into a (`covs`: the covariances k
+    splits along, before the merge)."""
+
+    k: int
+    a: int
+    b: int
+    covs: np.ndarray
+
+
+def plan(R: np.ndarray, S1: np.ndarray, S2: np.ndarray, reg: float, records_per_mass: float,
+         least: int) -> Swap | None:
+    """What a swap does, from the aggregated statistics alone (module docstring; plaintext FedEM and private mode
+    alike): None when no component is broad enough to split."""
     d = S1.shape[1]
     means, covs, logdet = moments(R, S1, S2, reg)
     k = split_target(R, logdet, R * records_per_mass, least, d)
     if k is None:
         return None
     a, b = merge_pair(R, S1, S2, reg, means, logdet, k)
-    merge_in_table(server, a, b)
+    return Swap(k, a, b, covs)
+
+
+def merge_columns(arrays: dict[str, np.ndarray], a: int, b: int, axis: int = 0) -> None:
+    """Component b's column added into a's and emptied, in place, in each array (along `axis`, the components'):
+    what a merge does to summed statistics, wherever they are held (private mode's sums, a device's contribution)."""
+    for x in arrays.values():
+        x = np.moveaxis(x, axis, 0)  # a view: the writes reach the array
+        x[a] += x[b]
+        x[b] = 0
+
+
+def swap(server: State, reg: float, records_per_mass: float, least: int) -> Mixture | None:
+    """One swap on the server's table (module docstring): the mixture to broadcast, or None when no component is
+    broad enough to split (nothing changed)."""
+    s = plan(*control.aggregate(server), reg, records_per_mass, least)
+    if s is None:
+        return None
+    merge_in_table(server, s.a, s.b)
     server["swapped"] = np.array(1)
     server["swaps"] = np.array(int(server.get("swaps", 0)) + 1)  # how many this job made
-    return split_in_broadcast(m_step(*control.aggregate(server), reg), covs, k, b)
+    return split_in_broadcast(m_step(*control.aggregate(server), reg), s.covs, s.k, s.b)

@@ -98,12 +98,13 @@ class PrivateLoopback:
 
     def run(self, restart_after=None, until=None) -> str:
         """Run the job to its end (or until it reaches the phase `until`), the coordinator restarted once the phase
-        `restart_after` closed."""
+        `restart_after` closed (a phase's name, or a test of it)."""
         self.runner.start(sorted(self.participants))
         while self.runner.phase not in ("finished", "failed", until):
             before = self.runner.phase
+            at = restart_after(before) if callable(restart_after) else before == restart_after
             self.step()
-            if before == restart_after and self.runner.phase != before:
+            if at and self.runner.phase != before:
                 restart_after = None
                 self.restart()
         return self.runner.phase
@@ -205,14 +206,34 @@ def test_an_agent_without_the_private_extra_declines_and_the_job_goes_on_without
     assert "dev-05" not in mean.sampled and len(mean.sampled) == N - 1
 
 
-def test_a_private_gmm_job_equals_the_simulators_private_mode_with_devices_dropping_after_upload(tmp_path, fleet):
+def swapping_fleet(seed: int = 3) -> list[np.ndarray]:
+    """Devices that all hold six groups (log-scaled: two near, two far apart with nothing between, two more), where
+    a private job of four components makes a swap in its fifth k-means round."""
+    rng = np.random.default_rng(seed)
+    centres = [(3.0, 3.0), (3.3, 3.0), (1.0, 6.0), (7.0, 6.0), (3.0, 9.0), (8.0, 1.0)]
+    return [np.expm1(np.vstack([rng.normal(c, 0.15, (30 + 5 * i, 2)) for c in centres])) for i in range(N)]
+
+
+@pytest.mark.parametrize("swapping", [False, True], ids=["no-swap", "swap"])
+def test_a_private_gmm_job_equals_the_simulators_private_mode_with_devices_dropping_after_upload(tmp_path, fleet,
+                                                                                                  swapping):
+    """...and with a swap (models.mixture.swaps): the coordinator merges the pair in its sums, each agent in its own
+    contribution before its next change, as the simulator's devices do; a coordinator restarted in the middle of the
+    next sum still lists the merge."""
     names, parts, _, _ = fleet
     rounds, fraction, params = 3, 0.5, {"components": 3}
+    if swapping:  # a swap ends round 5 (the last it may end at 7 rounds of half the devices)
+        names, parts, rounds, params = ["a", "b"], swapping_fleet(), 7, {"components": 4}
+    participants = pca_participants(tmp_path, names, parts, "gmm")
     loop = PrivateLoopback(tmp_path, {"features": names, "seed": SEED, "private": True, "rounds": rounds,
                                       "fraction": fraction, "algorithm_params": params},
-                           pca_participants(tmp_path, names, parts, "gmm"),
-                           silent=lambda phase: ("dev-02",) if phase.endswith(":unmask") else (), kind="gmm")
-    assert loop.run() == "finished", loop.error()
+                           participants, silent=lambda phase: ("dev-02",) if phase.endswith(":unmask") else (),
+                           kind="gmm")
+    restart = (lambda phase: phase == "train:share" and int(loop.runner.server.get("swaps", 0)) == 1) if swapping \
+        else None
+    first = loop.runner
+    assert loop.run(restart_after=restart) == "finished", loop.error()
+    assert (loop.runner is not first) == swapping  # restarted (after the swap)
     phases = [p for p in loop.phases if p.endswith(":advertise")]
     assert phases[:3] == ["mean:advertise", "centred:advertise", "seed:advertise"]
     assert phases.count("train:advertise") == rounds and phases[-1] == "threshold:advertise"
@@ -223,8 +244,15 @@ def test_a_private_gmm_job_equals_the_simulators_private_mode_with_devices_dropp
     assert phases.count("seed:advertise") == sim["all_device_rounds"]  # as many seeding rounds, every device
     np.testing.assert_allclose(stored["weights"], m.weights, atol=1e-6)
     np.testing.assert_allclose(stored["means"], m.means, atol=1e-6)
-    np.testing.assert_allclose(stored["prec_chol"], m.prec_chol, rtol=1e-6, atol=1e-6)
+    # (the agents' fixed-point rounding is not the simulator's: 1e-6 of the largest precision factor)
+    np.testing.assert_allclose(stored["prec_chol"], m.prec_chol, rtol=1e-6, atol=1e-6 * np.abs(m.prec_chol).max())
     assert loop.model().info["threshold"] == pytest.approx(sim["threshold"], rel=1e-6)
+    assert int(loop.runner.server.get("swaps", 0)) == int(swapping)
+    if swapping:  # every round message since lists the merge, and the agents made it in their own contributions
+        assert loop.runner.broadcast["merges"].shape == (1, 2)
+    total = contributions(loop, participants, params["components"])  # the sums: the devices' contributions
+    for k in ("R", "S1", "S2", "H", "Q"):
+        np.testing.assert_allclose(loop.runner.server["support" if k == "H" else k], total[k], atol=1e-6)
 
 
 def test_a_device_leaving_before_its_upload_keeps_the_contribution_the_sums_hold(tmp_path, fleet):
@@ -244,17 +272,27 @@ def test_a_device_leaving_before_its_upload_keeps_the_contribution_the_sums_hold
     loop = PrivateLoopback(tmp_path, {"features": names, "seed": SEED, "private": True, "rounds": 2, "fraction": 0.5,
                                       "algorithm_params": {"components": 2}}, participants, silent=silent, kind="gmm")
     assert loop.run() == "finished", loop.error()
-    K, counted = 2, loop.runner.info["counted"]
-    total = {k: 0.0 for k in ("R", "S1", "S2")}
-    for p in participants:  # each device's contribution as the sums should hold it
+    total = contributions(loop, participants, 2)
+    assert left and left[0][1] in loop.runner.info["counted"]  # it took part in the seeding, then left one EM sum
+    for k in ("R", "S1", "S2"):
+        np.testing.assert_allclose(loop.runner.server[k], total[k], atol=1e-6)
+
+
+def contributions(loop: PrivateLoopback, participants: list, K: int) -> dict:
+    """The sum of each device's contribution as the coordinator's sums should hold it: the one it made for the last
+    sum that counted it, with the merges of the job's swaps it has yet to make."""
+    from models.mixture.summed import merged
+
+    counted = loop.runner.info["counted"]
+    total = {k: 0.0 for k in ("R", "S1", "S2", "H", "Q")}
+    for p in participants:
         pending = p.store.load_arrays("pending-loop") or {}
         label = bytes(pending.pop("__pending_label__", np.zeros(0, np.uint8))).decode()
         state = pending if pending and counted.get(p.id) == label else p.load_state("loop")[0]
+        state = merged(state, loop.runner.broadcast)[0]
         for k in total:
             total[k] = total[k] + state[k][0][:K]
-    assert left and left[0][1] in counted  # it took part in the seeding, then left one EM sum
-    for k in total:
-        np.testing.assert_allclose(loop.runner.server[k], total[k], atol=1e-6)
+    return total
 
 
 def test_private_job_settings_are_checked_naming_the_setting():

@@ -45,8 +45,9 @@ def test_the_running_sums_are_the_devices_last_contributions():
     assert seen[:1] == [len(X)] and len(seen) > 12  # seeding rounds ask every device
     states = pool.states
     K = alg.components
-    for name in ("R", "S1", "S2"):  # each device keeps W_i T_i; the server holds their sum, nothing per device
+    for name in ("R", "S1", "S2", "Q"):  # each device keeps W_i T_i; the server holds their sum, nothing per device
         assert np.allclose(loop.server[name], states[name][:, :K].sum(axis=0), atol=1e-9)
+    assert np.allclose(states["Q"], states["R"] ** 2)  # and its squared masses (the mass share's bound)
     assert np.allclose(loop.server["support"], states["H"][:, :K].sum(axis=0))
     assert float(loop.server["devices"]) == len(X)
     # a device's contribution is its capped weight times its per-record statistics under the last mixture it saw
@@ -76,8 +77,8 @@ def test_the_secure_sum_changes_nothing_but_rounding_even_with_a_third_dropping(
     params = {"components": 4, "split_factor": 2, "min_support": 2}
     plain, _, _ = train(SummedFedEM(3, **params), X, rounds=8)
     received: list[int] = []
-    transport = SecureTransport({"dR": 1.0, "dS1": 8.0, "dS2": 64.0, "dH": 1.0, "dN": 1.0, "dC": 100.0}, 2.0,
-                                dropout=1 / 3)
+    transport = SecureTransport({"dR": 1.0, "dS1": 8.0, "dS2": 64.0, "dH": 1.0, "dN": 1.0, "dC": 100.0, "dQ": 8.0},
+                                2.0, dropout=1 / 3)
 
     def secure(ids, uploads):
         out = transport(ids, uploads)
@@ -156,7 +157,7 @@ def test_a_round_too_few_devices_unmask_fails_cleanly_and_the_job_goes_on():
             return super().__call__(ids, uploads)
 
     X = devices(9)
-    transport = OneBadRound({"dR": 1.0, "dS1": 8.0, "dS2": 64.0, "dH": 1.0, "dN": 1.0, "dC": 100.0}, 2.0)
+    transport = OneBadRound({"dR": 1.0, "dS1": 8.0, "dS2": 64.0, "dH": 1.0, "dN": 1.0, "dC": 100.0, "dQ": 8.0}, 2.0)
     alg = SummedFedEM(3, components=4, split_factor=2, min_support=2)
     loop, pool, seen = train(alg, X, rounds=8, fraction=1.0, transport=transport)
     assert transport.failures == 1 and transport.clipped == 0
@@ -198,3 +199,124 @@ def test_seeding_makes_no_component_of_a_handful_of_records():
     assert alg.least_records == 5
     means = loop.broadcast["means"][loop.broadcast["pi"] > 1e-4]
     assert np.min(np.linalg.norm(means - 20.0, axis=1)) > 1.0, means
+
+
+def swap_fleet(devices: int = 6, per: int = 40, seed: int = 0) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """Every device holds components 0 and 1 (two near groups: the cheapest pair to merge), 2 (two far clumps with
+    nothing between: the broad one) and 3 (a group of its own), with their labels."""
+    rng = np.random.default_rng(seed)
+    groups = {0: [(0.0, 0.0)], 1: [(0.5, 0.0)], 2: [(-20.0, 10.0), (20.0, 10.0)], 3: [(0.0, 30.0)]}
+    X, labels = [], []
+    for _ in range(devices):
+        parts = [(rng.normal(c, 0.5, (per, 2)), k) for k, cs in groups.items() for c in cs]
+        X.append(np.vstack([p for p, _ in parts]))
+        labels.append(np.concatenate([np.full(len(p), k) for p, k in parts]))
+    return X, labels
+
+
+def test_a_swap_in_private_mode_keeps_the_sums_of_the_devices_contributions_and_plaintexts_table():
+    """A swap decided on the running sums merges the pair in them and, through the broadcast, in each device's own
+    contribution before its next difference (those that answer only later too): the sums stay exactly the sum of
+    the devices' contributions, and the statistics plaintext FedEM's table holds after the same swap."""
+    from models.mixture import control
+    from models.mixture.fedem import FedEM, broadcast_of, mixture_of
+    from models.mixture.summed import merged
+
+    X, labels = swap_fleet()
+    n, K = len(X), 4
+    weight = np.linspace(0.5, 1.5, n) / n
+    per = [tuple(s / len(x) for s in hard_stats(x, lab, K)) for x, lab in zip(X, labels)]
+    rows = tuple(np.stack([p[i] for p in per]) for i in range(3))
+    scale = np.array(float(sum(len(x) for x in X)))  # records per unit of weighted mass
+    # plaintext: the table of every device's rows, four k-means rounds after seeding
+    plain = FedEM(2, components=K, reg=1e-3, float32=False, splits=1, min_support=1)
+    table, _ = plain.init_server(n, np.random.default_rng(0))
+    control.write(table, np.arange(n), weight, rows, 1)
+    table.update({"stage": np.array(1), "em_round": np.array(4), "cap.scale": scale})
+    plain.keep(table, broadcast_of(plain.aggregate(table), 2))
+    # private: each device holds its weighted contribution, the server their sums only
+    alg = SummedFedEM(2, components=K, reg=1e-3, splits=1, min_support=1)
+    server, _ = alg.init_server(n, np.random.default_rng(0))
+    states = {"R": weight[:, None] * rows[0], "S1": weight[:, None, None] * rows[1],
+              "S2": weight[:, None, None] * rows[2], "H": (rows[0] >= SUPPORT_SHARE).astype(float),
+              "joined": np.ones(n), "merged": np.zeros(n), "nll": np.zeros(n)}
+    states["Q"] = states["R"] ** 2
+    server.update({"stage": np.array(1), "em_round": np.array(4), "cap.scale": scale, "devices": np.array(float(n)),
+                   **{k: states[k].sum(axis=0) for k in ("R", "S1", "S2", "Q")}, "support": states["H"].sum(axis=0)})
+    broadcast = alg.keep(server, broadcast_of(alg.aggregate(server), 2))[1]
+
+    def answer(ids: np.ndarray, broadcast: dict) -> dict:
+        """These devices' client step (plaintext's upload too), the private and the plaintext server steps."""
+        records = np.empty(len(ids), dtype=object)
+        records[:] = [X[i] for i in ids]
+        data = {"X": records, "claimed": weight[ids]}
+        after, up = alg.client_update({k: v[ids] for k, v in states.items()}, data, broadcast)
+        for k, v in after.items():
+            states[k][ids] = v
+        stats = [plain.round_statistics(X[i], mixture_of(plain.current(table)), 2)[:3] for i in ids]
+        plain.server_update(table, ids, {k: np.stack([s[j] / len(X[i]) for s, i in zip(stats, ids)])
+                                         for j, k in enumerate(("R", "S1", "S2"))}, weight[ids])
+        return alg.server_update(server, ids, up, weight[ids])[1]
+
+    def contributions() -> dict:
+        """Every device's contribution as the server's sums hold it (merged as it will merge it when it answers)."""
+        each = [merged({k: v[i: i + 1] for k, v in states.items()}, alg.current(server))[0] for i in range(n)]
+        return {k: sum(e[k][0] for e in each) for k in ("R", "S1", "S2", "H", "Q")}
+
+    first = np.array([0, 2, 4])
+    broadcast = answer(first, broadcast)  # round 5 ends with a swap
+    assert int(server["swaps"]) == 1 and int(table["swaps"]) == 1
+    a, b = (int(v) for v in server["merges"][0])
+    assert sorted((a, b)) == [0, 1]  # the near pair merged, as plaintext's table
+    assert (broadcast["merges"] == server["merges"]).all()
+    np.testing.assert_allclose(broadcast["means"], plain.current(table)["means"], atol=1e-9)  # the same split
+    for k, v in contributions().items():
+        np.testing.assert_allclose(server["support" if k == "H" else k], v, atol=1e-12)
+    for k, v in zip(("R", "S1", "S2"), control.aggregate(table)):
+        np.testing.assert_allclose(server[k], v, atol=1e-12)
+    assert states["R"][1][b] != 0  # a device that did not answer has not merged yet: the sums hold it merged
+    later = np.array([1, 3, 5])
+    answer(later, broadcast)  # they merge, then send their change
+    assert (states["merged"][later] == 1).all() and (states["merged"][first] == 0).all()
+    assert states["R"][later][:, b].any()  # the split's new half: their records nearest to it
+    for k, v in contributions().items():
+        np.testing.assert_allclose(server["support" if k == "H" else k], v, atol=1e-12)
+    answer(first, broadcast)  # and the first ones merge theirs: every contribution is now merged
+    for k in ("R", "S1", "S2", "H", "Q"):
+        np.testing.assert_allclose(server["support" if k == "H" else k], states[k].sum(axis=0), atol=1e-12)
+    for k, v in zip(("R", "S1", "S2"), control.aggregate(table)):
+        np.testing.assert_allclose(server[k], v, atol=1e-12)
+
+
+def test_a_support_change_after_merges_reaches_the_sum_unclipped():
+    """A device that answers after merges counts once per component merged into a column (its contribution as the
+    sums hold it), so its next change there may be -(1 + swaps): the secure sum makes room for it, exactly."""
+    from models.mixture.summed import summed_scales, summed_transport
+
+    assert [summed_scales(1.0, s)["dH"] for s in (0, 1, 2, 3, 18)] == [1.0, 2.0, 4.0, 4.0, 32.0]
+    transport = summed_transport(1.0, 0, 0.0, swaps=2)
+    out = transport(np.array([0, 1]), {"dH": np.array([[-3.0, 1.0], [1.0, 1.0]])})
+    assert transport.clipped == 0 and (out["dH"] == [[-2.0, 2.0]]).all()  # exact: counts meet the rule's bound
+
+
+def test_the_mass_share_is_bounded_from_summed_squared_masses():
+    """Private mode's mass share: from the sums of the devices' masses and squared masses, a bound on the share of
+    a component's mass its heaviest devices hold (never below it), which keeps out what two devices hold most of and
+    shares what many hold alike."""
+    from models.mixture.summed import mass_shares
+
+    rng = np.random.default_rng(0)
+    masses = rng.pareto(1.5, size=(200, 30))  # 200 components over 30 devices, some held by few
+    top2 = np.sort(masses, axis=1)[:, -2:].sum(axis=1) / masses.sum(axis=1)
+    bound = mass_shares(masses.sum(axis=1), (masses**2).sum(axis=1), 2)
+    assert (bound >= top2 - 1e-12).all() and (bound <= 1 + 1e-12).all()
+    alg = SummedFedEM(2, components=2, min_support=3)
+    spread = np.full(20, 0.05)  # component 0: 20 devices alike; component 1: two devices hold 90 %
+    owned = np.r_[0.45, 0.45, np.full(18, 0.1 / 18)]
+    server = {"stage": np.array(1), "devices": np.array(20.0), "support": np.array([20.0, 20.0]),
+              "R": np.array([spread.sum(), owned.sum()]), "Q": np.array([(spread**2).sum(), (owned**2).sum()])}
+    assert alg.shared(server).tolist() == [True, False]
+    assert SummedFedEM(2, components=2, min_support=3, mass_cap=1.0).shared(server).tolist() == [True, True]
+    assert "dQ" in alg.upload_shapes({"stage": np.array(2)}) and alg.squares
+    alg.dp_clips = {"dR": 1.0}  # differential privacy: no squared masses (not among the noised sums)
+    assert "dQ" not in alg.upload_shapes({"stage": np.array(2)})

@@ -100,16 +100,14 @@ def test_swaps_run_every_few_rounds_and_end_while_the_devices_can_still_answer()
         FedEM(2, rounds=10, fraction=0)
 
 
-def test_private_mode_refuses_swaps_asked_for_by_name():
-    """A secure sum leaves the server no device rows to merge in: private mode makes no swaps, and says so when a
-    job or a simulation asks for them instead of ignoring the setting."""
+def test_private_mode_makes_swaps_as_plaintext_does():
+    """Private mode decides its swaps on its sums (models.mixture.summed.SummedFedEM.swap) and takes the same
+    setting: as many as the job's rounds leave room for by default, `splits` when asked, 0 for none; a job
+    asking for them is no longer refused."""
     from models.mixture.spec import MixtureJobSpec
     from models.mixture.summed import SummedFedEM
-    from models.params import SettingError
 
-    with pytest.raises(ValueError, match="splits: private mode makes no swaps"):
-        SummedFedEM(3, splits=2)
-    assert SummedFedEM(3, splits=0).splits == 0 and SummedFedEM(3).splits == 0
-    with pytest.raises(SettingError, match=r"algorithm_params\.splits: private mode makes no swaps"):
-        MixtureJobSpec.from_dict({"features": ["a", "b"], "private": True, "algorithm_params": {"splits": 2}})
-    MixtureJobSpec.from_dict({"features": ["a", "b"], "algorithm_params": {"splits": 2}})  # plaintext: allowed
+    assert SummedFedEM(3, splits=2).splits == 2 and SummedFedEM(3, splits=0).splits == 0
+    assert SummedFedEM(3, rounds=100, fraction=0.1).splits == FedEM(3, rounds=100, fraction=0.1).splits == 18
+    spec = MixtureJobSpec.from_dict({"features": ["a", "b"], "private": True, "algorithm_params": {"splits": 2}})
+    assert spec.private and spec.algorithm_params["splits"] == 2
