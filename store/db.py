@@ -188,13 +188,18 @@ class AlertFields:
 
 class Alert(AlertFields, Base):
     __tablename__ = "alerts"
-    # the counts, charts and incidents add up columns over a time range, per device or per incident: these three
-    # indexes hold the columns they read, so that no row is (ts first: the newest pages are read through it too)
+    # the counts, charts and incidents add up columns over a time range, per device, per incident or above a score:
+    # these four indexes hold the columns they read, so that no row is (ts first: the newest pages are read through
+    # it too; migration 0017: the score index holds its columns as PostgreSQL's INCLUDE, as trailing ones on SQLite,
+    # and the incident index incident updates alone)
     __table_args__ = (Index("ix_alerts_device_ts_count", "device_id", "ts", "count"),
                       Index("ix_alerts_ts_tally", "ts", "device_id", "incident_id", "count", "acknowledged",
                             "score"),
                       Index("ix_alerts_incident_tally", "incident_id", "device_id", "ts", "count", "score",
-                            "acknowledged", "job_id"),
+                            "acknowledged", "job_id", postgresql_where=text("incident_id IS NOT NULL"),
+                            sqlite_where=text("incident_id IS NOT NULL")),
+                      Index("ix_alerts_score_tally", "score", postgresql_include=["ts", "device_id", "incident_id",
+                                                                                  "count", "acknowledged", "job_id"]),
                       Index("ix_alerts_job_ts", "job_id", "ts"), Index("ix_alerts_received", "received"))
 
 

@@ -4,7 +4,8 @@ from alerts itself, as one row source (`tallied`) with the columns the sums read
 start, the alert's time), device_id, incident_id ('' for none), acknowledged, alerts, records.
 
 The answers are the alerts table's exactly: a tally holds the alerts whose time is in [start, start + span). A filter
-the tallies cannot answer (a minimum score) reads every alert of the window from alerts, as `grain=None` does."""
+the tallies cannot answer (a minimum score) reads the window's alerts from alerts, as `grain=None` does: through the
+score index (migration 0017) when few pass, so the cost follows the alerts at or above the score, not the window."""
 
 from __future__ import annotations
 

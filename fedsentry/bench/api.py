@@ -288,6 +288,7 @@ class Requests:
         self.same("counts, all, device_prefix cam-", "/api/v1/anomalies/counts",
                   {**everything, "device_prefix": "cam-"})
         self.same(f"counts, all, score >= {half:.2f}", "/api/v1/anomalies/counts", {**everything, "min_score": half})
+        self.same(f"counts, all, score >= {rare:.2f}", "/api/v1/anomalies/counts", {**everything, "min_score": rare})
         # incidents: newest page, and one about 80 % of the way down
         incident_filters: tuple[tuple[str, dict[str, Any]], ...] = (("", {}),
                                                                    (", acknowledged=false", {"acknowledged": False}))
@@ -302,6 +303,11 @@ class Requests:
         for label, period in (("last 24 h", day), ("all (31 days)", everything)):
             self.same(f"chart alerts-over-time, {label}", "/charts/alerts-over-time.svg", period)
             self.same(f"chart alerts-per-device, {label}", "/charts/alerts-per-device.svg", period)
+        for label, score in ((f"{half:.2f}", half), (f"{rare:.2f}", rare)):  # the dashboard's score field
+            self.same(f"chart alerts-over-time, all, score >= {label}", "/charts/alerts-over-time.svg",
+                      {**everything, "min_score": score})
+            self.same(f"chart alerts-per-device, all, score >= {label}", "/charts/alerts-per-device.svg",
+                      {**everything, "min_score": score})
         return self.results
 
 
