@@ -1,15 +1,15 @@
 """devices.capabilities: what a device's status says it can do (job types, abilities, features), stored so that any
 coordinator leading a job reads it, not only the process that heard the status (issue 27, point 2)
 
-Revision ID: 0017
-Revises: 0016
+Revision ID: 0018
+Revises: 0017
 Create Date: 2026-11-26 12:00:00
 """
 import sqlalchemy as sa
 from alembic import op
 
-revision = '0017'
-down_revision = '0016'
+revision = '0018'
+down_revision = '0017'
 branch_labels = None
 depends_on = None
 
