@@ -213,7 +213,7 @@ class SummedFedEM(FedEM):
         them, and listed in every broadcast after (`merges`) for each device to make in its own contribution
         before its next difference (`merged`); the mixture to broadcast, None when nothing splits."""
         s = plan(server["R"], server["S1"], server["S2"], self.reg, float(server.get(CAP_SCALE, 1.0)),
-                 self.min_cluster)
+                 self.min_cluster, server["support"])
         if s is None:
             return None
         merge_columns({k: server[k] for k in ("R", "S1", "S2", "support", "Q") if k in server}, s.a, s.b)

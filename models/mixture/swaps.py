@@ -7,7 +7,9 @@ and the ELBG of Patane and Russo 2001, for k-means) moves a component from where
 
 - split: the component of least peak density (log pi_k - 1/2 log det Sigma_k, the ridge included) among those
   whose records can give each half `least` (the job's min_cluster: the ridge keeps a half of fewer than d + 1
-  records non-singular) and whose spread (det^(1/d)) is at least SPREAD^2 times the median component's, in two
+  records non-singular), whose halves keep its supporters (`keeps_support`: a split that leaves every supporting
+  device below the support share in each half takes that traffic out of the fleet's model and out of each device's
+  own components) and whose spread (det^(1/d)) is at least SPREAD^2 times the median component's, in two
   along its principal axis (means mu -+ half the standard deviation there, as LBG splits);
 - merge: to free a component for it, the pair of components (each with its NEIGHBOURS nearest means) whose merging
   loses the least log-likelihood under a Gaussian of each (the pair's moments are the sum of theirs: exact),
@@ -93,17 +95,33 @@ def moments(R: np.ndarray, S1: np.ndarray, S2: np.ndarray, reg: float) -> tuple[
     return means, covs, np.where(live, np.linalg.slogdet(covs)[1], -np.inf)
 
 
-def split_target(R: np.ndarray, logdet: np.ndarray, records: np.ndarray, least: int, d: int) -> int | None:
-    """The component to split (module docstring), or None."""
+def split_target(R: np.ndarray, logdet: np.ndarray, records: np.ndarray, least: int, d: int,
+                 support: np.ndarray | None = None) -> int | None:
+    """The component to split (module docstring), or None. With the support counts (`support`: devices holding
+    SUPPORT_SHARE of their records in each component), a component whose halves cannot keep its supporters
+    (`keeps_support`) is not split."""
     live = np.isfinite(logdet)
     if live.sum() < 2:
         return None
     broad = logdet >= np.median(logdet[live]) + 2 * d * np.log(SPREAD)
     ok = live & broad & (records >= 2 * least - 0.5)
+    if support is not None:
+        ok &= keeps_support(R, support)
     if not ok.any():
         return None
     peak = np.where(ok, np.log(np.maximum(R, 1e-300) / R.sum()) - 0.5 * logdet, np.inf)
     return int(np.argmin(peak))
+
+
+def keeps_support(R: np.ndarray, support: np.ndarray) -> np.ndarray:
+    """Per component, whether each half of a split keeps, on average over the devices supporting it, the share of
+    their records that support needs (control.SUPPORT_SHARE): its mass (in devices: a device of the federation's mean
+    size weighs 1) over its supporters, halved. A split that leaves each supporter fewer records than that in either
+    half takes the traffic out of the fleet's model (no half is supported: issue 23's 11-device regression, where such
+    halves' held-out records scored above 40,000 and raised the threshold) and out of each device's own components
+    (models.mixture.detector.personalise). A component without supporters may split."""
+    R, support = np.asarray(R, dtype=float), np.asarray(support, dtype=float)
+    return np.greater_equal(R / 2, control.SUPPORT_SHARE * support - 1e-12)
 
 
 def merge_pair(R: np.ndarray, S1: np.ndarray, S2: np.ndarray, reg: float, means: np.ndarray, logdet: np.ndarray,
@@ -198,12 +216,12 @@ class Swap:
 
 
 def plan(R: np.ndarray, S1: np.ndarray, S2: np.ndarray, reg: float, records_per_mass: float,
-         least: int) -> Swap | None:
+         least: int, support: np.ndarray | None = None) -> Swap | None:
     """What a swap does, from the aggregated statistics alone (module docstring; plaintext FedEM and private mode
     alike): None when no component is broad enough to split."""
     d = S1.shape[1]
     means, covs, logdet = moments(R, S1, S2, reg)
-    k = split_target(R, logdet, R * records_per_mass, least, d)
+    k = split_target(R, logdet, R * records_per_mass, least, d, support)
     if k is None:
         return None
     a, b = merge_pair(R, S1, S2, reg, means, logdet, k)
@@ -222,7 +240,7 @@ def merge_columns(arrays: dict[str, np.ndarray], a: int, b: int, axis: int = 0) 
 def swap(server: State, reg: float, records_per_mass: float, least: int) -> Mixture | None:
     """One swap on the server's table (module docstring): the mixture to broadcast, or None when no component is
     broad enough to split (nothing changed)."""
-    s = plan(*control.aggregate(server), reg, records_per_mass, least)
+    s = plan(*control.aggregate(server), reg, records_per_mass, least, control.devices_and_support(server)[1])
     if s is None:
         return None
     merge_in_table(server, s.a, s.b)

@@ -320,3 +320,27 @@ def test_the_mass_share_is_bounded_from_summed_squared_masses():
     assert "dQ" in alg.upload_shapes({"stage": np.array(2)}) and alg.squares
     alg.dp_clips = {"dR": 1.0}  # differential privacy: no squared masses (not among the noised sums)
     assert "dQ" not in alg.upload_shapes({"stage": np.array(2)})
+
+
+def test_a_private_swap_does_not_split_a_component_its_halves_would_leave_unsupported():
+    """The summed server decides a swap with the summed support count (models.mixture.swaps.keeps_support): a broad
+    component every device supports with 2 of its 362 records does not split (each half: 1 record, below
+    SUPPORT_SHARE); with 4 in each clump it does."""
+    def server_of(clump: int) -> tuple[SummedFedEM, dict]:
+        X, labels = swap_fleet(per=120)
+        keep = [np.flatnonzero(lab != 2).tolist() + np.flatnonzero(lab == 2)[[*range(clump), *range(120, 120 + clump)]]
+                .tolist() for lab in labels]
+        X, labels = [x[k] for x, k in zip(X, keep)], [lab[k] for lab, k in zip(labels, keep)]
+        per = [tuple(s / len(x) for s in hard_stats(x, lab, 4)) for x, lab in zip(X, labels)]  # each device weighs 1
+        alg = SummedFedEM(2, components=4, reg=1e-3, splits=1, min_support=1)
+        server, _ = alg.init_server(len(X), np.random.default_rng(0))
+        server.update({"stage": np.array(1), "em_round": np.array(5), "devices": np.array(float(len(X))),
+                       "cap.scale": np.array(float(len(X[0]))),
+                       **{k: np.sum([p[i] for p in per], axis=0) for i, k in enumerate(("R", "S1", "S2"))},
+                       "support": np.sum([p[0] >= SUPPORT_SHARE for p in per], axis=0).astype(float)})
+        return alg, server
+
+    alg, server = server_of(1)
+    assert server["support"][2] == 6 and alg.swap(server) is None and "merges" not in server
+    alg, server = server_of(4)
+    assert alg.swap(server) is not None and len(server["merges"]) == 1

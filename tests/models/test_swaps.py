@@ -10,7 +10,7 @@ import pytest
 from models.mixture import control
 from models.mixture.fedem import FedEM
 from models.mixture.gmm import hard_stats, nearest
-from models.mixture.swaps import SPLIT_EVERY, merge_pair, moments, split_target, swap, swap_due
+from models.mixture.swaps import SPLIT_EVERY, merge_pair, moments, plan, split_target, swap, swap_due
 
 #: components: 0 and 1 two near groups (cheapest to merge), 2 two far clumps with nothing between (broad),
 #: 3 a group of its own
@@ -111,3 +111,29 @@ def test_private_mode_makes_swaps_as_plaintext_does():
     assert SummedFedEM(3, rounds=100, fraction=0.1).splits == FedEM(3, rounds=100, fraction=0.1).splits == 18
     spec = MixtureJobSpec.from_dict({"features": ["a", "b"], "private": True, "algorithm_params": {"splits": 2}})
     assert spec.private and spec.algorithm_params["splits"] == 2
+
+
+def test_a_component_whose_halves_would_lose_their_supporters_does_not_split():
+    """Issue 23's 11-device regression: a swap split a thinly supported component (rare normal traffic on several
+    devices) into halves no device supports, and that traffic left the fleet's model (and every device's own
+    components). A device supports a component with SUPPORT_SHARE of its records in it."""
+    def shares(clump: int) -> tuple[np.ndarray, ...]:
+        rng = np.random.default_rng(0)
+        R, S1, S2, H = np.zeros(4), np.zeros((4, 2)), np.zeros((4, 3)), np.zeros(4)
+        for _ in range(6):  # each device: 120 records in each of groups 0, 1, 3 and `clump` in each of 2's clumps
+            parts = [(rng.normal(c, 0.5, (120 if k != 2 else clump, 2)), k) for k, cs in CENTRES.items() for c in cs]
+            x, lab = np.vstack([p for p, _ in parts]), np.concatenate([np.full(len(p), k) for p, k in parts])
+            r, s1, s2 = hard_stats(x, lab, 4)
+            R, S1, S2 = R + r / len(x), S1 + s1 / len(x), S2 + s2 / len(x)  # a device weighs 1
+            H += r / len(x) >= control.SUPPORT_SHARE
+        return R, S1, S2, H
+
+    # one record in each clump: 2 of 362 records support component 2 on every device, 1 in a half would not
+    R, S1, S2, H = shares(1)
+    logdet = moments(R, S1, S2, 1e-3)[2]
+    assert H[2] == 6 and split_target(R, logdet, R * 362, least=1, d=2) == 2  # broad, as before
+    assert split_target(R, logdet, R * 362, least=1, d=2, support=H) is None
+    assert plan(R, S1, S2, 1e-3, 362, 1, H) is None
+    # four in each clump: each half keeps its supporters, and it splits
+    R, S1, S2, H = shares(4)
+    assert split_target(R, moments(R, S1, S2, 1e-3)[2], R * 368, least=1, d=2, support=H) == 2
