@@ -70,6 +70,8 @@ def test_a_status_flood_delays_no_alert_and_writes_only_what_changed(broker, coo
             c.disconnect()
             c.loop_stop()
     assert max(waiting) <= 2  # one message per device waits, whatever the flood
-    assert latency < 2.0, f"the alert waited {latency:.1f} s behind the flood"  # 4.6 s before, 0.5 s now
+    # 4.6 s before statuses were coalesced, 0.5-0.7 s since, alone; 2.2 s once in a whole-suite run on a machine
+    # half as fast (its schemathesis tests took twice as long): the bound leaves room for that, not for the old wait
+    assert latency < 3.0, f"the alert waited {latency:.1f} s behind the flood"
     status_writes = [w for w in writes if "alerts" not in w]  # the alert's own device upsert aside
     assert len(status_writes) <= 3, f"{len(status_writes)} device writes for {FLOOD} identical statuses"
