@@ -4,17 +4,14 @@ A device may publish on its status topic as often as it likes (at QoS 0 the brok
 acknowledgements). Each device's newest status supersedes its older ones, so only that one is kept: memory is
 one message per device whatever a device sends, and a superseded message is acknowledged unhandled. The worker
 handles alerts and uploads first and statuses in between (`take`), so a flood of statuses never delays another
-device's alerts; a status is written to the database only when it changes what is stored (`changed`)."""
+device's alerts; a status is written to the database only when it changes what is stored (coordinator.status).
+A `Presence` belongs to one connection: its acknowledgements are that connection's."""
 
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable
-from typing import Any
 
-#: how often an unchanged status still refreshes the device's last_seen (seconds)
-REFRESH = 60.0
 #: under a flood of alerts, PRESENCE_BATCH statuses are handled every PRESENCE_EVERY messages
 PRESENCE_EVERY, PRESENCE_BATCH = 200, 20
 
@@ -24,7 +21,6 @@ class Presence:
         self.ack = ack
         self.latest: dict[str, tuple[str, bytes, int, int]] = {}  # device -> its newest status message
         self.lock = threading.Lock()
-        self.written: dict[str, tuple[Any, float]] = {}  # device -> what was last written, and when
         self.superseded = 0
 
     def put(self, device: str, message: tuple[str, bytes, int, int]) -> None:
@@ -43,21 +39,6 @@ class Presence:
         with self.lock:
             devices = list(self.latest)[:n]
             return [self.latest.pop(d) for d in devices]
-
-    def forget_waiting(self) -> None:
-        """Drop the statuses waiting, unacknowledged (their connection is gone: the broker delivers them again)."""
-        with self.lock:
-            self.latest.clear()
-
-    def changed(self, device: str, state: Any) -> bool:
-        """Whether a status with this stored state must be written: it differs from the last one written, or
-        that one is REFRESH seconds old (last_seen)."""
-        last = self.written.get(device)
-        return last is None or last[0] != state or time.monotonic() - last[1] >= REFRESH
-
-    def wrote(self, device: str, state: Any) -> None:
-        """A status is stored (committed)."""
-        self.written[device] = (state, time.monotonic())
 
 
 def status_sender(topic: str) -> str | None:

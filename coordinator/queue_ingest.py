@@ -69,8 +69,8 @@ class QueueIngest:
         self.batch, self.wait, self.prefetch = batch, wait, prefetch
         self.stored = 0  # alerts stored by this worker (redeliveries not counted)
         #: the devices' newest statuses, and where they are written (the MQTT coordinator's code)
-        self.presence = Presence(lambda tag, qos: None)
-        self.statuses = StatusStore(sessions, self.presence)
+        #: where statuses are written (the MQTT coordinator's code); what waits is each connection's (`Presence`)
+        self.statuses = StatusStore(sessions)
         self.consuming = threading.Event()
 
     def run(self, stop: threading.Event) -> None:
@@ -114,7 +114,7 @@ class QueueIngest:
                 ch.basic_ack(tag)
 
             ingest = AlertIngest(self.sessions, confirm, ack, self.reject, self.limit)
-            self.presence.ack = ack  # this connection's delivery tags
+            presence = Presence(ack)  # the devices' newest statuses, unacknowledged on this connection
             arrived = [0]
 
             def on_alert(_ch: Any, method: Any, _props: Any, body: bytes) -> None:
@@ -124,7 +124,7 @@ class QueueIngest:
 
             def on_status(_ch: Any, method: Any, _props: Any, body: bytes) -> None:
                 topic = mqtt_topic(method.routing_key)
-                self.presence.put(status_sender(topic) or topic, (topic, body, method.delivery_tag, 1))
+                presence.put(status_sender(topic) or topic, (topic, body, method.delivery_tag, 1))
 
             ch.basic_qos(prefetch_count=self.prefetch)  # per consumer: each queue its own window
             ch.basic_consume(QUEUE, on_alert)
@@ -134,21 +134,20 @@ class QueueIngest:
             since_statuses = 0
             while not stop.is_set():
                 before = arrived[0]
-                conn.process_data_events(time_limit=0 if self.presence.waiting() else self.wait)
+                conn.process_data_events(time_limit=0 if presence.waiting() else self.wait)
                 came = arrived[0] - before
                 since_statuses += came
                 # statuses after alerts: when none came, and a few every PRESENCE_EVERY alert messages
-                if self.presence.waiting() and (came == 0 or since_statuses >= PRESENCE_EVERY):
+                if presence.waiting() and (came == 0 or since_statuses >= PRESENCE_EVERY):
                     since_statuses = 0
-                    for topic, body, tag, _ in self.presence.take(PRESENCE_BATCH):
+                    for topic, body, tag, _ in presence.take(PRESENCE_BATCH):
                         self.handle(ingest, mqtt_topic(topic), body, tag)  # its routing key
                         ch.basic_ack(tag)
                 if ingest.due(came == 0, self.batch, self.wait):
                     self._flush(ingest)
             if ingest.acks:
                 self._flush(ingest)
-        finally:
-            self.presence.forget_waiting()
+        finally:  # what waits unacknowledged goes with the connection: the broker delivers it again
             with suppress(Exception):
                 conn.close()
 

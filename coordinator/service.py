@@ -110,7 +110,7 @@ class Coordinator:
         self.client.on_message = self._on_message
         #: the devices' newest status messages, handled between alerts and uploads (coordinator/presence.py)
         self.presence = Presence(self.client.ack)
-        self.statuses = StatusStore(self.sessions, self.presence)
+        self.statuses = StatusStore(self.sessions)
         #: alerts each device may have stored per second (more wait on the device, unconfirmed, and come again)
         #: with several ingest workers, each admits its share of a device's rate
         limit = IngestLimit(alert_rate / ingest_workers, max(1.0, alert_burst / ingest_workers))

@@ -5,10 +5,11 @@ records have) is a column of its row, `capabilities`, not a coordinator's memory
 (a standby taking over, a driver that never heard the device's status because it arrived at another node or
 another process) reads it there (`online_devices`, `announced`). The MQTT coordinator and the ingest workers on a
 broker cluster (coordinator.queue_ingest) store statuses through the same `StatusStore`; a status is written only
-when it changes what is stored, or every presence.REFRESH seconds for last_seen."""
+when it changes what is stored, or every REFRESH seconds for last_seen."""
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,12 +17,14 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from coordinator.feedback import Reports
-from coordinator.presence import Presence
 from models.families import LEGACY_JOBS
 from store.db import Device, utcnow
 from store.records import insert_for
 from wire.messages import Envelope
 from wire.protocol import ABILITIES
+
+#: how often an unchanged status still refreshes the device's last_seen (seconds)
+REFRESH = 60.0
 
 MODEL_STATES = ("none", "loaded", "scoring", "refused")
 #: most job types, abilities and features one status may declare (more are ignored or refused)
@@ -90,11 +93,13 @@ def able(fleet: dict[str, Capable], job_type: str, needs: frozenset[str] = froze
 
 class StatusStore:
     """Writes devices' statuses (one upsert each: coordinators sharing a database may see a new device at once) and
-    the feedback effects they report; `presence` decides what is written (coordinator.presence)."""
+    the feedback effects they report. It remembers what it wrote for each device, so that a status is written only
+    when it changes what is stored (`changed`), whichever connection it came on."""
 
-    def __init__(self, sessions: sessionmaker[Session], presence: Presence):
-        self.sessions, self.presence = sessions, presence
+    def __init__(self, sessions: sessionmaker[Session]):
+        self.sessions = sessions
         self.reports = Reports(sessions)
+        self.written: dict[str, tuple[Any, float]] = {}  # device -> what was last written, and when
 
     def take(self, agent: str, env: Envelope) -> None:
         """One status message of `agent` (its kind already checked)."""
@@ -107,10 +112,10 @@ class StatusStore:
     def write(self, agent: str, is_online: bool, model: dict[str, Any] | None = None,
               able: dict[str, list[str]] | None = None) -> None:
         """Presence, model status and capabilities, written when they change (and last_seen at most every
-        presence.REFRESH s). An online status replaces the stored capabilities whole (a device whose program
+        REFRESH s). An online status replaces the stored capabilities whole (a device whose program
         changed may no longer have an ability); an offline one (`able` None: the broker's will) keeps them."""
         state = (is_online, model, able)
-        if not self.presence.changed(agent, state):
+        if not self.changed(agent, state):
             return
         values: dict[str, Any] = {"online": is_online, "last_seen": utcnow(),
                                   **({"model_status": model} if model is not None else {}),
@@ -119,4 +124,10 @@ class StatusStore:
             insert = insert_for(s)
             s.execute(insert(Device).values(id=agent, **values).on_conflict_do_update(index_elements=["id"],
                                                                                       set_=values))
-        self.presence.wrote(agent, state)
+        self.written[agent] = (state, time.monotonic())
+
+    def changed(self, device: str, state: Any) -> bool:
+        """Whether a status with this stored state must be written: it differs from the last one written, or
+        that one is REFRESH seconds old (last_seen)."""
+        last = self.written.get(device)
+        return last is None or last[0] != state or time.monotonic() - last[1] >= REFRESH
