@@ -32,7 +32,7 @@ from store import row_tables
 from store.db import Device, Job, JobState, ModelVersion, Round, RoundUpload, pack, unpack, utcnow
 from store.records import insert_for
 from wire.messages import envelope, read
-from wire.protocol import Envelope, ProtocolError, decode
+from wire.protocol import Envelope, ProtocolError, agent_topic, decode
 
 log = logging.getLogger("fedsentry.coordinator")
 
@@ -85,6 +85,10 @@ class JobRunner(ABC):
         self.repeated = 0
         #: answers to this round an earlier leader had stored (round_uploads)
         self.restored = 0
+        #: answers to this round ingest workers stored after it began (coordinator.upload_queue), and the devices
+        #: whose stored answer was taken (accepted or refused), so none is read twice
+        self.queued = 0
+        self.taken: set[str] = set()
         self.sampled: list[str] = []
         self.started_at = self.deadline = self.published_at = 0.0
         self.republish_s = REPUBLISH_S
@@ -209,17 +213,22 @@ class JobRunner(ABC):
         self.phase, self.sampled, self.pending, self.declined = phase, sampled, {}, {}
         self.previous = self.digests if rnd == self.round + 1 else {}
         self.refused, self.digests, self.unsaved, self.repeated, self.restored = {}, {}, [], 0, 0
+        self.taken, self.queued = set(), 0
         self.round = rnd
         self.started_at = time.monotonic()
         self.deadline = self.started_at + self.deadline_s
         msg = self.content(phase, {"phase": phase, "type": self.type, "sampled": sampled,
                                    "algorithm": self.algorithm_name})
         self.message = envelope(msg, self.job_id, rnd, "coordinator").encode()
+        # the round is written before it is published: an ingest worker storing answers (coordinator.upload_queue)
+        # reads the round a job is in from its row, and no device can answer a round before that
+        self.set_job(status="running", phase=phase, current_round=rnd)
         self.publish(self.job_topic, self.message, True)
         self.published_at = self.started_at
-        self.set_job(status="running", phase=phase, current_round=rnd)
         log.info("job=%s round=%s phase=%s sampled=%d", self.job_id, rnd, phase, len(sampled))
-        self.restore_uploads()
+        self.restored = self.take_stored()
+        if self.restored:
+            log.info("job=%s round=%s took %d stored answers", self.job_id, self.round, self.restored)
 
     def sample(self, phase: str, rnd: int) -> None:
         """Start a round with the job's seeded share of the participants."""
@@ -310,22 +319,30 @@ class JobRunner(ABC):
         del self.unsaved[:len(rows)]  # only once committed: the database being down keeps them for the next try
         return len(rows)
 
-    def restore_uploads(self) -> None:
-        """Take the stored answers to the round just begun (an earlier leader accepted them) as if they came now:
-        nothing already answered is asked for again."""
+    def take_stored(self, refuse: Callable[[str, str, str], object] | None = None) -> int:
+        """Take the answers to this round stored and not taken yet (an earlier leader's, or the ingest workers'
+        when answers go through the queue) as if they came now: nothing stored is asked for again. An answer
+        refused is counted by `refuse` (reason, detail, topic), or logged. Returns how many were accepted."""
+        where = (RoundUpload.job_id == self.job_id, RoundUpload.round == self.round, RoundUpload.phase == self.phase)
         with self.sessions() as s:
+            new = [d for d in s.scalars(select(RoundUpload.device).where(*where)) if d not in self.taken]
             rows = list(s.execute(select(RoundUpload.device, RoundUpload.payload).where(
-                RoundUpload.job_id == self.job_id, RoundUpload.round == self.round, RoundUpload.phase == self.phase)))
+                *where, RoundUpload.device.in_(new)))) if new else []
+        accepted = 0
         for device, payload in rows:
+            self.taken.add(device)
             try:
                 env = decode(payload)
                 if env.sender != device:
                     raise ProtocolError("sender", f"stored answer of {device!r} names {env.sender!r}")
-                self.restored += self.accept(env, payload, stored=True)
+                accepted += self.accept(env, payload, stored=True)
             except ProtocolError as e:
-                log.warning("job=%s round=%s stored answer of %s not taken: %s", self.job_id, self.round, device, e)
-        if rows:
-            log.info("job=%s round=%s took %d stored answers", self.job_id, self.round, self.restored)
+                if refuse is None:
+                    log.warning("job=%s round=%s stored answer of %s not taken: %s", self.job_id, self.round,
+                                device, e)
+                else:
+                    refuse(e.reason, e.detail, agent_topic(device, "upload"))
+        return accepted
 
     def tick(self) -> bool:
         """Close the round if everyone answered or the deadline passed; True when the job is over."""
@@ -343,7 +360,7 @@ class JobRunner(ABC):
                                    "dropouts": len(self.sampled) - len(answered)}
         if self.declined:
             metrics["declined"] = dict(self.declined)
-        for name in ("restored", "repeated"):
+        for name in ("restored", "queued", "repeated"):
             if getattr(self, name):
                 metrics[name] = getattr(self, name)
         metrics.update(self.close(answered))

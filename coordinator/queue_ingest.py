@@ -25,6 +25,7 @@ from coordinator.ingest import AlertIngest
 from coordinator.ingest_limit import IngestLimit
 from coordinator.presence import PRESENCE_BATCH, PRESENCE_EVERY, Presence, status_sender
 from coordinator.status import StatusStore
+from coordinator.upload_queue import UploadIngest
 from wire.protocol import PREFIX, ProtocolError, agent_message
 
 log = logging.getLogger("fedsentry.coordinator")
@@ -36,6 +37,11 @@ ROUTING_KEY = PREFIX.replace("/", ".") + ".agents.*.alerts"
 #: the queue of the agents' statuses, read by one worker at a time, and its routing key
 STATUS_QUEUE = "fedsentry.status"
 STATUS_KEY = PREFIX.replace("/", ".") + ".agents.*.status"
+#: the queue of the agents' answers to rounds (stored for the jobs' drivers: coordinator.upload_queue)
+UPLOAD_QUEUE = "fedsentry.uploads"
+UPLOAD_KEY = PREFIX.replace("/", ".") + ".agents.*.upload"
+#: answers a worker holds unacknowledged at most (one can be megabytes: a recommendation job's item factors)
+UPLOAD_PREFETCH = 64
 #: statuses the queue keeps at most (the oldest dropped beyond): a flood cannot grow the broker without bound, and a
 #: device's newest status is the one that counts
 STATUS_BACKLOG = 100_000
@@ -105,6 +111,8 @@ class QueueIngest:
             ch.queue_declare(STATUS_QUEUE, durable=True, arguments={
                 "x-queue-type": "quorum", "x-single-active-consumer": True, "x-max-length": STATUS_BACKLOG})
             ch.queue_bind(STATUS_QUEUE, "amq.topic", STATUS_KEY)
+            ch.queue_declare(UPLOAD_QUEUE, durable=True, arguments={"x-queue-type": "quorum"})
+            ch.queue_bind(UPLOAD_QUEUE, "amq.topic", UPLOAD_KEY)
             persistent = pika.BasicProperties(delivery_mode=2)
 
             def confirm(topic: str, payload: bytes) -> None:
@@ -114,12 +122,13 @@ class QueueIngest:
                 ch.basic_ack(tag)
 
             ingest = AlertIngest(self.sessions, confirm, ack, self.reject, self.limit)
+            uploads = UploadIngest(self.sessions, self.reject, ack, confirm)
             presence = Presence(ack)  # the devices' newest statuses, unacknowledged on this connection
             arrived = [0]
 
             def on_alert(_ch: Any, method: Any, _props: Any, body: bytes) -> None:
                 arrived[0] += 1
-                if self.handle(ingest, method.routing_key, body, method.delivery_tag) != "buffered":
+                if self.handle(ingest, uploads, method.routing_key, body, method.delivery_tag) != "buffered":
                     ch.basic_ack(method.delivery_tag)
 
             def on_status(_ch: Any, method: Any, _props: Any, body: bytes) -> None:
@@ -128,6 +137,8 @@ class QueueIngest:
 
             ch.basic_qos(prefetch_count=self.prefetch)  # per consumer: each queue its own window
             ch.basic_consume(QUEUE, on_alert)
+            ch.basic_qos(prefetch_count=UPLOAD_PREFETCH)
+            ch.basic_consume(UPLOAD_QUEUE, on_alert)
             ch.basic_qos(prefetch_count=STATUS_PREFETCH)
             ch.basic_consume(STATUS_QUEUE, on_status)
             self.consuming.set()
@@ -141,12 +152,15 @@ class QueueIngest:
                 if presence.waiting() and (came == 0 or since_statuses >= PRESENCE_EVERY):
                     since_statuses = 0
                     for topic, body, tag, _ in presence.take(PRESENCE_BATCH):
-                        self.handle(ingest, mqtt_topic(topic), body, tag)  # its routing key
+                        self.handle(ingest, uploads, mqtt_topic(topic), body, tag)  # its routing key
                         ch.basic_ack(tag)
                 if ingest.due(came == 0, self.batch, self.wait):
                     self._flush(ingest)
+                if uploads.due(came == 0, UPLOAD_PREFETCH, self.wait):
+                    uploads.flush()
             if ingest.acks:
                 self._flush(ingest)
+            uploads.flush()
         finally:  # what waits unacknowledged goes with the connection: the broker delivers it again
             with suppress(Exception):
                 conn.close()
@@ -156,9 +170,9 @@ class QueueIngest:
         ingest.flush()
         self.stored += ingest.stored - before
 
-    def handle(self, ingest: AlertIngest, routing_key: str, body: bytes, tag: int) -> str:
-        """One message from a queue: "buffered" (an alert, acknowledged with its batch) or "done" (a status stored,
-        or a message refused and counted)."""
+    def handle(self, ingest: AlertIngest, uploads: UploadIngest, routing_key: str, body: bytes, tag: int) -> str:
+        """One message from a queue: "buffered" (an alert or an answer, acknowledged with its batch) or "done" (a
+        status stored, or a message refused and counted)."""
         topic = mqtt_topic(routing_key)
         try:
             agent, what, env = agent_message(topic, body)
@@ -167,6 +181,9 @@ class QueueIngest:
             if what == "status" and env.kind == "status":
                 self.statuses.take(agent, env)
                 return "done"
+            if what == "upload":
+                uploads.buffer(agent, env, topic, body, tag)
+                return "buffered"
             raise ProtocolError("kind", f"{env.kind} on {topic}")
         except ProtocolError as e:
             self.reject(e.reason, e.detail, topic)

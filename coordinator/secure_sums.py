@@ -40,6 +40,13 @@ def step_of(phase: str) -> tuple[str, str] | None:
     return (name, step) if step else None
 
 
+def never_stored(phase: str) -> bool:
+    """Whether the answers of a phase must never be stored: the shares revealed to unmask a secure sum are used to
+    decode it and dropped (a coordinator taking over asks for them again)."""
+    at = step_of(phase)
+    return at is not None and at[1] == "unmask"
+
+
 class SecureSums(JobRunner):
     """The step logic of a job's secure sums (a job runner that has some mixes this in)."""
 
@@ -59,8 +66,7 @@ class SecureSums(JobRunner):
     def keeps_answers(self) -> bool:
         """The shares revealed to unmask a sum are used to decode it and never saved (a coordinator taking over asks
         for them again); every other answer is kept until its round closes."""
-        at = step_of(self.phase)
-        return at is None or at[1] != "unmask"
+        return not never_stored(self.phase)
 
     def reply_type(self, phase: str) -> MessageType | None:
         at = step_of(phase)

@@ -30,7 +30,7 @@ from coordinator.ingest_limit import IngestLimit
 from coordinator.job_runner import JobRunner, LeadershipLostError
 from coordinator.models_service import publish_promoted
 from coordinator.presence import PRESENCE_BATCH, PRESENCE_EVERY, Presence, status_sender
-from coordinator.queue_ingest import QueueIngest
+from coordinator.queue_ingest import QueueIngest, check_queue_url
 from coordinator.status import StatusStore
 from models.families import family, job_spec
 from store.db import Alert, FlaggedRecord, Job, Rejection, Round, make_engine, migrate, session_factory, utcnow
@@ -40,8 +40,10 @@ from store.singleton import Locks
 from wire.mqtt import make_client, parse_broker_url
 from wire.protocol import (
     AGENT_SUBSCRIPTIONS,
+    DRIVER_SUBSCRIPTION,
     ProtocolError,
     agent_message,
+    handed_agent_topic,
     job_topic,
 )
 
@@ -51,6 +53,7 @@ ALERT_BATCH = 2000  # alerts stored in one transaction at most
 ALERT_WAIT = 0.05  # seconds an alert may wait for its batch
 HOUSEKEEPING = (0.05, 1.0)  # database polling interval: after activity, and at most
 MODEL_REPUBLISH = 600.0  # seconds between publications of the promoted models again (retained is per node on a cluster)
+ANSWERS_READ = 0.1  # seconds between reads of the answers ingest workers stored (answers through the queue)
 ELSEWHERE_READ = 0.2  # seconds between reads of the active jobs for answers to a job not led here
 
 
@@ -77,6 +80,12 @@ class Coordinator:
         self.roles = frozenset(roles)
         #: on a RabbitMQ cluster, alerts come from a quorum queue (coordinator/queue_ingest.py), not a subscription
         self.queue = list(queue_urls or []) if "ingest" in self.roles else []
+        #: and the answers to rounds too: the ingest workers store them, the driver takes them from round_uploads
+        #: (coordinator/upload_queue.py); those never stored come from the workers on the drivers' topic
+        self.answers_queued = bool(queue_urls) and "driver" in self.roles
+        for url in queue_urls or []:
+            check_queue_url(url)
+        self._answers_read = 0.0
         self.retention_days = retention_days
         self._pruned = -1e9
         self.instance = f"{client_id}-{uuid.uuid4().hex[:8]}"
@@ -147,9 +156,14 @@ class Coordinator:
         if reason_code.is_failure:
             log.error("broker refused the coordinator: %s", reason_code)
             return
-        # with a queue, this process's alerts and statuses come from it (coordinator.queue_ingest)
-        topics = {t for r in self.roles for t in ROLE_TOPICS[r]} - ({"alerts", "status"} if self.queue else set())
-        client.subscribe([(topic, qos) for topic, qos in AGENT_SUBSCRIPTIONS if topic.rsplit("/", 1)[1] in topics])
+        # with a queue, this process's alerts and statuses come from it (coordinator.queue_ingest), and a driver's
+        # answers from the table the ingest workers store them in
+        topics = ({t for r in self.roles for t in ROLE_TOPICS[r]} - ({"alerts", "status"} if self.queue else set())
+                  - ({"upload"} if self.answers_queued else set()))
+        wanted = [(topic, qos) for topic, qos in AGENT_SUBSCRIPTIONS if topic.rsplit("/", 1)[1] in topics]
+        wanted += [DRIVER_SUBSCRIPTION] if self.answers_queued else []
+        if wanted:  # an ingest worker reading the queue subscribes to nothing (paho refuses an empty list)
+            client.subscribe(wanted)
         self.connected.set()
         log.info("coordinator connected to %s:%s", self.broker.host, self.broker.port)
 
@@ -237,10 +251,19 @@ class Coordinator:
         acks, self._upload_acks = self._upload_acks, []
         for mid, qos in acks:
             self.client.ack(mid, qos)
+        if self.answers_queued and time.monotonic() - self._answers_read >= ANSWERS_READ:
+            self._answers_read = time.monotonic()
+            for job_id, runner in list(self.jobs.items()):
+                if runner.phase not in ("waiting", "finished", "failed"):
+                    self._isolated(job_id, runner, f"taking the stored answers to round {runner.round}",
+                                   partial(self._take_stored, runner))
         for job_id, runner in list(self.jobs.items()):
             if runner.phase != "waiting" and self._isolated(job_id, runner, f"closing round {runner.round}",
                                                             runner.tick):
                 self._release(job_id)
+
+    def _take_stored(self, runner: JobRunner) -> None:
+        runner.queued += runner.take_stored(self.reject)
 
     def housekeeping(self) -> bool:
         """What needs the database: claim and renew jobs, start those whose agents are online, store
@@ -407,7 +430,7 @@ class Coordinator:
     def handle(self, topic: str, payload: bytes, mid: int = 0, qos: int = 0) -> str:
         """Validate and dispatch one message; "buffered" when it is acknowledged later (alerts)."""
         try:
-            agent, what, env = agent_message(topic, payload)
+            agent, what, env = agent_message(handed_agent_topic(topic) or topic, payload)
             if what == "status" and env.kind == "status":
                 self.statuses.take(agent, env)
             elif what == "alerts" and env.kind in ("alert", "alerts"):

@@ -87,7 +87,7 @@ class Job(Base):
     algorithm: Mapped[str] = mapped_column(String(32))
     params: Mapped[dict[str, Any]] = mapped_column(JSON)
     status: Mapped[str] = mapped_column(String(16), default="pending")  # pending running finished failed cancelled
-    phase: Mapped[str] = mapped_column(String(16), default="waiting")
+    phase: Mapped[str] = mapped_column(String(64), default="waiting")
     current_round: Mapped[int] = mapped_column(Integer, default=0)
     error: Mapped[str | None] = mapped_column(String(500), nullable=True)
     leader: Mapped[str | None] = mapped_column(String(64), nullable=True)
@@ -102,7 +102,7 @@ class JobState(Base):
     __tablename__ = "job_state"
     job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True)
     round: Mapped[int] = mapped_column(Integer)
-    phase: Mapped[str] = mapped_column(String(16))
+    phase: Mapped[str] = mapped_column(String(64))
     participants: Mapped[list[Any]] = mapped_column(JSON)  # written when it changes (the statistics phase)
     counts: Mapped[list[Any] | None] = mapped_column(JSON, nullable=True)  # each participant's records, likewise
     info: Mapped[dict[str, Any]] = mapped_column(JSON)  # rng state, preprocessing, ...
@@ -130,7 +130,7 @@ class RoundUpload(Base):
     job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True)
     round: Mapped[int] = mapped_column(Integer, primary_key=True)
     device: Mapped[str] = mapped_column(String(64), primary_key=True)
-    phase: Mapped[str] = mapped_column(String(16))
+    phase: Mapped[str] = mapped_column(String(64))
     payload: Mapped[bytes] = mapped_column(LargeBinary)  # the message as the device sent it
 
 
@@ -138,7 +138,7 @@ class Round(Base):
     __tablename__ = "rounds"
     job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True)
     round: Mapped[int] = mapped_column(Integer, primary_key=True)
-    phase: Mapped[str] = mapped_column(String(16))
+    phase: Mapped[str] = mapped_column(String(64))
     sampled: Mapped[list[Any]] = mapped_column(JSON)
     answered: Mapped[list[Any]] = mapped_column(JSON)
     metrics: Mapped[dict[str, Any]] = mapped_column(JSON)

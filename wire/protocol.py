@@ -65,6 +65,20 @@ def agent_topic(agent: str, what: str) -> str:
     return f"{PREFIX}/agents/{agent}/{what}"
 
 
+def driver_topic(agent: str) -> str:
+    """Where an ingest worker passes on, unstored, an agent's answer that must never be stored (coordinator.
+    upload_queue) for the job's driver: written by coordinators only, so the worker's check of the sender holds."""
+    return f"{PREFIX}/drivers/{agent}/upload"
+
+
+def handed_agent_topic(topic: str) -> str | None:
+    """The agent topic an answer on a `driver_topic` came in on, None for any other topic."""
+    parts = topic.split("/")
+    if len(parts) == 5 and "/".join(parts[:3]) == f"{PREFIX}/drivers" and parts[4] == "upload":
+        return agent_topic(parts[3], "upload")
+    return None
+
+
 #: what an agent's program can do beyond taking part in its families, declared in its status message (an older
 #: agent declares nothing): "dp", it adds its share of the noise to a differentially private job's sums (an agent
 #: without it would send its values without noise into a sum whose noise was shared out for it)
@@ -74,6 +88,8 @@ AGENT_SUBSCRIPTIONS = [(f"{PREFIX}/agents/+/{what}", 1) for what in ("status", "
 #: alert ids confirmed per "ack" message at most
 ACK_IDS_PER_MESSAGE = 1000
 JOB_SUBSCRIPTION = f"{PREFIX}/jobs/+/round"
+#: what drivers read when the agents' answers go through the ingest workers' queue
+DRIVER_SUBSCRIPTION = (f"{PREFIX}/drivers/+/upload", 1)
 
 
 def parse_agent_topic(topic: str) -> tuple[str, str]:

@@ -41,10 +41,11 @@ def register(groups: dict[str, Any], verbs: Any) -> None:
                         "processes of each role may share one PostgreSQL database (README: Several coordinators)")
     c.add_argument("--queue", action="append", metavar="URL",
                    default=os.environ.get("FEDSENTRY_QUEUE_URLS", "").split() or None,
-                   help="ingest from RabbitMQ: read alerts from a quorum queue on amq.topic at this AMQP URL "
-                        "(amqp://user:password@host:5672/; repeat for the cluster's nodes, tried in turn; default the "
-                        "space-separated URLs of $FEDSENTRY_QUEUE_URLS, which keeps their passwords out of the process "
-                        "list) instead of subscribing to them")
+                   help="on RabbitMQ: ingest workers read alerts, statuses and the answers to rounds from quorum "
+                        "queues on amq.topic at this AMQP URL (amqp://user:password@host:5672/; repeat for the "
+                        "cluster's nodes, tried in turn; default the space-separated URLs of $FEDSENTRY_QUEUE_URLS, "
+                        "which keeps their passwords out of the process list) instead of subscribing to them, and "
+                        "store the answers for the drivers; a driver given it takes the answers from the database")
     c.add_argument("--ingest-workers", type=positive_int, default=1, metavar="N",
                    help="how many ingest processes share the alerts: each admits 1/N of a device's alert rate "
                         "(default 1)")
@@ -273,8 +274,6 @@ def run_coordinator(args: argparse.Namespace) -> int:
     try:
         if args.role not in ("all", "driver", "ingest"):  # from $FEDSENTRY_ROLE (argparse checks the flag)
             raise ValueError(f"$FEDSENTRY_ROLE: {args.role!r} is not one of all, driver, ingest")
-        if args.queue and args.role == "driver":
-            raise ValueError("--queue: a driver reads no alerts; the queue is for --role ingest or all")
         roles = ("driver", "ingest") if args.role == "all" else (args.role,)
         coord = Coordinator(url, args.db, client_id=args.client_id,
                             username=username, password=password, tls=args.tls, ca_cert=args.ca_cert,

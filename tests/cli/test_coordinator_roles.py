@@ -10,7 +10,7 @@ from fedsentry.cli import main
 @pytest.mark.parametrize("args, env, said", [
     (["--queue", "http://user:secret@host/"], {}, "--queue: http://host... is not an AMQP URL"),
     (["--queue", "amqp://"], {}, "--queue: amqp://... is not an AMQP URL"),
-    (["--role", "driver", "--queue", "amqp://u:p@host/"], {}, "--queue: a driver reads no alerts"),
+    (["--role", "driver", "--queue", "http://user:secret@host/"], {}, "--queue: http://host... is not an AMQP URL"),
     ([], {"FEDSENTRY_ROLE": "boss"}, "$FEDSENTRY_ROLE: 'boss' is not one of all, driver, ingest"),
 ])
 def test_bad_role_settings_are_refused_by_name(args, env, said, tmp_path, capsys, monkeypatch):

@@ -13,12 +13,14 @@ import sys
 import threading
 import time
 
+import numpy as np
 import paho.mqtt.client as mqtt
 import pytest
 from sqlalchemy import func, select, text
+from sqlalchemy.exc import ProgrammingError
 from sqlalchemy.orm import Session
 
-from coordinator.queue_ingest import QUEUE, STATUS_QUEUE
+from coordinator.queue_ingest import QUEUE, STATUS_QUEUE, UPLOAD_QUEUE
 from store.db import Alert, Device, make_engine
 from tests.integration.conftest import wait_until
 from tests.rabbitmq_cluster import HAVE_RABBITMQ, RabbitCluster
@@ -251,3 +253,89 @@ def test_bench_ingest_times_one_and_two_workers_and_prints_their_ratio(cluster, 
     assert result["runs"][0]["timed_alerts"] > 0 and result["runs"][0]["ratio"] == 1.0
     assert all(r["alerts_per_s"] > 0 for r in result["runs"]) and result["runs"][1]["ratio"] > 0
     assert "| 2 |" in (tmp_path / "ingest-workers.md").read_text()
+
+
+def test_answers_go_through_the_queue_and_a_private_job_equals_the_simulator(cluster, postgres_url, tmp_path,
+                                                                             traffic):
+    """Issue 27, point 2: the answers to rounds go through the ingest workers' quorum queue. A private PCA job
+    (every kind of answer: statistics, keys, shares, masked uploads, and the revealed shares that are never stored)
+    with a `--role driver --queue` process that subscribes to no answers, one `--role ingest` worker and four agents
+    on a third node: each answer the driver took came from round_uploads, but the revealed shares, which the worker
+    passed on unstored; the model is the simulator's private mode's."""
+    pytest.importorskip("cryptography", reason="private mode needs the cryptography package (the dev extra has it)")
+    from models.families import job_spec
+    from models.pca.simulator import simulate_pca
+    from store.db import Job, ModelVersion, Round, session_factory, unpack
+    from store.jobs import create_job
+    from tests.integration.conftest import Fleet, parts_for
+
+    for i, p in enumerate(cluster.procs):  # a test before may have stopped one
+        if p.poll() is not None:
+            cluster.start_node(i)
+    n, rank, seed = 4, 3, 1
+    devices = [f"qd-{i}" for i in range(n)]
+    for d in devices:
+        cluster.add_user(d)
+    password = cluster.passwords["coordinator"]
+    amqp = " ".join(f"amqp://coordinator:{password}@127.0.0.1:{node['amqp']}/%2F" for node in cluster.nodes)
+    log = (tmp_path / "ingest.log").open("w")
+    worker = _ingest_worker(cluster, "ing-q", postgres_url, log)
+    driver = subprocess.Popen(
+        [sys.executable, "-m", "fedsentry.cli", "coordinator", "--role", "driver", "--client-id", "drv-q",
+         "--username", "coordinator", "--db", postgres_url, "--broker", f"mqtt://127.0.0.1:{cluster.nodes[1]['mqtt']}"],
+        env={**os.environ, "FEDSENTRY_QUEUE_URLS": amqp, "FEDSENTRY_MQTT_PASSWORD": password},
+        stdout=subprocess.DEVNULL, stderr=(tmp_path / "driver.log").open("w"))
+    data, split = traffic
+    parts = parts_for(split, n)
+    fleet = Fleet(f"mqtt://127.0.0.1:{cluster.nodes[2]['mqtt']}", tmp_path)
+    engine = make_engine(postgres_url)
+
+    def reading(queue: str) -> bool:
+        out = cluster.ctl(0, "list_consumers", "queue_name", "--quiet", "--no-table-headers")
+        return queue in out.split()
+
+    try:  # the worker made its queues (what agents publish before is not routed to them)
+        wait_until(lambda: reading(UPLOAD_QUEUE) and reading(STATUS_QUEUE), 60, "the worker reading its queues")
+        for d, p in zip(devices, parts, strict=True):
+            fleet.add(d, p, data.feature_names, username=d, password=cluster.passwords[d])
+
+        def online() -> int:  # the coordinators make the tables as they start
+            with Session(engine) as s:
+                try:
+                    return s.scalar(select(func.count()).select_from(Device).where(Device.online)) or 0
+                except ProgrammingError:
+                    return 0
+
+        wait_until(lambda: online() == n, 60, "the agents online")
+        create_job(session_factory(engine), "pq", job_spec("pca", {
+            "algorithm": "fedmm", "features": data.feature_names, "rank": rank, "seed": seed, "private": True,
+            "min_agents": n, "deadline": 30.0}))
+
+        def status() -> str:
+            with Session(engine) as s:
+                return s.get(Job, "pq").status
+
+        wait_until(lambda: status() in ("finished", "failed"), 120, "the private job through the queue")
+        with Session(engine) as s:
+            rounds = s.query(Round).filter_by(job_id="pq").order_by(Round.round).all()
+            assert status() == "finished", [r.metrics for r in rounds[-2:]]
+            mv = s.query(ModelVersion).filter_by(job_id="pq").one()
+            Z, threshold = unpack(mv.arrays)["Z"], mv.info["threshold"]
+    finally:
+        fleet.close()
+        for p in (driver, worker):
+            p.send_signal(signal.SIGTERM)
+        for p in (driver, worker):
+            p.wait(timeout=30)
+        engine.dispose()
+    unmask = [r for r in rounds if r.phase.endswith(":unmask")]
+    stored = [r for r in rounds if not r.phase.endswith(":unmask")]
+    assert unmask and stored
+    for r in stored:  # every answer the driver took came from the table the worker stored it in
+        took = r.metrics.get("queued", 0) + r.metrics.get("restored", 0)
+        assert r.answered and took == len(r.answered), (r.phase, r.metrics)
+    for r in unmask:  # the revealed shares were passed on, never stored
+        assert len(r.answered) == n and not r.metrics.get("queued") and not r.metrics.get("restored"), r.metrics
+    sim = simulate_pca(parts, split.X_test, split.y_test, data.feature_names, rank=rank, seed=seed, private=True)
+    np.testing.assert_allclose(Z @ Z.T, sim["Z"] @ sim["Z"].T, atol=1e-6)
+    assert threshold == pytest.approx(sim["threshold"], rel=1e-6)
