@@ -32,6 +32,7 @@ import statistics
 import sys
 import tempfile
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -163,7 +164,7 @@ def measure(url: str, folder: Path, job_type: str, algorithm: str, n: int, sampl
     dataset = settings.pop("dataset")
     if rounds is not None:
         settings["rounds"] = rounds
-    job = f"scale-{job_type}-{algorithm}-{n}-{os.getpid()}"
+    job = f"scale-{job_type}-{algorithm}-{uuid.uuid4().hex[:8]}"  # one length: the bytes it adds to each message
     loop = Loopback(url, job_type, algorithm, settings, people, job=job)
     runner = loop.runner
     if promoted is not None:
