@@ -241,7 +241,7 @@ def fleet_message(runner: Any, n: int, sampled_phases: set[str]) -> tuple[int, i
     sample = list(runner.participants)
     runner.participants = (sample + [f"dev-{i:07d}" for i in range(len(sample), n)])[:n]
     runner.counts = (list(runner.counts) + [float(np.median(runner.counts))] * n)[:n]
-    runner._index, runner._weights = {}, np.zeros(0)  # the runner's caches of its participants
+    # the runner rebuilds its index and weights of the participants when their number changes
     phase = next(p.name for p in runner.phase_table() if p.name in sampled_phases)
     published: list[bytes] = []
     runner.publish = lambda topic, payload, retain: published.append(payload)
