@@ -6,8 +6,8 @@ import argparse
 import shlex
 from typing import Any
 
-from fedsentry.bench import agent_memory, api, detection, fleet, ingest, rounds, secagg
-from fedsentry.cli.common import positive_int, share
+from fedsentry.bench import agent_memory, api, detection, fleet, ingest, rounds, scale, secagg
+from fedsentry.cli.common import positive_float, positive_int, share
 from fedsentry.errors import UsageError
 from models.families import DEFAULT_DETECTOR, DETECTORS
 
@@ -20,6 +20,32 @@ def register(groups: dict[str, Any], verbs: Any) -> None:
     register_agent_memory(groups)
     register_detection(groups)
     register_secagg(groups)
+    register_scale(groups)
+
+
+def register_scale(groups: dict[str, Any]) -> None:
+    p = groups["bench"].add_parser("scale", help="what a fleet of N devices costs, per family: round message and "
+                                   "upload bytes, server step per round, rounds/s and upload messages/s, alert rows/s, "
+                                   "memory (sampled devices run for real, the rest extrapolated)")
+    p.add_argument("--devices", type=positive_int, nargs="+", default=[100_000, 1_000_000],
+                   help="fleet sizes N (default 100000 1000000)")
+    p.add_argument("--sample", type=positive_int, default=20,
+                   help="devices that run for real per family, at least 2 (default 20)")
+    p.add_argument("--repeats", type=positive_int, default=5,
+                   help="timed rounds of all the sample and of one device, each; the fastest counts (default 5)")
+    p.add_argument("--rounds", type=positive_int, help="training rounds of the sample's jobs (default: each job's own, "
+                   "30); the round costs do not depend on it")
+    p.add_argument("--alerts", type=positive_int, default=20_000, help="alerts stored to time the ingest (default "
+                   "20000)")
+    p.add_argument("--alerts-per-device-hour", type=positive_float, default=10.0,
+                   help="alerts a device sends per hour, for the rate a fleet needs (default 10: 10^7/h at 10^6)")
+    p.add_argument("--db", metavar="URL", help="a PostgreSQL server: a scratch database is created there and "
+                   "dropped afterwards (default: SQLite in a temporary folder)")
+    p.add_argument("--data-dir", help="where named datasets live (nsl-kdd is used when present, synthetic otherwise)")
+    p.add_argument("--out", default="benchmarks/results",
+                   help="folder for scale.md, scale-postgresql.md with --db (default benchmarks/results)")
+    p.add_argument("--json", metavar="PATH", help="write the results as JSON (- for stdout)")
+    p.set_defaults(func=scale.run)
 
 
 def register_secagg(groups: dict[str, Any]) -> None:

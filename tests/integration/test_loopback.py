@@ -10,9 +10,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from edge_agent.detector_participant import TrainingBuffer
-from edge_agent.sources import Batch
 from edge_agent.store import AgentStore
+from fedsentry.runs.loopback import Loopback, detector_participants
 from models.dictionary import FEDERATED as DICT
 from models.dictionary.simulator import simulate_dictionary
 from models.families import FAMILIES, family, job_spec
@@ -31,9 +30,7 @@ from models.recsys.simulator import prepare_clients as prepare_ratings
 from models.recsys.simulator import run_federated as run_recsys
 from models.recsys.synthetic import generate_ratings
 from models.synthetic import generate_traffic
-from store.db import Job as JobRow
-from store.db import ModelVersion, make_engine, migrate, session_factory, unpack
-from store.jobs import create_job
+from store.db import unpack
 from wire.model import detector_from_envelope, stored_envelope
 from wire.protocol import decode
 
@@ -58,36 +55,6 @@ def test_every_registered_algorithm_is_covered():
     assert set(FAMILIES) == {"pca", "gmm", "dict", "otmap", "recsys"}
 
 
-class Loopback:
-    """A job runner and its participants, messages passed as bytes, rounds closed as soon as all answer."""
-
-    def __init__(self, tmp, job_type: str, algorithm: str, settings: dict, participants: list, job: str = "loop"):
-        engine = make_engine(f"sqlite:///{tmp}/loop.db")
-        migrate(engine)
-        self.sessions, self.job = session_factory(engine), job
-        create_job(self.sessions, job, job_spec(job_type, {**settings, "algorithm": algorithm}))
-        with self.sessions() as s:
-            row = s.get(JobRow, job)
-        self.outbox: list[bytes] = []
-        runner_cls = family(job_type).load_runner()
-        self.runner = runner_cls(row, self.sessions, lambda topic, payload, retain: self.outbox.append(payload),
-                                 f"fedsentry/v1/jobs/{job}/round")
-        self.participants = participants
-
-    def run(self) -> ModelVersion:
-        self.runner.start(sorted(p.id for p in self.participants))
-        while self.runner.phase not in ("finished", "failed"):
-            message = self.outbox.pop()
-            for p in self.participants:
-                reply = p.on_round(decode(message))
-                if reply is not None:
-                    self.runner.accept(decode(reply.encode()))
-            assert self.runner.tick() or self.runner.phase != "waiting"
-        assert self.runner.phase == "finished", self.runner.phase
-        with self.sessions() as s:
-            return s.query(ModelVersion).filter_by(job_id=self.job).one()
-
-
 @pytest.fixture(scope="module")
 def traffic():
     data = generate_traffic(n_devices=12, records_per_device=200, seed=5)
@@ -98,13 +65,7 @@ def traffic():
 
 def pca_participants(tmp_path, features, parts, job_type: str = "pca") -> list:
     """One participant per partition, each with its records in its training buffer."""
-    out = []
-    for i, X in enumerate(parts):
-        store = AgentStore(tmp_path / f"dev-{i:02d}")
-        buffer = TrainingBuffer(store)
-        buffer.add(Batch(features, X))
-        out.append(family(job_type).load_participant()(f"dev-{i:02d}", store, buffer))
-    return out
+    return detector_participants(tmp_path, job_type, features, parts)
 
 
 @pytest.mark.parametrize(("algorithm", "params"), PCA_CASES, ids=[f"{a}{p or ''}" for a, p in PCA_CASES])

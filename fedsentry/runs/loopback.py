@@ -1,0 +1,79 @@
+"""A job without a broker: the coordinator's job runner and the agents' participants exchanging real encoded
+envelopes in one process, over a real database. Tests pin deployment to simulation with it; `bench scale`
+measures a round's messages and the server step with it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from models.families import family, job_spec
+from store.db import Job, ModelVersion, make_engine, migrate, session_factory
+from store.jobs import create_job
+from wire.protocol import decode
+
+
+class Loopback:
+    """A job runner and its participants, messages passed as bytes, rounds closed as soon as all answer."""
+
+    def __init__(self, db: str | Path, job_type: str, algorithm: str, settings: dict[str, Any], participants: list,
+                 job: str = "loop"):
+        """`db`: a database URL, or a folder for a SQLite file."""
+        url = db if isinstance(db, str) and "://" in db else f"sqlite:///{db}/loop.db"
+        self.engine = make_engine(url)
+        migrate(self.engine)
+        self.sessions, self.job = session_factory(self.engine), job
+        create_job(self.sessions, job, job_spec(job_type, {**settings, "algorithm": algorithm}))
+        with self.sessions() as s:
+            row = s.get(Job, job)
+        self.outbox: list[bytes] = []
+        runner_cls = family(job_type).load_runner()
+        self.runner = runner_cls(row, self.sessions, lambda topic, payload, retain: self.outbox.append(payload),
+                                 f"fedsentry/v1/jobs/{job}/round")
+        self.participants = participants
+
+    def start(self) -> None:
+        self.runner.start(sorted(p.id for p in self.participants))
+
+    def answers(self, message: bytes) -> list[bytes]:
+        """Every participant's reply to a round message, encoded as it is sent (those that answer)."""
+        out = []
+        for p in self.participants:
+            reply = p.on_round(decode(message))
+            if reply is not None:
+                out.append(reply.encode())
+        return out
+
+    def step(self) -> bool:
+        """One round: the message last published, answered and accepted, the round closed; True when over."""
+        for payload in self.answers(self.outbox.pop()):
+            self.runner.accept(decode(payload))
+        over = bool(self.runner.tick())
+        assert over or self.runner.phase != "waiting"
+        return over
+
+    def run(self) -> ModelVersion:
+        self.start()
+        while not self.step():
+            pass
+        assert self.runner.phase == "finished", self.runner.phase
+        with self.sessions() as s:
+            return s.query(ModelVersion).filter_by(job_id=self.job).one()
+
+
+def detector_participants(folder: Path, job_type: str, features: list[str], parts: list[np.ndarray],
+                          prefix: str = "dev") -> list:
+    """One participant of a detector family per partition, each with its records in its training buffer."""
+    from edge_agent.detector_participant import TrainingBuffer
+    from edge_agent.sources import Batch
+    from edge_agent.store import AgentStore
+
+    out = []
+    for i, X in enumerate(parts):
+        store = AgentStore(Path(folder) / f"{prefix}-{i:02d}")
+        buffer = TrainingBuffer(store)
+        buffer.add(Batch(features, X))
+        out.append(family(job_type).load_participant()(f"{prefix}-{i:02d}", store, buffer))
+    return out
