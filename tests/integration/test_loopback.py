@@ -96,14 +96,15 @@ def traffic():
     return data.feature_names, [X[i] for i in idx]
 
 
-def pca_participants(tmp_path, features, parts, job_type: str = "pca") -> list:
-    """One participant per partition, each with its records in its training buffer."""
+def pca_participants(tmp_path, features, parts, job_type: str = "pca", names: list[str] | None = None) -> list:
+    """One participant per partition, each with its records in its training buffer (`names`: their ids)."""
     out = []
     for i, X in enumerate(parts):
-        store = AgentStore(tmp_path / f"dev-{i:02d}")
+        name = names[i] if names else f"dev-{i:02d}"
+        store = AgentStore(tmp_path / name)
         buffer = TrainingBuffer(store)
         buffer.add(Batch(features, X))
-        out.append(family(job_type).load_participant()(f"dev-{i:02d}", store, buffer))
+        out.append(family(job_type).load_participant()(name, store, buffer))
     return out
 
 
@@ -338,3 +339,98 @@ def test_the_stored_server_state_rebuilds_exactly_and_rounds_write_only_changed_
     assert len(dirty_chunks(table, np.array([5, 400_000, 999_999]))) == 3
     assert sum(len(b) for _, b in dirty_chunks(table, np.array([5, 6]))) <= 1 << 13
     assert len(dirty_chunks(np.zeros(1000), None)) == 1
+
+
+# -- above the switch (models.core.sampling.LIST_MAX): rounds draw by salted hash and list nobody -------------------
+
+@pytest.fixture
+def drawn(monkeypatch):
+    """A switch below the fleet of these tests (the constant the coordinator and the simulator both read): every
+    round of a 12-device job is drawn, as a fleet of more than 1,000 devices' would be."""
+    from models.core import sampling
+
+    monkeypatch.setattr(sampling, "LIST_MAX", 5)
+    return sampling
+
+
+def _drawn_loopback(tmp_path, job_type, algorithm, settings, parts, features):
+    from models.core.sampling import fleet_names
+
+    loop = Loopback(tmp_path, job_type, algorithm, settings,
+                    pca_participants(tmp_path, features, parts, job_type, fleet_names(len(parts))))
+    sent = []
+    honest = loop.runner.publish
+    loop.runner.publish = lambda topic, payload, retain: (sent.append(decode(payload)), honest(topic, payload, retain))
+    return loop, sent
+
+
+@pytest.mark.parametrize("algorithm", ["fedpg", "fedmm"])  # fedpg's client step weighs by the device's weight
+def test_a_drawn_pca_job_lists_nobody_and_equals_simulation(tmp_path, traffic, drawn, algorithm):
+    from store.db import Round
+    from store.round_record import answered_count, answers, asked_count
+
+    features, parts = traffic
+    rounds, fraction = 8, 0.3
+    settings = {"features": features, "rank": 3, "rounds": rounds, "fraction": fraction, "seed": 3,
+                "algorithm_params": {}}
+    loop, sent = _drawn_loopback(tmp_path, "pca", algorithm, settings, parts, features)
+    mv = loop.run()
+    # every round named its devices by a draw; training rounds carry the job's weight caps, not each device's weight
+    assert sent and all(env.meta["sampled"] == [] and "bound" in env.meta for env in sent)
+    assert all("weights" not in env.arrays and "cap_level" in env.meta for env in sent if env.meta["phase"] == "train")
+    clients = prepare_clients(parts, features)
+    sim = run_federated(job_spec("pca", {**settings, "algorithm": algorithm}).make_algorithm(), clients, rounds,
+                        fraction, seed=3)
+    np.testing.assert_allclose(unpack(mv.arrays)["Z"], sim.Z, atol=1e-9)
+    assert mv.info["threshold"] == pytest.approx(federated_threshold(clients, sim.Z, 0.99), rel=1e-9)
+    # the stored rounds hold the draw and counts, and still say truthfully who answered what
+    with loop.sessions() as s:
+        rows = s.query(Round).filter_by(job_id="loop").order_by(Round.round).all()
+    assert [asked_count(r) for r in rows] == [12] + [4] * rounds + [12]
+    assert all(isinstance(r.sampled, dict) and answered_count(r) == asked_count(r) for r in rows)
+    names = [p.id for p in loop.participants]
+    truth = {n: sum(1 for env in sent if drawn.Draw(env.meta["salt"], env.meta["bound"]).asks(n)) for n in names}
+    assert answers(rows, names) == truth and sum(truth.values()) == 12 * 2 + 4 * rounds
+
+
+def test_a_drawn_mixture_job_equals_simulation(tmp_path, traffic, drawn):
+    features, parts = traffic
+    rounds, fraction, params = 6, 0.3, {"components": 4, "reg": 1e-2, "hard_rounds": 2}
+    settings = {"features": features, "rounds": rounds, "fraction": fraction, "seed": 3, "algorithm_params": params}
+    loop, sent = _drawn_loopback(tmp_path, "gmm", "fedem", settings, parts, features)
+    mv = loop.run()
+    assert all(env.meta["sampled"] == [] for env in sent)
+    X = np.vstack(parts)
+    sim = simulate_mixture(parts, X, np.zeros(len(X)), features, "fedem", rounds, fraction, seed=3, params=params)
+    stored, m = unpack(mv.arrays), sim["detector"].mixture_
+    for name, want in (("weights", m.weights), ("means", m.means), ("prec_chol", m.prec_chol)):
+        np.testing.assert_allclose(stored[name], want, atol=1e-9, err_msg=name)
+    assert mv.info["threshold"] == pytest.approx(sim["threshold"], rel=1e-9)
+
+
+def test_a_device_outside_the_job_that_hashes_under_the_bound_is_refused_and_changes_nothing(tmp_path, traffic,
+                                                                                              drawn):
+    from models.core.messages import Upload
+    from wire.messages import envelope
+    from wire.protocol import ProtocolError
+
+    features, parts = traffic
+    settings = {"features": features, "rank": 3, "rounds": 2, "fraction": 0.3, "seed": 3, "algorithm_params": {}}
+    loop, sent = _drawn_loopback(tmp_path, "pca", "fedmm", settings, parts, features)
+    runner, tried = loop.runner, []
+    honest_accept = runner.accept
+
+    def accept(env):
+        if env.kind == Upload.kind and not tried:  # the first training round: a stranger under the bound answers
+            draw = drawn.Draw(sent[-1].meta["salt"], sent[-1].meta["bound"])
+            stranger = next(f"outsider-{i}" for i in range(100_000) if draw.asks(f"outsider-{i}"))
+            before = dict(runner.pending)
+            with pytest.raises(ProtocolError) as e:
+                honest_accept(decode(envelope(Upload(arrays=env.arrays), env.job, env.round, stranger).encode()))
+            tried.append(e.value.reason)
+            assert runner.pending == before and stranger not in runner.refused
+        return honest_accept(env)
+
+    runner.accept = accept
+    loop.run()
+    assert tried == ["not_sampled"]
