@@ -87,7 +87,6 @@ class JobRunner(ABC):
         #: answers to this round an earlier leader had stored (round_uploads)
         self.restored = 0
         self.sampled: list[str] = []
-        self.asked_set: frozenset[str] = frozenset()  # the same, to test a sender against
         #: the open round's draw above the switch (models.core.sampling), None while rounds list their devices
         self.draw: Draw | None = None
         self.started_at = self.deadline = self.published_at = 0.0
@@ -103,6 +102,7 @@ class JobRunner(ABC):
         #: (LeadershipLostError) instead of overwriting the new leader's state
         self.leader: str | None = None
         self._index: dict[str, int] = {}
+        self._asked: tuple[list[str], frozenset[str]] = ([], frozenset())
         self._weights = np.zeros(0)
 
     # -- what a job type decides ----------------------------------------------------------------------
@@ -227,7 +227,7 @@ class JobRunner(ABC):
     def begin(self, phase: str, rnd: int, sampled: list[str], draw: Draw | None = None) -> None:
         """Start a round asking these devices (`draw`: the draw that chose them, above the switch)."""
         self.phase, self.sampled, self.pending, self.declined = phase, sampled, {}, {}
-        self.asked_set, self.draw = frozenset(sampled), self.who(sampled, draw)
+        self.draw = self.who(sampled, draw)
         self.previous = self.digests if rnd == self.round + 1 else {}
         self.refused, self.digests, self.unsaved, self.repeated, self.restored = {}, {}, [], 0, 0
         self.round = rnd
@@ -247,6 +247,12 @@ class JobRunner(ABC):
         assert self.rng is not None, "sampling before the statistics phase set the job's generator"
         idx, draw = sample(self.rng, self.participants, self.spec.fraction)
         self.begin(phase, rnd, [self.participants[i] for i in idx], draw)
+
+    def asks(self, device: str) -> bool:
+        """Whether the open round asked the device (a set of `sampled`, made once a round)."""
+        if self._asked[0] is not self.sampled:
+            self._asked = (self.sampled, frozenset(self.sampled))
+        return device in self._asked[1]
 
     def index(self) -> dict[str, int]:
         """Each participant's position (in the participants list, the counts and the server's tables)."""
@@ -283,7 +289,7 @@ class JobRunner(ABC):
         reply = self.reply_type(self.phase)
         if reply is None or env.kind not in (reply.kind, Decline.kind):
             raise ProtocolError("kind", f"{env.kind} during phase {self.phase}")
-        if env.sender not in self.asked_set:
+        if not self.asks(env.sender):
             raise ProtocolError("not_sampled", f"{env.sender} was not asked in round {self.round}")
         if env.kind == Decline.kind:  # the agent cannot take part (e.g. its data lacks the job's features): why
             try:

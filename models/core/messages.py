@@ -170,6 +170,9 @@ class RoundMessage(Message):
     secagg: dict[str, Any] | None = None
     secagg_arrays: dict[str, np.ndarray] = open_arrays("secagg.")
 
+    def __post_init__(self) -> None:
+        self.draw()  # a malformed draw is refused when the message is read, not when a device tests itself
+
     def draw(self) -> Draw | None:
         """The round's draw (None: the round lists whom it asks); MessageError for a salt without a bound."""
         if self.salt is None and self.bound is None:

@@ -173,6 +173,16 @@ def test_mixture_deployment_equals_simulation(tmp_path, traffic, algorithm, para
     assert (m.weights > 1e-3).sum() == params["components"]  # seeding placed every component on data
 
 
+def assert_mixture_as_simulated(mv, parts, features, rounds, fraction, params) -> None:
+    """The stored FedEM mixture and threshold are the simulator's (seed 3)."""
+    X = np.vstack(parts)
+    sim = simulate_mixture(parts, X, np.zeros(len(X)), features, "fedem", rounds, fraction, seed=3, params=params)
+    stored, m = unpack(mv.arrays), sim["detector"].mixture_
+    for name, want in (("weights", m.weights), ("means", m.means), ("prec_chol", m.prec_chol)):
+        np.testing.assert_allclose(stored[name], want, atol=1e-9, err_msg=name)
+    assert mv.info["threshold"] == pytest.approx(sim["threshold"], rel=1e-9)
+
+
 def test_mixture_deployment_with_swaps_equals_simulation_and_its_stored_state_rebuilds(tmp_path, traffic):
     """Swaps (models.mixture.swaps) merge components in every device's row: the coordinator computes what the
     simulator does, and the rows it stores after such a round rebuild its state exactly."""
@@ -186,12 +196,7 @@ def test_mixture_deployment_with_swaps_equals_simulation_and_its_stored_state_re
     mv = loop.run()
     assert int(loop.runner.server["swaps"]) >= 1  # the case this test is for happened
 
-    X = np.vstack(parts)
-    sim = simulate_mixture(parts, X, np.zeros(len(X)), features, "fedem", rounds, fraction, seed=3, params=params)
-    stored, m = unpack(mv.arrays), sim["detector"].mixture_
-    for name, want in (("weights", m.weights), ("means", m.means), ("prec_chol", m.prec_chol)):
-        np.testing.assert_allclose(stored[name], want, atol=1e-9, err_msg=name)
-    assert mv.info["threshold"] == pytest.approx(sim["threshold"], rel=1e-9)
+    assert_mixture_as_simulated(mv, parts, features, rounds, fraction, params)
     with loop.sessions() as s:
         rebuilt = loop.runner.load_server(s, unpack(s.get(JobState, "loop").server))
     for k, v in loop.runner.server.items():
@@ -400,12 +405,7 @@ def test_a_drawn_mixture_job_equals_simulation(tmp_path, traffic, drawn):
     loop, sent = _drawn_loopback(tmp_path, "gmm", "fedem", settings, parts, features)
     mv = loop.run()
     assert all(env.meta["sampled"] == [] for env in sent)
-    X = np.vstack(parts)
-    sim = simulate_mixture(parts, X, np.zeros(len(X)), features, "fedem", rounds, fraction, seed=3, params=params)
-    stored, m = unpack(mv.arrays), sim["detector"].mixture_
-    for name, want in (("weights", m.weights), ("means", m.means), ("prec_chol", m.prec_chol)):
-        np.testing.assert_allclose(stored[name], want, atol=1e-9, err_msg=name)
-    assert mv.info["threshold"] == pytest.approx(sim["threshold"], rel=1e-9)
+    assert_mixture_as_simulated(mv, parts, features, rounds, fraction, params)
 
 
 def test_a_device_outside_the_job_that_hashes_under_the_bound_is_refused_and_changes_nothing(tmp_path, traffic,
