@@ -434,3 +434,31 @@ def test_a_device_outside_the_job_that_hashes_under_the_bound_is_refused_and_cha
     runner.accept = accept
     loop.run()
     assert tried == ["not_sampled"]
+
+
+#: a family's algorithm and its settings, each (the PCA ones weigh devices differently)
+GROWTH_CASES = {"fedmm": ("pca", {"rank": 3}), "fedpg": ("pca", {"rank": 3}),
+                "fedem": ("gmm", {"algorithm_params": {"components": 3}}),
+                "fedmm-dl": ("dict", {"algorithm_params": {"atoms": 4}})}
+
+
+@pytest.mark.parametrize("algorithm", list(GROWTH_CASES))
+def test_no_field_of_a_drawn_round_message_grows_with_the_fleet(tmp_path, drawn, algorithm):
+    """Every phase's round message of a 12-device and a 36-device fleet, each above the (lowered) switch: the same
+    size but for a few digits of the job's numbers (a per-device field would add bytes for each device)."""
+    data = generate_traffic(n_devices=12, records_per_device=200, seed=5)
+    job_type, settings = GROWTH_CASES[algorithm]
+
+    def largest(n: int) -> dict[str, int]:
+        parts = [data.X_normal[i] for i in partition(data.X_normal, n, "noniid", np.random.default_rng(0))]
+        loop, sent = _drawn_loopback(tmp_path / str(n), job_type, algorithm, {
+            "features": data.feature_names, "rounds": 3, "fraction": 0.3, "seed": 3, **settings}, parts,
+            data.feature_names)
+        loop.run()
+        out: dict[str, int] = {}
+        for env in sent:
+            out[env.meta["phase"]] = max(out.get(env.meta["phase"], 0), len(env.encode()))
+        return out
+
+    small, large = largest(12), largest(36)
+    assert set(small) == set(large) and all(abs(large[p] - small[p]) <= 32 for p in small), (small, large)
