@@ -144,11 +144,19 @@ class DetectorJob(PrivateDetector):
         if phase == "stats":
             return self.round_message(**common, features=self.spec.features, categorical=self.spec.categorical,
                                       flags=self.spec.flags)
-        # training rounds: each sampled device's weight, as capped (in `sampled` order)
-        weights = None if phase == "threshold" else self.weights(self.sampled)[1]
         return self.round_message(**common, features=self.info["features"], encoding=self.info["encoding"],
                                   log_mask=self.info["log_mask"], broadcast=dict(self.broadcast), init=self.initial(),
-                                  mean=np.array(self.info["mean"]), scale=np.array(self.info["scale"]), weights=weights)
+                                  mean=np.array(self.info["mean"]), scale=np.array(self.info["scale"]),
+                                  **({} if phase == "threshold" else self.weight_fields()))
+
+    def weight_fields(self) -> dict[str, Any]:
+        """What a training round tells the devices of their weights: each sampled device's, as capped (in `sampled`
+        order), or, when the round lists nobody (above models.core.sampling's switch), the job's caps, each device
+        capping the records it counted in the statistics phase itself (the same arithmetic)."""
+        if self.draw is None:
+            return {"weights": self.weights(self.sampled)[1]}
+        caps = weight_caps(np.array(self.counts, dtype=float), self.spec.guard())
+        return {"cap_level": caps.level, "cap_scale": caps.scale}
 
     def follow(self) -> None:
         if self.sums_only():

@@ -26,11 +26,12 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from models.core.federated import FederatedAlgorithm
 from models.core.messages import Decline, MessageType, RoundMessage
-from models.core.rounds import sample_clients
+from models.core.sampling import EVERYONE, Draw, listed, sample
 from models.families import job_spec
 from store import row_tables
 from store.db import Device, Job, JobState, ModelVersion, Round, RoundUpload, pack, unpack, utcnow
 from store.records import insert_for
+from store.round_record import round_row
 from wire.messages import envelope, read
 from wire.protocol import Envelope, ProtocolError, agent_topic, decode
 
@@ -90,6 +91,8 @@ class JobRunner(ABC):
         self.queued = 0
         self.taken: set[str] = set()
         self.sampled: list[str] = []
+        #: the open round's draw above the switch (models.core.sampling), None while rounds list their devices
+        self.draw: Draw | None = None
         self.started_at = self.deadline = self.published_at = 0.0
         self.republish_s = REPUBLISH_S
         self.message = b""  # the open round's message, as published
@@ -103,6 +106,7 @@ class JobRunner(ABC):
         #: (LeadershipLostError) instead of overwriting the new leader's state
         self.leader: str | None = None
         self._index: dict[str, int] = {}
+        self._asked: tuple[list[str], frozenset[str]] = ([], frozenset())
         self._weights = np.zeros(0)
 
     # -- what a job type decides ----------------------------------------------------------------------
@@ -209,16 +213,33 @@ class JobRunner(ABC):
         start otherwise (None: it can)."""
         return None
 
-    def begin(self, phase: str, rnd: int, sampled: list[str]) -> None:
+    def lists_devices(self) -> bool:
+        """Whether every round message lists the devices it asks, whatever the fleet's size (a secure sum names its
+        members to each other)."""
+        return False
+
+    def who(self, sampled: list[str], draw: Draw | None) -> Draw | None:
+        """How the round message names the devices it asks: None, by listing them; else the draw each device tests
+        itself against (a phase that asks every participant: the draw that asks everyone)."""
+        if self.lists_devices() or (draw is None and listed(len(sampled))):
+            return None
+        if draw is None and len(sampled) != len(self.participants):
+            raise RuntimeError(f"job {self.job_id}: a round above the switch that is neither drawn nor asks every "
+                               f"participant ({len(sampled)} of {len(self.participants)})")
+        return draw or EVERYONE
+
+    def begin(self, phase: str, rnd: int, sampled: list[str], draw: Draw | None = None) -> None:
+        """Start a round asking these devices (`draw`: the draw that chose them, above the switch)."""
         self.phase, self.sampled, self.pending, self.declined = phase, sampled, {}, {}
+        self.draw = self.who(sampled, draw)
         self.previous = self.digests if rnd == self.round + 1 else {}
         self.refused, self.digests, self.unsaved, self.repeated, self.restored = {}, {}, [], 0, 0
         self.taken, self.queued = set(), 0
         self.round = rnd
         self.started_at = time.monotonic()
         self.deadline = self.started_at + self.deadline_s
-        msg = self.content(phase, {"phase": phase, "type": self.type, "sampled": sampled,
-                                   "algorithm": self.algorithm_name})
+        named = {"sampled": sampled} if self.draw is None else {"salt": self.draw.salt, "bound": self.draw.bound}
+        msg = self.content(phase, {"phase": phase, "type": self.type, **named, "algorithm": self.algorithm_name})
         self.message = envelope(msg, self.job_id, rnd, "coordinator").encode()
         # the round is written before it is published: an ingest worker storing answers (coordinator.upload_queue)
         # reads the round a job is in from its row, and no device can answer a round before that
@@ -233,8 +254,14 @@ class JobRunner(ABC):
     def sample(self, phase: str, rnd: int) -> None:
         """Start a round with the job's seeded share of the participants."""
         assert self.rng is not None, "sampling before the statistics phase set the job's generator"
-        idx = sample_clients(self.rng, len(self.participants), self.spec.fraction)
-        self.begin(phase, rnd, [self.participants[i] for i in idx])
+        idx, draw = sample(self.rng, self.participants, self.spec.fraction)
+        self.begin(phase, rnd, [self.participants[i] for i in idx], draw)
+
+    def asks(self, device: str) -> bool:
+        """Whether the open round asked the device (a set of `sampled`, made once a round)."""
+        if self._asked[0] is not self.sampled:
+            self._asked = (self.sampled, frozenset(self.sampled))
+        return device in self._asked[1]
 
     def index(self) -> dict[str, int]:
         """Each participant's position (in the participants list, the counts and the server's tables)."""
@@ -271,7 +298,7 @@ class JobRunner(ABC):
         reply = self.reply_type(self.phase)
         if reply is None or env.kind not in (reply.kind, Decline.kind):
             raise ProtocolError("kind", f"{env.kind} during phase {self.phase}")
-        if env.sender not in self.sampled:
+        if not self.asks(env.sender):
             raise ProtocolError("not_sampled", f"{env.sender} was not asked in round {self.round}")
         if env.kind == Decline.kind:  # the agent cannot take part (e.g. its data lacks the job's features): why
             try:
@@ -368,8 +395,8 @@ class JobRunner(ABC):
             metrics.setdefault("influence", {}).setdefault("refused", {}).update(self.refused)
         if self.phase == "failed":
             return True
-        self.save(Round(job_id=self.job_id, round=self.round, phase=self.phase, sampled=self.sampled,
-                        answered=answered, metrics=metrics, seconds=seconds))
+        self.save(round_row(self.job_id, self.round, self.phase, self.sampled, answered, self.draw, metrics, seconds),
+                  answered)
         self.follow()
         return self.phase in ("finished", "failed")
 
@@ -388,9 +415,10 @@ class JobRunner(ABC):
         log.error("job=%s failed: %s", self.job_id, why)
 
     # -- persistence ----------------------------------------------------------------------------------
-    def save(self, rnd: Round) -> None:
-        """The round's record and the resumable state, in one transaction. Arrays that grow with the
-        federation (the algorithm's row tables) are written as chunks, only those holding changed rows."""
+    def save(self, rnd: Round, answered: list[str]) -> None:
+        """The round's record and the resumable state, in one transaction (`answered`: who answered it). Arrays that
+        grow with the federation (the algorithm's row tables) are written as chunks, only those holding changed
+        rows."""
         if self.rng is not None:
             self.info["rng"] = self.rng.bit_generator.state
         alg = self.algorithm()
@@ -411,8 +439,8 @@ class JobRunner(ABC):
                                  server=pack(small), broadcast=pack(self.broadcast)))
             row_tables.store(s, self.job_id, row_tables.changed(self.server, tables, self.touched, lengths))
             s.execute(delete(RoundUpload).where(RoundUpload.job_id == self.job_id, RoundUpload.round <= rnd.round))
-            if rnd.answered:  # one statement for every device that answered
-                s.execute(update(Device).where(Device.id.in_(list(rnd.answered)))
+            if answered:  # one statement for every device that answered
+                s.execute(update(Device).where(Device.id.in_(list(answered)))
                           .values(rounds=Device.rounds + 1, last_seen=utcnow()))
         self.touched = {}
         self.roster_saved = True

@@ -17,7 +17,7 @@ from coordinator.job_runner import Phase
 from models.core.aggregation import winsorized_weighted_mean
 from models.core.messages import MessageType, Upload
 from models.core.pipeline import close_round
-from models.core.rounds import sample_clients
+from models.core.sampling import sample
 from models.detection.preprocessing import Preprocessor
 from models.detection.screening import Federation, fleet_tail
 from models.detection.threshold import EDGES, Tail
@@ -70,7 +70,7 @@ class MixtureJob(DetectorJob):
         if name != "train":
             return self.participants
         assert self.rng is not None
-        return [self.participants[i] for i in sample_clients(self.rng, len(self.participants), self.spec.fraction)]
+        return [self.participants[i] for i in sample(self.rng, self.participants, self.spec.fraction)[0]]
 
     def announce_family(self, name: str) -> tuple[dict[str, tuple[int, ...]], dict[str, float], int]:
         from models.private.transport import BITS

@@ -79,6 +79,10 @@ class PrivateDetector(SecureSums, NoisyDetector):
         i = order.index(done) + 1 if done in order else 0
         return order[i] if i < len(order) else None
 
+    def lists_devices(self) -> bool:
+        """A sum's round names its members (a secure sum's members exchange keys; its list grows with the fleet)."""
+        return self.sums_only()
+
     def sum_members(self, name: str) -> list[str]:
         """The devices asked to the secure sum `name` (every participant; a family's sampled rounds fewer)."""
         return self.participants

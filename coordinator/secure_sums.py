@@ -23,6 +23,7 @@ import numpy as np
 
 from coordinator.job_runner import JobRunner
 from models.core.messages import MessageType
+from models.core.sampling import Draw
 from wire.messages import envelope
 from wire.protocol import ProtocolError, agent_topic
 
@@ -101,7 +102,7 @@ class SecureSums(JobRunner):
             return [names[i] for i in sorted(relay.server.shared)]
         return [names[i] for i in sorted(relay.server.uploaded)]
 
-    def begin(self, phase: str, rnd: int, sampled: list[str]) -> None:
+    def begin(self, phase: str, rnd: int, sampled: list[str], draw: Draw | None = None) -> None:
         at = step_of(phase)
         if at is not None and at[1] == "advertise" and len(sampled) < 2:
             self.fail(f"secure sum {at[0]!r} would sum {len(sampled)} device(s); a secure sum needs at least 2 "
@@ -111,7 +112,7 @@ class SecureSums(JobRunner):
             self._relay = None
             self.server = {k: v for k, v in self.server.items() if not k.startswith(PREFIX)}
             self.info["secagg"] = self.announce(at[0], rnd, sampled).to_meta()
-        super().begin(phase, rnd, sampled)
+        super().begin(phase, rnd, sampled, draw)
         if at is not None and at[1] == "upload":  # each device's incoming shares, on its own topic
             relay = self.relay()
             for i, msg in relay.routed_messages().items():

@@ -321,7 +321,7 @@ class Agent:
                 self.counters["rejected"] += 1
                 log.error("agent=%s cannot take part in job=%s round=%s: %s", self.cfg.agent_id, env.job,
                           env.round, e)
-                if self.cfg.agent_id in header.sampled:  # the coordinator records why
+                if header.asks(self.cfg.agent_id):  # the coordinator records why
                     decline = envelope(Decline(reason=str(e)[:300]), env.job, env.round, self.cfg.agent_id)
                     self.client.publish(self.topic("upload"), decline.encode(), qos=1)
                 return

@@ -20,6 +20,7 @@ from edge_agent.participant import Participant, Request, require_private
 from edge_agent.sources import FLOW_FIELDS, Batch, SchemaError, batch_counts, encode_batch, select, take_rows
 from edge_agent.store import AgentStore
 from models.core.messages import RoundMessage
+from models.core.pipeline import cap_weights
 from models.detection.encoding import FeatureEncoder, RecordSchema
 from models.detection.messages import Counted, DetectorRound, Histogram, Statistics
 from models.detection.preprocessing import RECORD_DTYPE, Moments, Preprocessor, signed_log1p
@@ -252,11 +253,19 @@ class DetectorParticipant(Participant, Generic[R]):
         return {}
 
     # -- shared ---------------------------------------------------------------------------------------------
-    def weight(self, msg: R) -> float:
-        """The weight the coordinator gives this device (its record count, capped: models.detection.screening)."""
-        if msg.weights is None:
-            raise ValueError("a training round carries the sampled devices' weights")
-        return float(msg.weights[msg.sampled.index(self.id)])
+    def weight(self, req: Request) -> float:
+        """The weight the coordinator gives this device (its record count, capped: models.detection.screening): as
+        the round lists it, or the job's caps applied to the count this device sent in the statistics phase."""
+        msg: R = req.msg
+        if msg.weights is not None:
+            return float(msg.weights[msg.sampled.index(self.id)])
+        if msg.cap_level is None or msg.cap_scale is None:
+            raise ValueError("a training round carries the sampled devices' weights or the job's weight caps")
+        stats = self.answered(req.job, "stats", 0)
+        if stats is None:
+            raise ValueError(f"this device did not answer the statistics phase of job {req.job}: it is not one of "
+                             "its participants")
+        return float(cap_weights(stats.arrays["count"][:1].astype(float), msg.cap_level, msg.cap_scale)[0])
 
     @staticmethod
     def log_mask(msg: R, d: int) -> np.ndarray:
@@ -336,7 +345,7 @@ class DetectorParticipant(Participant, Generic[R]):
         dp = (msg.secagg or {}).get("dp")
         if dp is not None:
             return self.noisy_values(name, req, dp)
-        w = np.array([self.weight(msg)])
+        w = np.array([self.weight(req)])
         if name in ("mean", "centred"):
             m1, m2 = own_moments([Moments.of(self.transformed(self.records(msg), msg)).summary()])
             if name == "mean":

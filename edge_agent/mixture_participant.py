@@ -60,8 +60,10 @@ class MixtureParticipant(DetectorParticipant[MixtureRound]):
     def client_data(self, req: Request) -> dict[str, np.ndarray]:
         msg: MixtureRound = req.msg
         X = np.empty(1, dtype=object)
-        # this device's position among the participants (the seeding round samples all of them, in order)
-        data = {"X": X, "seed": np.array([device_seed(int(msg.seed), msg.sampled.index(self.id))])}
+        # this device's position among the participants (the seeding round lists all of them, in order), or its id
+        # when rounds list nobody (models.core.sampling)
+        who = self.id if msg.draw() is not None else msg.sampled.index(self.id)
+        data = {"X": X, "seed": np.array([device_seed(int(msg.seed), who)])}
         if not msg.private:
             X[0] = self.standardised(msg)
             return data

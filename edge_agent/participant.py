@@ -82,21 +82,25 @@ class Participant(ABC):
         req = Request(env.job, env.round, read(self.round_message, env))
         phase = req.msg.phase
         if phase == "train":
-            if self.id not in req.msg.sampled:
+            if not req.msg.asks(self.id):
                 self.settle(req)
                 return None
             return self._train_once(req)
         handler = self.phases().get(phase) or (self._secure_step if ":" in phase else None)
         if handler is None:
             return None
-        key = f"reply-{env.job}-{phase}-{env.round}.bin"
-        cached = self.store.load_bytes(key)
+        cached = self.answered(env.job, phase, env.round)
         if cached is not None:
-            return decode(cached)
+            return cached
         reply = handler(req)
         if reply is not None:
-            self.store.save_bytes(key, reply.encode())
+            self.store.save_bytes(_reply_key(env.job, phase, env.round), reply.encode())
         return reply
+
+    def answered(self, job: str, phase: str, rnd: int) -> Envelope | None:
+        """This device's reply to a round of a phase other than ``train``, as it sent it (None: it sent none)."""
+        cached = self.store.load_bytes(_reply_key(job, phase, rnd))
+        return None if cached is None else decode(cached)
 
     # -- private mode: the steps of a secure sum (models.private.relay) ------------------------------------
     def secure_values(self, name: str, req: Request) -> dict[str, np.ndarray]:
@@ -127,7 +131,7 @@ class Participant(ABC):
         from models.private.relay import Announced, Member
 
         name, _, step = req.msg.phase.partition(":")
-        if self.id not in req.msg.sampled:
+        if not req.msg.asks(self.id):
             return None
         if step == "clear":  # a sum collected in the clear (central noise, coordinator.noisy_detector)
             return req.reply(Upload(arrays=self.clear_values(name, req)), self.id)
@@ -234,6 +238,10 @@ class Participant(ABC):
         self.save_state(req.job, state, True, {REPLY: np.frombuffer(reply.encode(), dtype=np.uint8),
                                                REPLY_ROUND: np.array(req.round)})
         return reply
+
+
+def _reply_key(job: str, phase: str, rnd: int) -> str:
+    return f"reply-{job}-{phase}-{rnd}.bin"
 
 
 def require_private() -> None:

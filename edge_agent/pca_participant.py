@@ -50,7 +50,7 @@ class PCAParticipant(DetectorParticipant[PCARound]):
             C = Moments.of(T).second_moment(mean, scale)
         else:
             C = second_moment(lift.transform((T - mean) / scale))
-        return {"C": C[None], "weight": np.array([self.weight(msg)])}
+        return {"C": C[None], "weight": np.array([self.weight(req)])}
 
     def secure_family_values(self, name: str, req: Request, w: np.ndarray) -> dict[str, np.ndarray]:
         """Private mode's one sum of PCA: this device's weighted second moment of its standardised records."""

@@ -11,6 +11,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from models.jobspec import JobSpec
 from store.db import Job, ModelVersion, Round
+from store.round_record import answers
 
 #: jobs waiting for a coordinator at most: a script creating jobs in a loop cannot queue work without bound
 MAX_PENDING_JOBS = 100
@@ -100,11 +101,8 @@ def influence(rounds: list[Round]) -> list[dict[str, Any]]:
     metrics), the latest reason of each kind, and whether it is flagged: kept out, refused or capped in at least
     REPEATED rounds and in more than half of the rounds it answered. Devices never affected are left out; the
     most affected come first."""
-    answered: dict[str, int] = {}
     seen: dict[str, dict[str, Any]] = {}
     for r in rounds:
-        for name in r.answered or ():
-            answered[name] = answered.get(name, 0) + 1
         metrics = r.metrics if isinstance(r.metrics, dict) else {}
         for kind, devices in (metrics.get("influence") or {}).items():
             if kind not in INFLUENCE_KINDS or not isinstance(devices, dict):
@@ -117,9 +115,10 @@ def influence(rounds: list[Round]) -> list[dict[str, Any]]:
                 d["reasons"][kind] = why
                 d["last_round"] = max(d["last_round"], r.round)
     out = []
+    answered = answers(rounds, list(seen))
     for name, d in seen.items():
         times = len(d.pop("rounds"))
-        d["rounds_affected"], d["rounds_answered"] = times, answered.get(name, 0)
+        d["rounds_affected"], d["rounds_answered"] = times, answered[name]
         d["flagged"] = bool(times >= REPEATED and times > d["rounds_answered"] / 2)
         out.append(d)
     return sorted(out, key=lambda d: (not d["flagged"], -d["rounds_affected"], d["device"]))

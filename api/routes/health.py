@@ -32,7 +32,10 @@ class _DbCollector:
     def collect(self):
         with self.sessions() as s:
             rounds = s.execute(select(Round.seconds).where(Round.phase == "train")).scalars().all()
-            accepted = s.execute(select(func.coalesce(func.sum(func.json_array_length(Round.answered)), 0))).scalar()
+            # a round's metrics count its answers (its answered column is a list only up to models.core.sampling's
+            # switch); rows written without that count are lists
+            answers = func.coalesce(Round.metrics["answered"].as_integer(), func.json_array_length(Round.answered))
+            accepted = s.execute(select(func.coalesce(func.sum(answers), 0))).scalar()
             rejected = s.execute(select(Rejection.reason, Rejection.count)).all()
             alerts = s.execute(select(func.count()).select_from(Alert)).scalar()
             online = s.execute(select(func.count()).select_from(Device).where(Device.online.is_(True))).scalar()

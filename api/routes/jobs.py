@@ -15,6 +15,7 @@ from api.pagination import CURSOR, decode_cursor, encode_cursor
 from api.schemas import ID_PATTERN, InfluenceOut, JobDetail, JobOut, Page, RoundOut
 from store import jobs as store_jobs
 from store.db import Job
+from store.round_record import answered_count, asked_count
 
 router = APIRouter(prefix="/api/v1/jobs", tags=["jobs"])
 JOB_ID = Path(..., pattern=ID_PATTERN)
@@ -76,7 +77,7 @@ def get_job(job_id: str = JOB_ID, db: Session = Depends(get_db)) -> JobDetail:
         raise HTTPException(404, str(e)) from None
     rounds = store_jobs.job_rounds(db, job_id)
     return JobDetail(**job_out(job).model_dump(), dp=store_jobs.privacy_spent(db, job_id), rounds=[
-        RoundOut(round=r.round, phase=r.phase, sampled=len(r.sampled or ()), answered=len(r.answered or ()),
+        RoundOut(round=r.round, phase=r.phase, sampled=asked_count(r), answered=answered_count(r),
                  seconds=r.seconds, metrics=_dict(r.metrics)) for r in rounds])
 
 

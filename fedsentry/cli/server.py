@@ -343,8 +343,10 @@ def _job_dict(job: Job, rounds: list[Round] | None = None) -> dict[str, Any]:
            "current_round": job.current_round, "error": job.error, "created": _utc(job.created),
            "updated": _utc(job.updated), "params": job.params}
     if rounds is not None:
-        out["rounds"] = [{"round": r.round, "phase": r.phase, "sampled": len(r.sampled or ()),
-                          "answered": len(r.answered or ()), "seconds": r.seconds, "metrics": r.metrics or {}}
+        from store.round_record import answered_count, asked_count
+
+        out["rounds"] = [{"round": r.round, "phase": r.phase, "sampled": asked_count(r),
+                          "answered": answered_count(r), "seconds": r.seconds, "metrics": r.metrics or {}}
                          for r in rounds]
     return out
 

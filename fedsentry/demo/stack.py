@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from fedsentry.errors import UsageError
+from models.core.sampling import fleet_name, fleet_names
 
 if TYPE_CHECKING:
     from coordinator.broker import EmbeddedBroker
@@ -44,10 +45,6 @@ def keep_serving(args: argparse.Namespace) -> None:
             time.sleep(3600)
     except KeyboardInterrupt:
         pass
-
-
-def agent_id(i: int) -> str:
-    return f"demo-agent-{i:03d}"
 
 
 def demo_admin_key(session: Any) -> str:
@@ -113,7 +110,7 @@ class Stack:
 
         username = password = None
         if not self.broker_url:
-            self.broker = EmbeddedBroker(devices=[agent_id(i) for i in range(self.n_agents)]).start()
+            self.broker = EmbeddedBroker(devices=fleet_names(self.n_agents)).start()
             self.broker_url, username, password = self.broker.url, self.broker.username, self.broker.password
         print(f"fedsentry demo: {self.label}; broker {redact_url(self.broker_url)}; work folder {self.tmp}",
               file=sys.stderr, flush=True)
@@ -187,7 +184,7 @@ class Stack:
     def agent(self, i: int, *args: str) -> None:
         """Start agent i (`fedsentry agent` in its own process) with extra arguments; again, once it exited."""
         assert self.broker_url is not None, "start the stack (with block) before its agents"
-        name = agent_id(i)
+        name = fleet_name(i, self.n_agents)  # the simulator's client i
         env = {**os.environ, **(self.broker.credentials_env(name) if self.broker else {})}
         restart = name in self.ids
         with open(self.tmp / f"agent-{i}.log", "a" if restart else "w") as log:  # the process has its own copy

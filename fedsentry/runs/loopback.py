@@ -64,16 +64,18 @@ class Loopback:
 
 
 def detector_participants(folder: Path, job_type: str, features: list[str], parts: list[np.ndarray],
-                          prefix: str = "dev") -> list:
-    """One participant of a detector family per partition, each with its records in its training buffer."""
+                          prefix: str = "dev", names: list[str] | None = None) -> list:
+    """One participant of a detector family per partition, each with its records in its training buffer (`names`:
+    their ids, else prefix-00, prefix-01, ...)."""
     from edge_agent.detector_participant import TrainingBuffer
     from edge_agent.sources import Batch
     from edge_agent.store import AgentStore
 
     out = []
     for i, X in enumerate(parts):
-        store = AgentStore(Path(folder) / f"{prefix}-{i:02d}")
+        name = names[i] if names else f"{prefix}-{i:02d}"
+        store = AgentStore(Path(folder) / name)
         buffer = TrainingBuffer(store)
         buffer.add(Batch(features, X))
-        out.append(family(job_type).load_participant()(f"{prefix}-{i:02d}", store, buffer))
+        out.append(family(job_type).load_participant()(name, store, buffer))
     return out

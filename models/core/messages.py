@@ -24,6 +24,8 @@ from typing import Any, ClassVar, TypeAlias, TypeVar
 
 import numpy as np
 
+from models.core.sampling import Draw
+
 M = TypeVar("M", bound="Message")
 
 #: the largest message the wire carries (wire.protocol.MAX_PAYLOAD is this): a job whose messages would not fit is
@@ -147,12 +149,18 @@ class RoundMessage(Message):
     """The coordinator's round message, retained on the job's topic: the phase, the job's family and algorithm
     (with its parameters), which agents are asked, the algorithm's broadcast, and the state clients start from
     (until every participant has it). A family's round message adds its own fields (`models.detection.messages`,
-    `models.recsys.messages`)."""
+    `models.recsys.messages`).
+
+    Which agents are asked (`asks`): listed in `sampled` up to models.core.sampling.LIST_MAX participants, else
+    drawn: `salt` and `bound`, each device testing its own hash (an older agent, which reads only `sampled`, then
+    takes part in no round: it is never asked)."""
 
     kind: ClassVar[str] = "round"
     phase: str
     type: str = ""  # older coordinators named no family: the registry's LEGACY_JOBS
     sampled: list[str] = field(default_factory=list)
+    salt: int | None = None
+    bound: int | None = None
     algorithm: str = ""
     params: dict[str, Any] = field(default_factory=dict)
     broadcast: dict[str, np.ndarray] = open_arrays()
@@ -161,6 +169,23 @@ class RoundMessage(Message):
     #: the step's arrays (the advertised public keys, who uploaded and who dropped)
     secagg: dict[str, Any] | None = None
     secagg_arrays: dict[str, np.ndarray] = open_arrays("secagg.")
+
+    def __post_init__(self) -> None:
+        self.draw()  # a malformed draw is refused when the message is read, not when a device tests itself
+
+    def draw(self) -> Draw | None:
+        """The round's draw (None: the round lists whom it asks); MessageError for a salt without a bound."""
+        if self.salt is None and self.bound is None:
+            return None
+        try:
+            return Draw(self.salt, self.bound)  # type: ignore[arg-type]
+        except ValueError as e:
+            raise MessageError("malformed", f"a {self.kind} message's draw: {e}") from None
+
+    def asks(self, device: str) -> bool:
+        """Whether this round asks the device (models.core.sampling: the coordinator decides by the same test)."""
+        draw = self.draw()
+        return device in self.sampled if draw is None else draw.asks(device)
 
 
 #: a message class (what a phase table names: the reply a phase expects)

@@ -5,8 +5,8 @@ with its two steps: `sample` (who takes part in the next round) and `close` (the
 `simulate` drives it in-process: the sampled clients' steps run through a `ClientPool` (the simulation's
 transport: their data and states in memory), then the server step, then each client's finish with the new
 broadcast. Every simulator (PCA, mixture, recommendation) and `fedsentry bench rounds` run this loop; the
-deployment runs the same steps across the network (the coordinator samples with `sample_clients` and runs the
-server step, each sampled agent runs the client step and applies `client_finish` when the next broadcast
+deployment runs the same steps across the network (the coordinator samples with `models.core.sampling.sample`
+and runs the server step, each sampled agent runs the client step and applies `client_finish` when the next broadcast
 arrives). The broker-free loopback test (`tests/integration/test_loopback.py`) pins the two together for every
 registered algorithm.
 """
@@ -22,18 +22,13 @@ import numpy as np
 
 from models.core.federated import FederatedAlgorithm, State, put, take
 from models.core.pipeline import close_round
+from models.core.sampling import fleet_names, sample
 
 
 class RoundFailedError(Exception):
     """A round whose answers cannot reach the server step (private mode: too few devices left to unmask the secure
     sum). Nothing of it counts: the server state, the broadcast and every client's state stay as they were, and the
     loop goes on with the next round."""
-
-
-def sample_clients(rng: np.random.Generator, n_clients: int, fraction: float) -> np.ndarray:
-    """The sorted indices of the clients sampled for one round: max(1, round(fraction * N)) of them."""
-    per_round = max(1, int(round(fraction * n_clients)))
-    return np.sort(rng.choice(n_clients, per_round, replace=False))
 
 
 @dataclass
@@ -79,6 +74,8 @@ class Rounds:
     n_clients: int
     fraction: float
     round: int = 0
+    #: the clients' ids in order (a draw above the switch hashes them, models.core.sampling): by default the demo's
+    names: list[str] | None = None
 
     @classmethod
     def start(cls, algorithm: FederatedAlgorithm, n_clients: int, fraction: float,
@@ -90,7 +87,9 @@ class Rounds:
     def sample(self) -> np.ndarray:
         """The clients of the next round (the seeded share of the federation)."""
         self.round += 1
-        return sample_clients(self.rng, self.n_clients, self.fraction)
+        if self.names is None:
+            self.names = fleet_names(self.n_clients)
+        return sample(self.rng, self.names, self.fraction)[0]
 
     def close(self, client_ids: np.ndarray, uploads: State, weight: np.ndarray) -> State:
         """The server step on the answers of the round (the server state is handed over); the next broadcast."""

@@ -15,7 +15,8 @@ from models.core.messages import Message, RoundMessage, array
 class DetectorRound(RoundMessage):
     """A detector job's round: the features (numeric, text, flag strings) and, after the statistics phase, the
     encoding the devices agreed, which columns get signed log1p, the fleet's standardisation and (training rounds)
-    each sampled device's capped weight in `sampled` order."""
+    each sampled device's capped weight in `sampled` order, or, in a round that lists nobody (models.core.sampling),
+    the job's weight caps (models.detection.screening.WeightCaps) each device applies to its own record count."""
 
     features: list[str]
     categorical: list[str] = field(default_factory=list)
@@ -27,6 +28,8 @@ class DetectorRound(RoundMessage):
     mean: np.ndarray | None = array(default=None)
     scale: np.ndarray | None = array(default=None)
     weights: np.ndarray | None = array(default=None)
+    cap_level: float | None = None
+    cap_scale: float | None = None
     private: bool = False  # private mode: the statistics phase asks for counts only (`Counted`), sums follow
     dp: bool = False  # differential privacy: the statistics phase is a roll call (count 1), noisy sums follow
     #: differential privacy with central noise: the sum this round collects in the clear (each device's values,

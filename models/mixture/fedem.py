@@ -71,11 +71,13 @@ def default_components(n_features: int, float32: bool = True) -> int:
     return next((k for k in CANDIDATE_COMPONENTS if k * per <= UPLOAD_BUDGET), 1)
 
 
-def device_seed(job_seed: int, position: int) -> int:
+def device_seed(job_seed: int, position: int | str) -> int:
     """The seed of a device's own clustering in the seeding round: from the job's seed and the device's position
-    among the job's participants (the seeding round asks all of them, in the coordinator's order), so the
-    simulator's client i and the deployment's i-th participant cluster alike."""
-    return (int(job_seed) * 1_000_003 + zlib.crc32(str(int(position)).encode())) % 2**31
+    among the job's participants (the seeding round lists all of them, in the coordinator's order), so the
+    simulator's client i and the deployment's i-th participant cluster alike. Above the switch
+    (models.core.sampling) no round lists them: the device's id stands for its position."""
+    who = str(int(position)) if isinstance(position, int | np.integer) else str(position)
+    return (int(job_seed) * 1_000_003 + zlib.crc32(who.encode())) % 2**31
 
 
 def mixture_of(broadcast: State) -> Mixture:

@@ -20,6 +20,7 @@ import numpy as np
 from models.core.aggregation import winsorized_weighted_mean
 from models.core.federated import State
 from models.core.rounds import BatchedPool, Hooks, RoundResult, Rounds, simulate
+from models.core.sampling import fleet_names, listed
 from models.detection.attacks import NO_ADVERSARIES, Adversaries
 from models.detection.metrics import detection_report
 from models.detection.preprocessing import RECORD_DTYPE, as_device_records, signed_log1p
@@ -48,11 +49,13 @@ def split_holdout(parts: list[np.ndarray], share: float) -> tuple[list[np.ndarra
 
 def device_data(X: list[np.ndarray], seed: int) -> dict[str, np.ndarray]:
     """The algorithm's client data for a list of devices (as a batch): their standardised records, and the
-    seed of their own clustering (from the job's seed and the device's position, as an agent computes it)."""
+    seed of their own clustering (from the job's seed and the device's position, or above the switch its id, as an
+    agent computes it)."""
     data = np.empty(len(X), dtype=object)
     for i, x in enumerate(X):
         data[i] = np.asarray(x, dtype=RECORD_DTYPE)  # as a device holds its standardised records
-    return {"X": data, "seed": np.array([device_seed(seed, i) for i in range(len(X))])}
+    who: list[int] | list[str] = list(range(len(X))) if listed(len(X)) else fleet_names(len(X))
+    return {"X": data, "seed": np.array([device_seed(seed, w) for w in who])}
 
 
 def simulate_mixture(

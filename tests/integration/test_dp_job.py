@@ -132,7 +132,7 @@ def test_a_central_dp_pca_job_equals_the_simulators_central_noise_through_a_rest
     assert loop.run(until="moments:clear") == "moments:clear", loop.error()
     before = loop.runner.info["dp"]["rng"]
 
-    def killed(rnd):  # the coordinator dies after drawing the moments' noise, before its state is saved
+    def killed(*_):  # the coordinator dies after drawing the moments' noise, before its state is saved
         raise RuntimeError("killed")
 
     loop.runner.save = killed

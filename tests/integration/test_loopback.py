@@ -63,9 +63,9 @@ def traffic():
     return data.feature_names, [X[i] for i in idx]
 
 
-def pca_participants(tmp_path, features, parts, job_type: str = "pca") -> list:
-    """One participant per partition, each with its records in its training buffer."""
-    return detector_participants(tmp_path, job_type, features, parts)
+def pca_participants(tmp_path, features, parts, job_type: str = "pca", names: list[str] | None = None) -> list:
+    """One participant per partition, each with its records in its training buffer (`names`: their ids)."""
+    return detector_participants(tmp_path, job_type, features, parts, names=names)
 
 
 @pytest.mark.parametrize(("algorithm", "params"), PCA_CASES, ids=[f"{a}{p or ''}" for a, p in PCA_CASES])
@@ -133,6 +133,16 @@ def test_mixture_deployment_equals_simulation(tmp_path, traffic, algorithm, para
     assert (m.weights > 1e-3).sum() == params["components"]  # seeding placed every component on data
 
 
+def assert_mixture_as_simulated(mv, parts, features, rounds, fraction, params) -> None:
+    """The stored FedEM mixture and threshold are the simulator's (seed 3)."""
+    X = np.vstack(parts)
+    sim = simulate_mixture(parts, X, np.zeros(len(X)), features, "fedem", rounds, fraction, seed=3, params=params)
+    stored, m = unpack(mv.arrays), sim["detector"].mixture_
+    for name, want in (("weights", m.weights), ("means", m.means), ("prec_chol", m.prec_chol)):
+        np.testing.assert_allclose(stored[name], want, atol=1e-9, err_msg=name)
+    assert mv.info["threshold"] == pytest.approx(sim["threshold"], rel=1e-9)
+
+
 def test_mixture_deployment_with_swaps_equals_simulation_and_its_stored_state_rebuilds(tmp_path, traffic):
     """Swaps (models.mixture.swaps) merge components in every device's row: the coordinator computes what the
     simulator does, and the rows it stores after such a round rebuild its state exactly."""
@@ -146,12 +156,7 @@ def test_mixture_deployment_with_swaps_equals_simulation_and_its_stored_state_re
     mv = loop.run()
     assert int(loop.runner.server["swaps"]) >= 1  # the case this test is for happened
 
-    X = np.vstack(parts)
-    sim = simulate_mixture(parts, X, np.zeros(len(X)), features, "fedem", rounds, fraction, seed=3, params=params)
-    stored, m = unpack(mv.arrays), sim["detector"].mixture_
-    for name, want in (("weights", m.weights), ("means", m.means), ("prec_chol", m.prec_chol)):
-        np.testing.assert_allclose(stored[name], want, atol=1e-9, err_msg=name)
-    assert mv.info["threshold"] == pytest.approx(sim["threshold"], rel=1e-9)
+    assert_mixture_as_simulated(mv, parts, features, rounds, fraction, params)
     with loop.sessions() as s:
         rebuilt = loop.runner.load_server(s, unpack(s.get(JobState, "loop").server))
     for k, v in loop.runner.server.items():
@@ -299,3 +304,121 @@ def test_the_stored_server_state_rebuilds_exactly_and_rounds_write_only_changed_
     assert len(dirty_chunks(table, np.array([5, 400_000, 999_999]))) == 3
     assert sum(len(b) for _, b in dirty_chunks(table, np.array([5, 6]))) <= 1 << 13
     assert len(dirty_chunks(np.zeros(1000), None)) == 1
+
+
+# -- above the switch (models.core.sampling.LIST_MAX): rounds draw by salted hash and list nobody -------------------
+
+@pytest.fixture
+def drawn(monkeypatch):
+    """A switch below the fleet of these tests (the constant the coordinator and the simulator both read): every
+    round of a 12-device job is drawn, as a fleet of more than 1,000 devices' would be."""
+    from models.core import sampling
+
+    monkeypatch.setattr(sampling, "LIST_MAX", 5)
+    return sampling
+
+
+def _drawn_loopback(tmp_path, job_type, algorithm, settings, parts, features):
+    from models.core.sampling import fleet_names
+
+    loop = Loopback(tmp_path, job_type, algorithm, settings,
+                    pca_participants(tmp_path, features, parts, job_type, fleet_names(len(parts))))
+    sent = []
+    honest = loop.runner.publish
+    loop.runner.publish = lambda topic, payload, retain: (sent.append(decode(payload)), honest(topic, payload, retain))
+    return loop, sent
+
+
+@pytest.mark.parametrize("algorithm", ["fedpg", "fedmm"])  # fedpg's client step weighs by the device's weight
+def test_a_drawn_pca_job_lists_nobody_and_equals_simulation(tmp_path, traffic, drawn, algorithm):
+    from store.db import Round
+    from store.round_record import answered_count, answers, asked_count
+
+    features, parts = traffic
+    rounds, fraction = 8, 0.3
+    settings = {"features": features, "rank": 3, "rounds": rounds, "fraction": fraction, "seed": 3,
+                "algorithm_params": {}}
+    loop, sent = _drawn_loopback(tmp_path, "pca", algorithm, settings, parts, features)
+    mv = loop.run()
+    # every round named its devices by a draw; training rounds carry the job's weight caps, not each device's weight
+    assert sent and all(env.meta["sampled"] == [] and "bound" in env.meta for env in sent)
+    assert all("weights" not in env.arrays and "cap_level" in env.meta for env in sent if env.meta["phase"] == "train")
+    clients = prepare_clients(parts, features)
+    sim = run_federated(job_spec("pca", {**settings, "algorithm": algorithm}).make_algorithm(), clients, rounds,
+                        fraction, seed=3)
+    np.testing.assert_allclose(unpack(mv.arrays)["Z"], sim.Z, atol=1e-9)
+    assert mv.info["threshold"] == pytest.approx(federated_threshold(clients, sim.Z, 0.99), rel=1e-9)
+    # the stored rounds hold the draw and counts, and still say truthfully who answered what
+    with loop.sessions() as s:
+        rows = s.query(Round).filter_by(job_id="loop").order_by(Round.round).all()
+    assert [asked_count(r) for r in rows] == [12] + [4] * rounds + [12]
+    assert all(isinstance(r.sampled, dict) and answered_count(r) == asked_count(r) for r in rows)
+    names = [p.id for p in loop.participants]
+    truth = {n: sum(1 for env in sent if drawn.Draw(env.meta["salt"], env.meta["bound"]).asks(n)) for n in names}
+    assert answers(rows, names) == truth and sum(truth.values()) == 12 * 2 + 4 * rounds
+
+
+def test_a_drawn_mixture_job_equals_simulation(tmp_path, traffic, drawn):
+    features, parts = traffic
+    rounds, fraction, params = 6, 0.3, {"components": 4, "reg": 1e-2, "hard_rounds": 2}
+    settings = {"features": features, "rounds": rounds, "fraction": fraction, "seed": 3, "algorithm_params": params}
+    loop, sent = _drawn_loopback(tmp_path, "gmm", "fedem", settings, parts, features)
+    mv = loop.run()
+    assert all(env.meta["sampled"] == [] for env in sent)
+    assert_mixture_as_simulated(mv, parts, features, rounds, fraction, params)
+
+
+def test_a_device_outside_the_job_that_hashes_under_the_bound_is_refused_and_changes_nothing(tmp_path, traffic,
+                                                                                              drawn):
+    from models.core.messages import Upload
+    from wire.messages import envelope
+    from wire.protocol import ProtocolError
+
+    features, parts = traffic
+    settings = {"features": features, "rank": 3, "rounds": 2, "fraction": 0.3, "seed": 3, "algorithm_params": {}}
+    loop, sent = _drawn_loopback(tmp_path, "pca", "fedmm", settings, parts, features)
+    runner, tried = loop.runner, []
+    honest_accept = runner.accept
+
+    def accept(env):
+        if env.kind == Upload.kind and not tried:  # the first training round: a stranger under the bound answers
+            draw = drawn.Draw(sent[-1].meta["salt"], sent[-1].meta["bound"])
+            stranger = next(f"outsider-{i}" for i in range(100_000) if draw.asks(f"outsider-{i}"))
+            before = dict(runner.pending)
+            with pytest.raises(ProtocolError) as e:
+                honest_accept(decode(envelope(Upload(arrays=env.arrays), env.job, env.round, stranger).encode()))
+            tried.append(e.value.reason)
+            assert runner.pending == before and stranger not in runner.refused
+        return honest_accept(env)
+
+    runner.accept = accept
+    loop.run()
+    assert tried == ["not_sampled"]
+
+
+#: a family's algorithm and its settings, each (the PCA ones weigh devices differently)
+GROWTH_CASES = {"fedmm": ("pca", {"rank": 3}), "fedpg": ("pca", {"rank": 3}),
+                "fedem": ("gmm", {"algorithm_params": {"components": 3}}),
+                "fedmm-dl": ("dict", {"algorithm_params": {"atoms": 4}})}
+
+
+@pytest.mark.parametrize("algorithm", list(GROWTH_CASES))
+def test_no_field_of_a_drawn_round_message_grows_with_the_fleet(tmp_path, drawn, algorithm):
+    """Every phase's round message of a 12-device and a 36-device fleet, each above the (lowered) switch: the same
+    size but for a few digits of the job's numbers (a per-device field would add bytes for each device)."""
+    data = generate_traffic(n_devices=12, records_per_device=200, seed=5)
+    job_type, settings = GROWTH_CASES[algorithm]
+
+    def largest(n: int) -> dict[str, int]:
+        parts = [data.X_normal[i] for i in partition(data.X_normal, n, "noniid", np.random.default_rng(0))]
+        loop, sent = _drawn_loopback(tmp_path / str(n), job_type, algorithm, {
+            "features": data.feature_names, "rounds": 3, "fraction": 0.3, "seed": 3, **settings}, parts,
+            data.feature_names)
+        loop.run()
+        out: dict[str, int] = {}
+        for env in sent:
+            out[env.meta["phase"]] = max(out.get(env.meta["phase"], 0), len(env.encode()))
+        return out
+
+    small, large = largest(12), largest(36)
+    assert set(small) == set(large) and all(abs(large[p] - small[p]) <= 32 for p in small), (small, large)

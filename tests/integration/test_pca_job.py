@@ -166,3 +166,32 @@ def test_the_same_job_on_postgresql(broker, fleet, traffic, postgres_url):
         coordinator.close()
     sim = simulate_pca(parts, split.X_test, split.y_test, data.feature_names, "fedmm", 3, 8, 0.6, seed=0)
     assert abs(threshold - sim["threshold"]) < 1e-6 * sim["threshold"]
+
+
+def test_a_job_above_the_switch_over_the_broker_equals_the_simulators(broker, coordinator, fleet, traffic,
+                                                                      monkeypatch):
+    """Issue 27, point 5, over MQTT: with the switch (models.core.sampling.LIST_MAX) below the fleet, every round
+    message names its devices by a salt and a bound (stored as such); the agents decide for themselves and the model
+    is the simulator's for the same fleet (whose clients carry the agents' ids)."""
+    from models.core import sampling
+
+    monkeypatch.setattr(sampling, "LIST_MAX", 3)
+    data, split = traffic
+    parts = parts_for(split, N)
+    for name, p in zip(sampling.fleet_names(N), parts):
+        fleet.add(name, p, data.feature_names)
+    wait_until(lambda: len(coordinator.online_devices()) == N, what="agents online")
+    coordinator.create_job("j5", "pca", "fedpg", job_params(data))
+    Z, threshold = finished_model(coordinator, "j5")
+    sim = simulate_pca(parts, split.X_test, split.y_test, data.feature_names, "fedpg", 3, 8, 0.6, seed=0)
+    assert abs(threshold - sim["threshold"]) < 1e-6 * sim["threshold"]
+    from models.pca.baselines import centralized_pca
+    from models.pca.simulator import prepare_clients
+
+    clients = prepare_clients(parts, data.feature_names)
+    assert abs(subspace_distance(Z, centralized_pca(clients.C, clients.weight, 3)) - sim["subspace_distance"]) < 1e-6
+    with coordinator.sessions() as s:
+        rounds = s.query(Round).filter_by(job_id="j5").order_by(Round.round).all()
+    assert [r.metrics["sampled"] for r in rounds] == [N] + [3] * 8 + [N] and all(isinstance(r.sampled, dict)
+                                                                                  for r in rounds)
+    assert all(r.metrics["dropouts"] == 0 for r in rounds)

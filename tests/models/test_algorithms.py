@@ -3,7 +3,8 @@ import pytest
 
 from models.core.federated import take
 from models.core.quantize import dequantize, quantize, quantize_with_feedback
-from models.core.rounds import run_round, sample_clients
+from models.core.rounds import run_round
+from models.core.sampling import sample_clients
 from models.pca import FEDERATED, FedMM, make_algorithm
 from models.pca.baselines import centralized_pca, local_pca
 from models.pca.fedmm import completion

@@ -14,7 +14,8 @@ import pytest
 
 from models.core.consensus import ConsensusSum, consensus
 from models.core.federated import take
-from models.core.rounds import run_round, sample_clients
+from models.core.rounds import run_round
+from models.core.sampling import sample_clients
 from models.pca import make_algorithm
 from models.pca.simulator import prepare_clients
 from models.recsys.data import client_data, split_users, stack, train_test_split, unstack

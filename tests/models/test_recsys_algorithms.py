@@ -3,7 +3,8 @@
 import numpy as np
 import pytest
 
-from models.core.rounds import run_round, sample_clients
+from models.core.rounds import run_round
+from models.core.sampling import sample_clients
 from models.recsys import FEDERATED, make_algorithm
 from models.recsys.batch import RatingBatch
 from models.recsys.data import client_data, split_users, stack, train_test_split, unstack

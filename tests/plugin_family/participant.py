@@ -32,6 +32,6 @@ class MeanParticipant(Participant):
         return {"X": self.buffer.matrix(list(req.msg.features))[None]}
 
     def _stats(self, req: Request) -> Envelope | None:
-        if self.id not in req.msg.sampled:
+        if not req.msg.asks(self.id):
             return None
         return req.reply(RecordCount(count=np.array([float(self.buffer.seen)])), self.id)
