@@ -57,8 +57,13 @@ def test_the_round_message_is_the_one_the_runner_publishes_for_n_devices(finishe
     msg = decode(runner.message)
     assert msg.meta["phase"] == "train" and len(msg.meta["sampled"]) == sampled == 300
     assert set(msg.meta["sampled"]) <= set(runner.participants) and len(runner.participants) == 1_000
-    bigger, _ = scale.fleet_message(runner, 2_000, {"train"})
-    assert bigger == len(runner.message) > size  # today the message lists the sampled ids
+    # above models.core.sampling.LIST_MAX participants the round carries a draw, not its list: no growth
+    bigger, asked = scale.fleet_message(runner, 2_000, {"train"})
+    drawn = decode(runner.message)
+    assert bigger == len(runner.message) < size and asked == 600
+    assert not drawn.meta.get("sampled") and drawn.meta["salt"] is not None and drawn.meta["bound"] is not None
+    most, _ = scale.fleet_message(runner, 100_000, {"train"})
+    assert abs(most - bigger) <= 32  # the same message but for the digits of its numbers
 
 
 def test_upload_bytes_are_the_encoded_uploads_the_participants_send(tmp_path, monkeypatch):
