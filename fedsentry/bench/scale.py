@@ -6,10 +6,11 @@ database), with a sample of `--sample` devices and the job's default settings (f
 
 - round message: after the job, its participants are made N (the sample's ids and generated ones, each with the
   sample's median record count) and the runner samples a training round as it does in a job: the message it
-  publishes is measured as encoded, so it follows whatever the round message carries (today the sampled ids and
-  their weights). Each device receives it: fan-out = message x N.
+  publishes is measured as encoded, so it follows whatever the round message carries (above
+  models.core.sampling.LIST_MAX participants a draw instead of the sampled ids). Each device receives it:
+  fan-out = message x N.
 - uploads: the sample's real encoded training uploads; per round = their median x the devices that round samples
-  at N (the length of its sampled list).
+  at N.
 - server step: training rounds asked of every sample device and of one, alternately (`--repeats` each, the
   fastest taken); per upload the time to accept one (decode, validate, digest) and store it for a takeover
   (round_uploads), and the slope of the round's close between the two; fixed = the one-device close less one slope.
@@ -296,8 +297,9 @@ def markdown(doc: dict[str, Any]) -> str:
              f"{doc['cores']} cores, load {doc['load_before']:.1f} before. Each family's job runs on a loopback of "
              f"{doc['sample']} real participants (the job runner and participants exchanging encoded envelopes) with "
              f"the job's default settings, fraction included; records: {data}. The round message is the one the job "
-             "runner publishes for a training round of N participants (today it lists the sampled ids and their "
-             "weights); fan-out is that message to each of the N devices. Uploads are the sample's encoded uploads, "
+             "runner publishes for a training round of N participants (above models.core.sampling.LIST_MAX "
+             "participants it carries a draw, not the sampled ids; gmm's, otmap's, dict's and recsys' also carry the "
+             "model); fan-out is that message to each of the N devices. Uploads are the sample's encoded uploads, "
              "times the devices a round samples at N; the server step per round is extrapolated linearly from the "
              "sample (fixed part + uploads x (accept and store + close per upload), from rounds of all the sample "
              f"and of one device, the fastest of {doc['repeats']} each); rounds/s is its inverse, upload msgs/s the "
