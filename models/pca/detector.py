@@ -85,7 +85,10 @@ class PCADetector(ThresholdedDetector):
         return F, F @ self._components32
 
     def score_samples(self, X: np.ndarray) -> np.ndarray | float:
-        X = np.asarray(X, dtype=float)
+        # C order whatever the caller's layout: einsum's sums then add in one order, so a record scores the same
+        # bits in any batch (an agent's column selection is in Fortran order, a record replayed alone is not: its
+        # score came out 1 ulp above the threshold that marking it as a false positive had set to its score)
+        X = np.ascontiguousarray(X, dtype=float)
         if X.shape[-1] != len(self.feature_names_):
             raise ValueError(f"expected {len(self.feature_names_)} features, got {X.shape[-1]}")
         if X.ndim == 1:
