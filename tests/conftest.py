@@ -25,10 +25,11 @@ def _locked(path: Path, exclusive: bool) -> Iterator[None]:
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
-    """Under pytest-xdist (pyproject's addopts), a test marked `alone` (it asserts a wall-clock bound) runs with no
-    other test beside it: it holds the run's lock exclusively, every other test holds it shared, from its first
-    fixture's set-up (module and session fixtures included) to its last teardown. A gate taken before the lock
-    keeps the other worker from starting new tests while an `alone` test waits, so it waits one test at most."""
+    """Under pytest-xdist (pyproject's addopts), a test marked `alone` (it asserts a bound that load moves: a
+    wall-clock time, an agent's memory) runs with no other test beside it: it holds the run's lock exclusively, every
+    other test holds it shared, from its first fixture's set-up (module and session fixtures included) to its last
+    teardown. A gate taken before the lock keeps the other worker from starting new tests while an `alone` test
+    waits, so it waits one test at most."""
     if not hasattr(item.config, "workerinput"):  # one process: nothing runs beside anything
         return (yield)
     shared = Path(item.config.option.basetemp).parent  # xdist gives each worker <the run's basetemp>/popen-gwN
