@@ -2,10 +2,42 @@
 
 from __future__ import annotations
 
+import fcntl
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from pathlib import Path
+
 import numpy as np
 import pytest
 
 from fedsentry.data import datasets
+
+
+@contextmanager
+def _locked(path: Path, exclusive: bool) -> Iterator[None]:
+    with open(path, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
+    """Under pytest-xdist (pyproject's addopts), a test marked `alone` (it asserts a bound that load moves: a
+    wall-clock time, an agent's memory) runs with no other test beside it: it holds the run's lock exclusively, every
+    other test holds it shared, from its first fixture's set-up (module and session fixtures included) to its last
+    teardown. A gate taken before the lock keeps the other worker from starting new tests while an `alone` test
+    waits, so it waits one test at most."""
+    if not hasattr(item.config, "workerinput"):  # one process: nothing runs beside anything
+        return (yield)
+    shared = Path(item.config.option.basetemp).parent  # xdist gives each worker <the run's basetemp>/popen-gwN
+    alone = item.get_closest_marker("alone") is not None
+    with ExitStack() as held:
+        with _locked(shared / "alone.gate", exclusive=alone):
+            held.enter_context(_locked(shared / "alone.lock", exclusive=alone))
+        return (yield)
 
 
 @pytest.fixture

@@ -85,7 +85,10 @@ class PCADetector(ThresholdedDetector):
         return F, F @ self._components32
 
     def score_samples(self, X: np.ndarray) -> np.ndarray | float:
-        X = np.asarray(X, dtype=float)
+        # C order whatever the caller's layout, so the sums add in one order: an agent's column selection is in
+        # Fortran order, and a record it alerted on then scored 1 ulp above the threshold that marking it as a
+        # false positive had set to its score. (A batch's size can still change the last bits: BLAS's kernels.)
+        X = np.ascontiguousarray(X, dtype=float)
         if X.shape[-1] != len(self.feature_names_):
             raise ValueError(f"expected {len(self.feature_names_)} features, got {X.shape[-1]}")
         if X.ndim == 1:

@@ -61,6 +61,7 @@ def test_every_algorithm_runs(capsys, tmp_path, algorithm):
     assert r["algorithm"] == algorithm and r["test_rmse"] < r["global_mean_test_rmse"]
 
 
+@pytest.mark.alone  # a wall-clock bound
 def test_any_ratings_csv_with_named_columns_and_recommendations(capsys, tmp_path):
     r = generate_ratings(n_users=60, n_items=80, mean_ratings=20, seed=4)
     lines = ["item,who,stars,extra"] + [f"m{i},u{u},{v:g},x" for u, i, v in zip(r.user, r.item, r.rating)]

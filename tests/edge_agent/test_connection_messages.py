@@ -34,6 +34,7 @@ def run_until_logged(caplog, cfg: AgentConfig, needle: str, timeout: float = 8.0
     return lines
 
 
+@pytest.mark.alone  # a wall-clock bound
 def test_nothing_listening_is_named_with_the_address(tmp_path, caplog):
     port = free_port()
     lines = run_until_logged(caplog, AgentConfig("dev-x", f"mqtt://127.0.0.1:{port}", str(tmp_path / "s")),
@@ -43,6 +44,7 @@ def test_nothing_listening_is_named_with_the_address(tmp_path, caplog):
 
 
 @pytest.mark.skipif(not HAVE_MOSQUITTO, reason="mosquitto is not installed (.ci/run installs it)")
+@pytest.mark.alone  # a wall-clock bound
 def test_refused_credentials_say_how_to_enrol(tmp_path, caplog):
     port = free_port()
     broker = Mosquitto(port=port, config=f"listener {port} 127.0.0.1\nallow_anonymous false\n").start()

@@ -130,6 +130,8 @@ def test_a_budget_too_small_for_an_agent_is_refused_with_the_figure(capsys):
     assert f"at least {FIXED_MIB + 2} MiB" in capsys.readouterr().err
 
 
+@pytest.mark.alone  # an agent short of CPU holds more of its replay at once: 26.0 MiB alone, 26.5 beside a CPU-bound
+# test, 27.02 once beside the other xdist worker (red at 27)
 def test_a_real_agent_stays_within_its_budget_through_a_training_job():
     """`fedsentry bench agent-memory --memory-budget 100` as a test: one agent process given 50,000 records
     (nsl-kdd where the shared data is, synthetic otherwise), the default detector and a 100 MiB budget, its
@@ -153,6 +155,8 @@ def test_a_real_agent_stays_within_its_budget_through_a_training_job():
     assert r["scoring_rss_max_mib"] <= 56, r
 
 
+@pytest.mark.alone  # an agent short of CPU holds more of its replay at once: 26.0 MiB alone, 26.5 beside a CPU-bound
+# test, 27.02 once beside the other xdist worker (red at 27)
 def test_a_dict_agent_stays_within_100_mib_training_and_50_scoring():
     """Issue 26 point 6 as a test: one agent process, 50,000 records, a dict job at its defaults: VmHWM through
     training at most 100 MiB (64.3 measured; 70.2 in a fresh-clone CI run); the codes are solved a chunk of records

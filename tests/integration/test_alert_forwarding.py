@@ -197,6 +197,7 @@ def test_structured_data_escapes_and_carries_extra_fields():
     assert json.loads(p["msg"]) == a
 
 
+@pytest.mark.alone  # a wall-clock bound
 def test_a_hanging_webhook_never_holds_up_ingestion(broker, tmp_path):
     hook = WebhookReceiver(delay=3.0)
     c = Coordinator(broker.url, f"sqlite:///{tmp_path}/c.db", forward=[Webhook(hook.url)]).start()

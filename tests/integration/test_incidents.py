@@ -8,6 +8,7 @@ import threading
 import time
 
 import numpy as np
+import pytest
 
 from edge_agent.sources import Batch
 from models.pca.detector import PCADetector
@@ -17,6 +18,7 @@ from tests.integration.conftest import wait_until
 from tests.integration.test_model_refusal import NAMES, publish_model
 
 
+@pytest.mark.alone  # a wall-clock bound
 def test_every_flagged_record_is_counted_in_an_incident_within_two_seconds(broker, coordinator, fleet):
     rng = np.random.default_rng(0)
     normal = np.abs(rng.normal(100, 10, (2000, 3)))

@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 
 import numpy as np
+import pytest
 
 from store.db import Job
 from tests.integration.conftest import wait_until
@@ -13,6 +14,7 @@ from tests.integration.conftest import wait_until
 NAMES = ["duration", "src_bytes", "dst_bytes"]
 
 
+@pytest.mark.alone  # a wall-clock bound
 def test_a_job_whose_features_the_agents_lack_fails_at_once_with_their_reason(coordinator, fleet):
     rng = np.random.default_rng(0)
     for i in range(3):

@@ -9,6 +9,7 @@ import time
 import uuid
 
 import paho.mqtt.client as mqtt
+import pytest
 from sqlalchemy import event
 
 from store.db import Alert
@@ -29,6 +30,7 @@ def client(url: str, client_id: str) -> mqtt.Client:
     return c
 
 
+@pytest.mark.alone  # a wall-clock bound
 def test_a_status_flood_delays_no_alert_and_writes_only_what_changed(broker, coordinator):
     writes: list[str] = []
     event.listen(coordinator.engine, "before_cursor_execute",

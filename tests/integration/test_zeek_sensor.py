@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import func
 
@@ -60,6 +61,7 @@ def scored(path: Path) -> list[float]:
     return [float(line.split(",")[0]) for line in path.read_text().splitlines()] if path.exists() else []
 
 
+@pytest.mark.alone  # a wall-clock bound
 def test_agents_on_a_zeek_sensor_train_detect_and_lose_nothing(broker, coordinator, tmp_path):
     rng = np.random.default_rng(0)
     logs, outs, procs = [], [], []

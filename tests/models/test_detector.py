@@ -35,6 +35,16 @@ def test_single_record_scores_like_a_batch(traffic, detector):
     assert np.allclose([detector.score_samples(x) for x in X], detector.score_samples(X))
 
 
+def test_a_batch_scores_the_same_bits_in_either_memory_order(traffic, detector):
+    """An agent's column selection is in Fortran order, the same records elsewhere in C order. Marking a false
+    positive sets the device's threshold to that record's score, so a 1-ulp difference makes it alert again
+    (tests/integration/test_feedback.py): equal, not close."""
+    X = np.ascontiguousarray(traffic.X_attack[:200])
+    assert np.array_equal(detector.score_samples(np.asfortranarray(X)), detector.score_samples(X))
+    pair = X[:2]
+    assert np.array_equal(detector.score_samples(np.asfortranarray(pair)), detector.score_samples(pair))
+
+
 def test_score_is_the_squared_residual(traffic, detector):
     X = traffic.X_normal[:20]
     T = detector.preprocessor_.transform(X)

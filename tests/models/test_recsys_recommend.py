@@ -51,6 +51,7 @@ def test_fold_in_rejects_bad_requests(model, items, ratings, message):
         fold_in(model, items, ratings)
 
 
+@pytest.mark.alone  # a wall-clock bound
 def test_fold_in_is_fast_on_a_movielens_sized_catalogue(rng):
     big = ItemModel(np.arange(10_000), rng.normal(size=(10_000, 51)) * 0.1, 3.5)
     items = rng.choice(10_000, 10, replace=False)
