@@ -151,9 +151,19 @@ def feedback_cap(fleet: float, tail: Tail | None, base: float) -> float:
 
 def feedback_threshold(before: float, scores: np.ndarray, cap: float) -> tuple[float, bool]:
     """The threshold after one analyst action marking records of these scores (under the model in use) as normal:
-    the highest of them, so that none of them is flagged again (a record is flagged when its score exceeds the
-    threshold), and never above `cap` (`feedback_cap`) nor below `before`. Returns (threshold, whether the cap
-    held it back: some marked record still exceeds it)."""
+    the highest of them (past its rounding: `above_rounding`), so that none of them is flagged again (a record is
+    flagged when its score exceeds the threshold), and never above `cap` (`feedback_cap`) nor below `before`.
+    Returns (threshold, whether the cap held it back: some marked record still exceeds it)."""
     scores = np.asarray(scores, dtype=float)
-    want = max(float(before), float(scores.max())) if len(scores) else float(before)
+    want = max(float(before), above_rounding(float(scores.max()))) if len(scores) else float(before)
     return min(want, max(float(cap), float(before))), want > cap
+
+
+#: how far above a marked record's score the threshold goes: the same record scored again (alone, or in a batch of
+#: another size or memory layout) can score a few rounding steps (about 1e-15 relative) higher
+SCORE_ROUNDING = 1e-9
+
+
+def above_rounding(score: float) -> float:
+    """A score raised past the rounding of scoring it again (`SCORE_ROUNDING`, relative; a score may be negative)."""
+    return score + SCORE_ROUNDING * max(abs(score), 1e-300)

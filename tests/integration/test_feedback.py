@@ -19,6 +19,7 @@ from api.app import create_app
 from api.security import create_key
 from api.settings import Settings
 from edge_agent.sources import Batch
+from models.detection.threshold import above_rounding
 from models.pca.detector import PCADetector
 from store.db import Alert
 from tests.api.conftest import bearer
@@ -111,11 +112,12 @@ def test_marking_an_alert_raises_the_device_threshold_within_its_cap(broker, coo
     first = client.post("/api/v1/feedback", json={"alert": fp_alert.id, "reason": "the NAS backup"}, headers=admin)
     assert first.status_code == 201, first.text
     first = first.json()
-    wait_until(lambda: agent.scorer.detector.threshold_ == fp_alert.score, 15, "threshold raised to the marked score")
+    raised = above_rounding(fp_alert.score)  # the marked score, past the rounding of scoring it again
+    wait_until(lambda: agent.scorer.detector.threshold_ == raised, 15, "threshold raised to the marked score")
     assert not det.score_samples(fp)[0] > agent.scorer.detector.threshold_  # the record would not alert again
     wait_until(lambda: effect(client, viewer, first["id"]) is not None, 15, "effect reported")
     e = effect(client, viewer, first["id"])
-    assert e["before"] == pytest.approx(base) and e["after"] == fp_alert.score and not e["capped"]
+    assert e["before"] == pytest.approx(base) and e["after"] == raised and not e["capped"]
     assert e["cap"] == pytest.approx(2 * t) and e["records"] == 1 and e["model"] == "m:1"
     gate.put(fp, "B")  # the same traffic again: no alert
     wait_until(lambda: agent.counters["records"] == 3, what="scored")
@@ -128,7 +130,7 @@ def test_marking_an_alert_raises_the_device_threshold_within_its_cap(broker, coo
     wait_until(lambda: agent.scorer.detector.threshold_ == pytest.approx(2 * t), 15, "threshold at the cap")
     wait_until(lambda: effect(client, viewer, second["id"]) is not None, 15, "effect reported")
     e = effect(client, viewer, second["id"])
-    assert e["capped"] and e["after"] == pytest.approx(2 * t) and e["before"] == fp_alert.score
+    assert e["capped"] and e["after"] == pytest.approx(2 * t) and e["before"] == raised
     gate.put(absurd, "C")  # still flagged: the cap keeps the detector on
     wait_until(lambda: len(alerts_of(coordinator, "fb-1")) == 3, what="the absurd record alerts again")
     # no consent: nothing joined the training buffer, and the API says so
@@ -137,12 +139,12 @@ def test_marking_an_alert_raises_the_device_threshold_within_its_cap(broker, coo
 
     # undone: the threshold comes back down to what the remaining action sets
     client.delete(f"/api/v1/feedback/{second['id']}", headers=admin).raise_for_status()
-    wait_until(lambda: agent.scorer.detector.threshold_ == fp_alert.score, 15, "threshold back after undo")
+    wait_until(lambda: agent.scorer.detector.threshold_ == raised, 15, "threshold back after undo")
 
     # a restart keeps it; a new model gets it again, from the record's kept features scored under that model
     fleet.stop("fb-1")
     agent = fleet.add("fb-1", None, NAMES, source=iter(gate), alert_burst=100)
-    assert agent.scorer.detector.threshold_ == fp_alert.score  # before the broker even delivers it
+    assert agent.scorer.detector.threshold_ == raised  # before the broker even delivers it
     det2 = PCADetector(rank=1).fit(normal[::-1][:1500] * 1.01, NAMES)
     publish_model(broker.url, det2, 2)
     wait_until(lambda: agent.scorer.model_version == 2, what="model 2")

@@ -6,6 +6,7 @@ share of their normal traffic however many records are marked, and never goes do
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from models.detection.threshold import FEEDBACK_FACTOR, feedback_cap, feedback_threshold, shrunk_threshold
 from tests.models.test_device_thresholds import Q, fleet, tail_of
@@ -25,7 +26,13 @@ def test_the_cap_is_the_tails_top_where_the_fleet_still_flags_a_sixteenth_of_the
     # a false positive within the cap: the threshold becomes its score, and it is no longer flagged
     fp = (own + cap) / 2
     after, capped = feedback_threshold(own, np.array([fp]), cap)
-    assert after == fp and not capped and not fp > after
+    assert after == pytest.approx(fp, rel=1e-8) and not capped and not fp > after
+    # nor when scored again a few rounding steps higher (alone, or in a batch of another size or layout)
+    for again in (fp * (1 + 4e-16), np.nextafter(np.nextafter(fp, np.inf), np.inf)):
+        assert not again > after
+    neg = -abs(fp)  # a mixture's score (a negative log-likelihood) can be negative
+    after, _ = feedback_threshold(-1e9, np.array([neg]), cap)
+    assert not neg * (1 - 4e-16) > after
 
 
 def test_without_a_tail_the_cap_is_a_factor_of_the_federations_threshold_and_feedback_never_lowers():
