@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import shutil
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -20,6 +21,15 @@ from store.db import Alert, Device, Job, ModelVersion, Round, pack, utcnow
 @pytest.fixture
 def app(tmp_path):
     return create_app(Settings(db_url=f"sqlite:///{tmp_path}/api.db", cookie_secure=False))
+
+
+@pytest.fixture(autouse=True)
+def _now_at_test_start(request):
+    """A module that places alerts relative to its `NOW` (the last hour, the last 24 hours) gets it from when each
+    test starts, not from when the module was imported: under pytest-xdist a file can run many minutes after the
+    collection imported it, and alerts placed 50 minutes back then fall out of "the last hour"."""
+    if hasattr(request.module, "NOW"):
+        request.module.NOW = time.time()
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])

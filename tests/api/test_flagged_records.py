@@ -20,7 +20,8 @@ from tests.api.conftest import bearer
 NOW = time.time()
 
 
-def update(i0: int, n: int, window: float = NOW - 60) -> dict:
+def update(i0: int, n: int, window: float | None = None) -> dict:
+    window = NOW - 60 if window is None else window
     records = [{"ts": NOW - 30 + (i0 + i) * 0.01, "score": 5.0 + (i0 + i) % 3,
                 "flow": {"uid": f"C{i0 + i}", "id.orig_h": "10.0.0.9", "id.resp_h": f"192.168.0.{(i0 + i) % 4}"},
                 "explanation": [{"feature": "dst_bytes", "value": 1e6, "expected": 10.0}]} for i in range(n)]
