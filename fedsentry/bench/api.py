@@ -168,10 +168,16 @@ def load(app: Any, fleet: Fleet) -> str:
     from sqlalchemy import text
 
     from api.security import create_key
+    from store import partitions
     from store.alerts import alert_row, store_alerts
     from store.triage import MAX_BULK, acknowledge
 
     t0 = time.perf_counter()
+    engine = app.state.sessions.kw["bind"]
+    with engine.begin() as c:  # PostgreSQL: the day partitions the coordinator's upkeep made over the month
+        if partitions.partitioned(c):
+            partitions.make_days(c, datetime.fromtimestamp(fleet.end - SPAN.total_seconds(), timezone.utc).date(),
+                                 datetime.fromtimestamp(fleet.end, timezone.utc).date())
     for i in range(0, len(fleet.messages), 5000):
         with app.state.sessions.begin() as s:
             store_alerts(s, [alert_row(d, "bench", 1, m, datetime.fromtimestamp(m["ts"] + 0.5, timezone.utc)
@@ -181,7 +187,6 @@ def load(app: Any, fleet: Fleet) -> str:
         for i in range(0, len(ids), MAX_BULK):
             acknowledge(s, ACKED_BY, "reviewed" if i % 3 else None, ids=ids[i:i + MAX_BULK])
         key = create_key(s, "viewer")
-    engine = app.state.sessions.kw["bind"]
     if engine.dialect.name == "postgresql":  # what autovacuum does within a minute of the load (if it is on)
         with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as c:
             c.execute(text("VACUUM ANALYZE alerts"))
