@@ -12,7 +12,8 @@ To compare two trees, run this file against each in turn, alternating (the machi
 
 The alerts are those `fedsentry bench api` stores (fedsentry.bench.api.Fleet: 200 devices, 30 % incident updates),
 their times spread over the last `--spread` seconds (3,600: live traffic, every batch in the current hour and day;
-2,592,000: a month, each batch touching a tally of every hour)."""
+2,592,000: a month, each batch touching a tally of every hour). `--partitioned`: the same on alerts partitioned by day
+(store.partitions), against a run without it in the same tree."""
 
 from __future__ import annotations
 
@@ -42,6 +43,9 @@ def main() -> int:
                    help="alerts per store_alerts call, one transaction (the coordinator's largest batch)")
     p.add_argument("--spread", type=float, default=3600.0, help="the alerts' times span this many seconds, to now")
     p.add_argument("--sql", help="a file of SQL run after the migrations (a variant tried before it is one)")
+    p.add_argument("--partitioned", action="store_true",
+                   help="partition the scratch database's alerts by day before storing (store.partitions, as "
+                        "`fedsentry db partition-alerts` does)")
     p.add_argument("--json", help="write the result here")
     args = p.parse_args()
     if args.alerts < 1 or args.batch < 1 or args.spread <= 120:
@@ -65,6 +69,12 @@ def main() -> int:
     try:
         engine = make_engine(server.set(database=name).render_as_string(hide_password=False))
         migrate(engine)
+        if args.partitioned:
+            from store import partitions
+            from store.db import utcnow
+
+            with engine.begin() as c:
+                partitions.convert(c, utcnow())
         if args.sql:
             with engine.begin() as c:
                 c.exec_driver_sql(Path(args.sql).read_text())
@@ -89,7 +99,7 @@ def main() -> int:
     out = {"tree": os.path.dirname(os.path.dirname(os.path.abspath(store.__file__))), "alerts": stored,
            "batch": args.batch, "spread_s": args.spread, "seconds": round(seconds, 3),
            "alerts_per_s": round(stored / seconds, 1), "db_cpu_us_per_alert": round(1e6 * cpu / stored, 2),
-           "load_before": os.getloadavg()[0]}
+           "partitioned": args.partitioned, "load_before": os.getloadavg()[0]}
     print(json.dumps(out), file=sys.stderr)
     if args.json:
         with open(args.json, "w") as f:

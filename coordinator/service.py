@@ -33,7 +33,8 @@ from coordinator.presence import PRESENCE_BATCH, PRESENCE_EVERY, Presence, statu
 from coordinator.queue_ingest import QueueIngest, check_queue_url
 from coordinator.status import StatusStore
 from models.families import family, job_spec
-from store.db import Alert, FlaggedRecord, Job, Rejection, Round, make_engine, migrate, session_factory, utcnow
+from store import retention
+from store.db import Job, Rejection, make_engine, migrate, session_factory, utcnow
 from store.jobs import create_job
 from store.records import insert_for
 from store.singleton import Locks
@@ -372,18 +373,19 @@ class Coordinator:
             return False
 
     def _prune(self) -> None:
-        """Retention: drop anomalies and per-round metrics older than retention_days (checked hourly)."""
-        if self.retention_days is None or time.monotonic() - self._pruned < 3600 or not self.locks.held("retention"):
+        """Retention, checked hourly (store.retention): PostgreSQL's alert partitions made ahead, and anomalies and
+        per-round metrics older than retention_days dropped."""
+        if time.monotonic() - self._pruned < 3600 or not self.locks.held("retention"):
             return
         self._pruned = time.monotonic()
-        cutoff = utcnow() - timedelta(days=self.retention_days)
-        with self.sessions.begin() as s:
-            n = s.query(Alert).filter(Alert.ts < cutoff).delete()
-            n += s.query(FlaggedRecord).filter(FlaggedRecord.ts < cutoff).delete()
-            m = s.query(Round).filter(Round.completed < cutoff).delete()
-        if n or m:
-            log.info("retention: pruned %d anomalies and %d round records older than %s days", n, m,
-                     self.retention_days)
+        now = utcnow()
+        cutoff = None if self.retention_days is None else now - timedelta(days=self.retention_days)
+        p = retention.maintain(self.sessions, now, cutoff)
+        if p.made or p.dropped:
+            log.info("alert partitions: made %s, dropped %s", [str(d) for d in p.made], [str(d) for d in p.dropped])
+        if p.alerts or p.records or p.rounds or p.dropped:
+            log.info("retention: pruned %d days of anomalies, %d anomalies, %d flagged records and %d round records "
+                     "older than %s days", len(p.dropped), p.alerts, p.records, p.rounds, self.retention_days)
 
     def _release(self, job_id: str) -> None:
         self.jobs.pop(job_id, None)

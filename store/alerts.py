@@ -63,7 +63,7 @@ def alert_row(agent: str, job: str, version: int, m: Any, received: datetime,
         raise ProtocolError("alert", f"malformed alert: {e}") from None
     received_at = received.replace(tzinfo=timezone.utc).timestamp()
     if ts > received_at + CLOCK_SKEW:  # a device clock ahead: kept, at receipt
-        row["ts"] = received
+        row["ts"], row["clock_skew"] = received, True
         if dropped is not None:
             dropped["clock_skew"] += 1
     # what would break the database or the readers: non-finite numbers, counts beyond an integer column,
@@ -199,15 +199,30 @@ def _copy_line(r: dict[str, Any]) -> str:
 
 def _copy_postgresql(session: Session, rows: Sequence[dict[str, Any]]) -> list[tuple[str, str, int]]:
     """COPY the batch into a temporary table, then move the new ones over: an order of magnitude faster
-    than parameterised INSERTs, and a redelivered alert id is still skipped by the primary key."""
+    than parameterised INSERTs, and a redelivered alert is still skipped by the primary key: `id` of the default
+    table, (id, ts) of alerts partitioned by day (store.partitions, opt-in), hence ON CONFLICT naming neither.
+
+    An alert stored at its receipt (a device clock ahead, `clock_skew`) has another time when delivered again,
+    which the key (id, ts) would not skip: its id is kept in alert_skews (migration 0020, in both shapes, so that
+    converting later knows those stored before) with the time it was stored at, and any delivery of that id at
+    another time is skipped. The first delivery to write its id there stores it (two at once: the second waits for
+    the first's commit, then skips it)."""
     raw = session.connection().connection.driver_connection
     assert raw is not None
     cols = ", ".join(COLUMNS)
     with raw.cursor() as cur:
+        skewed = [r for r in rows if r.get("clock_skew")]
+        if skewed:
+            cur.execute("INSERT INTO alert_skews (id, ts) SELECT * FROM unnest(%s::text[], %s::timestamp[]) "
+                        "ON CONFLICT (id) DO NOTHING RETURNING id", ([r["id"] for r in skewed],
+                                                                    [r["ts"] for r in skewed]))
+            again = {r["id"] for r in skewed} - {i for (i,) in cur.fetchall()}
+            rows = [r for r in rows if r["id"] not in again]
         cur.execute("CREATE TEMPORARY TABLE IF NOT EXISTS incoming_alerts "
                     "(LIKE alerts INCLUDING DEFAULTS) ON COMMIT DELETE ROWS")
         with cur.copy(f"COPY incoming_alerts ({cols}) FROM STDIN") as copy:
             copy.write("".join(_copy_line(r) for r in rows))
-        cur.execute(f"INSERT INTO alerts ({cols}) SELECT {cols} FROM incoming_alerts "
-                    "ON CONFLICT (id) DO NOTHING RETURNING id, device_id, count")
+        cur.execute(f"INSERT INTO alerts ({cols}) SELECT {cols} FROM incoming_alerts AS i WHERE NOT EXISTS "
+                    "(SELECT 1 FROM alert_skews AS s WHERE s.id = i.id AND s.ts <> i.ts) "
+                    "ON CONFLICT DO NOTHING RETURNING id, device_id, count")
         return [(i, d, n) for i, d, n in cur.fetchall()]

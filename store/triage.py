@@ -195,7 +195,7 @@ def incidents(session: Session, f: AlertFilter, limit: int, after: tuple[datetim
     all_acked = func.min(case((Alert.acknowledged.is_(True), 1), else_=0))
     q = (replace(f, acknowledged=None).apply(
         select(Alert.incident_id, Alert.device_id, func.max(Alert.job_id), func.sum(Alert.count), func.count(),
-               last, func.max(Alert.score), all_acked))
+               last, func.max(Alert.score), all_acked, func.min(Alert.ts)))
          .where(Alert.incident_id.is_not(None)).group_by(Alert.incident_id, Alert.device_id))
     if f.acknowledged is not None:
         q = q.having(all_acked == (1 if f.acknowledged else 0))
@@ -206,7 +206,11 @@ def incidents(session: Session, f: AlertFilter, limit: int, after: tuple[datetim
         session.execute(q.limit(limit + 1)).all()
     page = [{"id": r[0], "device_id": r[1], "job_id": r[2], "count": int(r[3]), "updates": r[4], "last_update": r[5],
              "max_score": r[6], "acknowledged": bool(r[7])} for r in rows[:limit]]
-    _details(session, page)
+    # every update of the page's incidents lies between their first and last ones when the filter keeps whole
+    # incidents (device, prefix, incident: an incident is one device's), so their details read those days alone
+    whole = f.since is None and f.until is None and f.min_score is None and f.job is None
+    _details(session, page, (min(r[8] for r in rows[:limit]), max(r[5] for r in rows[:limit])) if whole and page
+             else None)
     nxt = (rows[limit - 1][5], rows[limit - 1][0]) if len(rows) > limit else None
     return page, nxt
 
@@ -231,8 +235,9 @@ def incident(session: Session, incident_id: str) -> dict[str, Any] | None:
     return page[0] if page else None
 
 
-def _details(session: Session, page: list[dict[str, Any]]) -> None:
-    """Key, window, first and last record, examples and the latest acknowledgement, from the updates."""
+def _details(session: Session, page: list[dict[str, Any]], between: tuple[datetime, datetime] | None = None) -> None:
+    """Key, window, first and last record, examples and the latest acknowledgement, from the updates (all of them
+    lie `between` those times when given: on PostgreSQL the other days' partitions are not read)."""
     by_id = {g["id"]: g for g in page}
     for g in page:
         g.update(key="", features=[], window=None, first=None, last=None, samples=[], acknowledged_by=None,
@@ -241,6 +246,8 @@ def _details(session: Session, page: list[dict[str, Any]]) -> None:
         return
     q = (select(Alert.incident_id, Alert.incident, Alert.acknowledged_at, Alert.acknowledged_by, Alert.ack_note)
          .where(Alert.incident_id.in_(list(by_id))).order_by(Alert.ts))
+    if between is not None:
+        q = q.where(Alert.ts >= between[0], Alert.ts <= between[1])
     for iid, inc, at, by, note in session.execute(q):
         g = by_id[iid]
         if not isinstance(inc, dict) or incident_problem(inc):

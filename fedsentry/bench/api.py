@@ -163,15 +163,25 @@ def database(spec: str, scratch_server: bool) -> Iterator[str]:
         admin.dispose()
 
 
-def load(app: Any, fleet: Fleet) -> str:
-    """Store the fleet's alerts as the coordinator does, acknowledge some as an analyst does; an API key."""
+def load(app: Any, fleet: Fleet, partitioned: bool = False) -> str:
+    """Store the fleet's alerts as the coordinator does, acknowledge some as an analyst does; an API key. With
+    `partitioned` (PostgreSQL), the fresh database's alerts are partitioned by day first (store.partitions, as
+    `fedsentry db partition-alerts` does)."""
     from sqlalchemy import text
 
     from api.security import create_key
+    from store import partitions
     from store.alerts import alert_row, store_alerts
+    from store.db import utcnow
     from store.triage import MAX_BULK, acknowledge
 
     t0 = time.perf_counter()
+    engine = app.state.sessions.kw["bind"]
+    with engine.begin() as c:  # and the day partitions the coordinator's upkeep made over the month
+        if partitioned:
+            partitions.convert(c, utcnow())
+            partitions.make_days(c, datetime.fromtimestamp(fleet.end - SPAN.total_seconds(), timezone.utc).date(),
+                                 datetime.fromtimestamp(fleet.end, timezone.utc).date())
     for i in range(0, len(fleet.messages), 5000):
         with app.state.sessions.begin() as s:
             store_alerts(s, [alert_row(d, "bench", 1, m, datetime.fromtimestamp(m["ts"] + 0.5, timezone.utc)
@@ -181,7 +191,6 @@ def load(app: Any, fleet: Fleet) -> str:
         for i in range(0, len(ids), MAX_BULK):
             acknowledge(s, ACKED_BY, "reviewed" if i % 3 else None, ids=ids[i:i + MAX_BULK])
         key = create_key(s, "viewer")
-    engine = app.state.sessions.kw["bind"]
     if engine.dialect.name == "postgresql":  # what autovacuum does within a minute of the load (if it is on)
         with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as c:
             c.execute(text("VACUUM ANALYZE alerts"))
@@ -190,7 +199,7 @@ def load(app: Any, fleet: Fleet) -> str:
     return key
 
 
-def measure(url: str, fleet: Fleet, repeat: int) -> dict[str, dict[str, Any]]:
+def measure(url: str, fleet: Fleet, repeat: int, partitioned: bool = False) -> dict[str, dict[str, Any]]:
     from fastapi.testclient import TestClient
 
     from api.app import create_app
@@ -198,7 +207,7 @@ def measure(url: str, fleet: Fleet, repeat: int) -> dict[str, dict[str, Any]]:
 
     app = create_app(Settings(db_url=url))
     try:
-        client = TestClient(app, headers={"Authorization": f"Bearer {load(app, fleet)}"})
+        client = TestClient(app, headers={"Authorization": f"Bearer {load(app, fleet, partitioned)}"})
         return Requests(client, fleet, repeat).run()
     finally:
         app.state.sessions.kw["bind"].dispose()
@@ -314,24 +323,33 @@ class Requests:
 def run(args: argparse.Namespace) -> int:
     from sqlalchemy.exc import ArgumentError, OperationalError
 
+    from store.partitions import ShapeError
+
     specs = [(db, False) for db in args.db or ["sqlite"]]
     if args.postgres:
         specs.append((args.postgres, True))
+    postgres = [scratch or not _sqlite(spec) for spec, scratch in specs]
+    if args.partitioned and not any(postgres):
+        raise UsageError("--partitioned: alerts are partitioned on PostgreSQL only (give --db or --postgres a "
+                         "PostgreSQL URL)")
     logging.getLogger("httpx").setLevel(logging.WARNING)  # not a line per request
     fleet = Fleet(args.alerts, args.devices)
     runs: dict[str, dict[str, dict[str, Any]]] = {}
-    for spec, scratch in specs:
+    for (spec, scratch), convert in zip(specs, postgres):
+        convert = convert and args.partitioned
         try:
             with database(spec, scratch) as url:
-                name = url.split(":")[0].split("+")[0]
+                name = url.split(":")[0].split("+")[0] + (" partitioned" if convert else "")
                 name = name if name not in runs else f"{name} ({len(runs) + 1})"
                 print(f"{name}:", file=sys.stderr)
-                runs[name] = measure(url, fleet, args.repeat)
+                runs[name] = measure(url, fleet, args.repeat, convert)
         except (ArgumentError, OperationalError) as e:
             raise database_error("--postgres" if scratch else "--db", e) from None
+        except ShapeError as e:  # (--db given a database partitioned already)
+            raise UsageError(f"--partitioned: {e}; --db must be an empty database") from None
     out = {"command": shlex.join(["fedsentry", *sys.argv[1:]]), "alerts": args.alerts, "devices": args.devices,
            "incidents": len(fleet.incidents), "incident_updates": sum(len(u) for _, u in fleet.incidents),
-           "records": fleet.records, "repeat": args.repeat, "databases": runs}
+           "records": fleet.records, "repeat": args.repeat, "partitioned": args.partitioned, "databases": runs}
     folder = Path(args.out)
     folder.mkdir(parents=True, exist_ok=True)
     lines = table(out)
@@ -341,10 +359,16 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _sqlite(spec: str) -> bool:
+    from store.db import db_url
+
+    return spec == "sqlite" or db_url(spec).startswith("sqlite")
+
+
 def table(out: dict[str, Any]) -> list[str]:
     """api-listing.md: one row per request, a median and worst column pair per database."""
     runs = out["databases"]
-    names = {"sqlite": "SQLite", "postgresql": "PostgreSQL"}
+    names = {"sqlite": "SQLite", "postgresql": "PostgreSQL", "postgresql partitioned": "PostgreSQL partitioned"}
     head = " | ".join(f"{names.get(n, n)} median | {names.get(n, n)} worst" for n in runs)
     lines = ["# Anomaly listing, counts, incidents and charts benchmark", "", f"Command: `{out['command']}`", "",
              f"{out['alerts']:,} stored alerts over {out['devices']} devices and {SPAN.days} days, "

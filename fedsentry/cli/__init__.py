@@ -16,7 +16,7 @@ from fedsentry.errors import Terminated, UsageError
 #: modules that provide register(subparsers_by_verb); imported lazily so the agent stays light
 COMMAND_MODULES = ("fedsentry.cli.pca", "fedsentry.cli.recsys", "fedsentry.cli.dictionary", "fedsentry.cli.otmap",
                    "fedsentry.cli.agent", "fedsentry.cli.server", "fedsentry.cli.api", "fedsentry.cli.bench",
-                   "fedsentry.cli.sample", "fedsentry.cli.suppress", "fedsentry.cli.feedback")
+                   "fedsentry.cli.sample", "fedsentry.cli.suppress", "fedsentry.cli.feedback", "fedsentry.cli.db")
 #: verbs whose parser one module builds: `fedsentry agent` imports that module alone, not the server's, the
 #: benchmarks' and the simulators' (about 5 MiB less resident on a device); `fedsentry sample` needs numpy only
 VERB_MODULES = {"agent": ("fedsentry.cli.agent",), "sample": ("fedsentry.cli.sample",)}

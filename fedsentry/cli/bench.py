@@ -183,6 +183,9 @@ def register_api(groups: dict[str, Any]) -> None:
                         "afterwards (e.g. postgresql://postgres@127.0.0.1:5432/postgres)")
     p.add_argument("--repeat", type=positive_int, default=10,
                    help="times each count, incident and chart request is repeated (default 10)")
+    p.add_argument("--partitioned", action="store_true",
+                   help="PostgreSQL only: partition each PostgreSQL database's alerts by day before loading (as "
+                        "`fedsentry db partition-alerts`); SQLite stays one table")
     p.add_argument("--out", default="benchmarks/results", help="folder for api-listing.md (default benchmarks/results)")
     p.add_argument("--json", metavar="PATH", help="write the results as JSON (- for stdout)")
     p.set_defaults(func=api.run)

@@ -38,3 +38,28 @@ def test_a_queue_nobody_answers_is_named(postgres_url, capsys, tmp_path):
 def test_bench_api_names_a_database_it_cannot_use(flags, says, capsys):
     assert main(["bench", "api", "--alerts", "10", *flags]) == 2
     assert says in capsys.readouterr().err
+
+
+def test_bench_api_partitions_only_postgresql(capsys):
+    assert main(["bench", "api", "--alerts", "10", "--partitioned"]) == 2
+    assert "--partitioned: alerts are partitioned on PostgreSQL only" in capsys.readouterr().err
+
+
+def test_bench_api_partitioned_times_alerts_partitioned_by_day(postgres_url, tmp_path):
+    """The fresh database's alerts are partitioned before loading (store.partitions), and the run says so."""
+    import json
+
+    from sqlalchemy import text
+
+    from store import partitions
+    from store.db import make_engine
+
+    out = tmp_path / "api.json"
+    assert main(["bench", "api", "--alerts", "300", "--devices", "10", "--repeat", "1", "--db", postgres_url,
+                 "--partitioned", "--out", str(tmp_path), "--json", str(out)]) == 0
+    assert list(json.loads(out.read_text())["databases"]) == ["postgresql partitioned"]
+    engine = make_engine(postgres_url)
+    with engine.connect() as c:
+        assert partitions.partitioned(c) and len(partitions.days(c)) > 25
+        assert c.execute(text("SELECT count(*) FROM alerts")).scalar() > 0
+    engine.dispose()

@@ -202,3 +202,35 @@ def test_a_clock_ahead_is_kept_at_receipt_and_booleans_are_refused(coordinator):
         (row,) = s.query(Alert).all()
     assert row.id == ahead["id"] and abs((row.ts - row.received).total_seconds()) < 1
     assert coordinator.rejected["clock_skew"] == 1 and coordinator.rejected["alert"] == 2
+
+
+def test_retention_drops_old_alerts_and_makes_the_partitions_ahead(coordinator):
+    """The coordinator's hourly retention (store.retention, under its singleton lock): alerts older than
+    retention_days go, newer ones stay; on PostgreSQL, its alerts partitioned here (opt-in, store.partitions), whole
+    old days go as partitions, and the day partitions ahead are made (those converting made are dropped first, to see
+    them made). One table (SQLite here, PostgreSQL's in tests/store/test_partitions.py): rows deleted."""
+    from datetime import timedelta
+
+    from store import partitions
+    from store.db import utcnow
+
+    coordinator.retention_days = 2
+    old, new = alert(ts=time.time() - 5 * 86400), alert()
+    today = utcnow().date()
+    ahead = [today + timedelta(days=k) for k in range(1, partitions.AHEAD + 1)]
+    with coordinator.sessions.begin() as s:
+        if s.get_bind().dialect.name == "postgresql":
+            partitions.convert(s.connection(), utcnow())
+            partitions.make_days(s.connection(), today - timedelta(days=5), today - timedelta(days=5))
+            for d in ahead:
+                s.connection().exec_driver_sql(f"DROP TABLE {partitions.name(d)}")
+    (env,) = alert_batches("job-1", 1, "dev-1", [old, new])
+    coordinator.handle(agent_topic("dev-1", "alerts"), env.encode(), mid=1, qos=1)
+    coordinator.ingest.flush()
+    coordinator._prune()
+    with coordinator.sessions() as s:
+        assert [a.id for a in s.query(Alert).all()] == [new["id"]]
+        if s.get_bind().dialect.name == "postgresql":
+            assert partitions.partitioned(s.connection())
+            days = partitions.days(s.connection())
+            assert today - timedelta(days=5) not in days and set(ahead) <= set(days)
