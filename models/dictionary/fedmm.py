@@ -23,6 +23,7 @@ import numpy as np
 
 from models.core.federated import FederatedAlgorithm, State, client_rows, step_count
 from models.core.quantize import dequantize, quantize, quantized_bytes
+from models.core.sampling import per_round
 from models.dictionary.codes import TRAIN_STEPS, TRAIN_TOL, statistics
 
 STATS = ("S1", "S2")
@@ -110,8 +111,7 @@ class FedMMDictionary(FederatedAlgorithm):
         """What the statistics phase fixed: every client's capped weight (mu_i = weight / their sum), the share p
         sampled each round, and each client's diag(C_i) = E[Z_j^2] (the bound uploads are checked against)."""
         n = len(weight)
-        per_round = max(1, int(round(fraction * n)))
-        out = {**server, "mu_total": np.array(float(np.sum(weight))), "p": np.array(per_round / n),
+        out = {**server, "mu_total": np.array(float(np.sum(weight))), "p": np.array(per_round(n, fraction) / n),
                "rejected": np.zeros(())}
         if diag is not None:
             out["diag"] = np.asarray(diag, dtype=float)

@@ -19,6 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from models.core.federated import FederatedAlgorithm, State
+from models.core.sampling import per_round
 from models.otmap.adam import adam_state, adam_step
 from models.otmap.icnn import Layout, init, project
 from models.otmap.objective import source_grad, target_terms, theta_grad
@@ -61,8 +62,7 @@ class FedMMOT(FederatedAlgorithm):
     def attach_fleet(self, server: State, weight: np.ndarray, fraction: float) -> tuple[State, State]:
         """Every client's weight (mu_i = weight / their sum) and the share p sampled each round."""
         n = len(weight)
-        per_round = max(1, int(round(fraction * n)))
-        out = {**server, "mu_total": np.array(float(np.sum(weight))), "p": np.array(per_round / n)}
+        out = {**server, "mu_total": np.array(float(np.sum(weight))), "p": np.array(per_round(n, fraction) / n)}
         return out, self.broadcast_of(out)
 
     def attach_target(self, server: State, Y: np.ndarray) -> State:
