@@ -20,6 +20,8 @@ from datetime import date, datetime, timedelta
 from sqlalchemy import text
 from sqlalchemy.engine import Connection
 
+from store.rollup import DAY, EPOCH, HOUR
+
 #: days made ahead of today, checked hourly: two days in which retention's singleton may fail before alerts go to the
 #: default partition (kept there, none lost). Not more: every partition costs planning time to a query without a
 #: time bound, empty ones too
@@ -28,7 +30,6 @@ DEFAULT = "alerts_default"
 #: how long making or dropping a partition waits for the ingest's locks on the table before trying next time
 LOCK_TIMEOUT = "5s"
 _NAME = re.compile(r"alerts_p(\d{8})")
-EPOCH = datetime(1970, 1, 1)
 
 
 #: days back from today whose stored alerts get their own partition when converting (a device clock off by years would
@@ -110,8 +111,8 @@ def drop_before(conn: Connection, cutoff: datetime) -> list[date]:
         conn.execute(text(f"SET LOCAL lock_timeout = '{LOCK_TIMEOUT}'"))
     for d in gone:
         lo = int((_start(d) - EPOCH).total_seconds())
-        conn.execute(text("DELETE FROM alert_tallies WHERE span IN (3600, 86400) AND start >= :lo AND start < :hi"),
-                     {"lo": lo, "hi": lo + 86400})
+        conn.execute(text("DELETE FROM alert_tallies WHERE span IN (:hour, :day) AND start >= :lo AND start < :hi"),
+                     {"hour": HOUR, "day": DAY, "lo": lo, "hi": lo + DAY})
         conn.execute(text(f"DROP TABLE {name(d)}"))
     return gone
 

@@ -11,6 +11,7 @@ Readers (the API, the CLI, the influence view) go through `asked_count`, `answer
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from models.core.sampling import Draw
@@ -44,8 +45,9 @@ def answers(rounds: list[Round], devices: list[str]) -> dict[str, int]:
     out = dict.fromkeys(devices, 0)
     for r in rounds:
         if isinstance(r.answered, dict):
+            came = answered_in(r)
             for d in devices:
-                out[d] += answered_by(r, d)
+                out[d] += came(d)
         else:
             for d in r.answered or ():
                 if d in out:
@@ -58,9 +60,16 @@ def answered_by(r: Round, device: str) -> bool:
     may hash under the bound too: ask this of participants only)."""
     if not isinstance(r.answered, dict):
         return device in (r.answered or ())
-    drawn = r.sampled if isinstance(r.sampled, dict) else {}
+    return answered_in(r)(device)
+
+
+def answered_in(r: Round) -> Callable[[str], bool]:
+    """A drawn round's test of whether a participant answered it: asked by its draw, and not missing (the draw and
+    the missing set read once a round)."""
+    drawn: dict[str, Any] = r.sampled if isinstance(r.sampled, dict) else {}
     try:
-        asked = Draw(drawn.get("salt"), drawn.get("bound")).asks(device)
+        draw = Draw(drawn.get("salt"), drawn.get("bound"))  # type: ignore[arg-type]
     except ValueError:
-        return False  # a record this module did not write
-    return asked and device not in (r.answered.get("missing") or ())
+        return lambda device: False  # a record this module did not write
+    missing: set[str] = set(r.answered.get("missing") or ()) if isinstance(r.answered, dict) else set()
+    return lambda device: draw.asks(device) and device not in missing

@@ -82,9 +82,9 @@ def hashes(salt: int, devices: Sequence[str]) -> np.ndarray:
     return np.fromiter((draw_hash(salt, d) for d in devices), dtype=np.uint64, count=len(devices))
 
 
-def listed(n_participants: int, list_max: int | None = None) -> bool:
+def listed(n_participants: int) -> bool:
     """Whether rounds of a fleet this size list the devices they ask (at most LIST_MAX participants)."""
-    return n_participants <= (LIST_MAX if list_max is None else list_max)
+    return n_participants <= LIST_MAX
 
 
 def sample(rng: np.random.Generator, names: Sequence[str], fraction: float) -> tuple[np.ndarray, Draw | None]:

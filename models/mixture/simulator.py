@@ -20,7 +20,7 @@ import numpy as np
 from models.core.aggregation import winsorized_weighted_mean
 from models.core.federated import State
 from models.core.rounds import BatchedPool, Hooks, RoundResult, Rounds, simulate
-from models.core.sampling import fleet_names, listed
+from models.core.sampling import fleet_names, listed, per_round
 from models.detection.attacks import NO_ADVERSARIES, Adversaries
 from models.detection.metrics import detection_report
 from models.detection.preprocessing import RECORD_DTYPE, as_device_records, signed_log1p
@@ -104,7 +104,7 @@ def simulate_mixture(
     mode = "private mode" if private else "differential privacy"
     if summed and algorithm != "fedem":
         raise ValueError(f"{mode} trains fedem, not {algorithm}")
-    if summed and max(1, int(round(fraction * len(train_parts)))) < 2:
+    if summed and per_round(len(train_parts), fraction) < 2:
         raise ValueError(f"{mode} sums at least 2 devices a round: raise the share sampled (--fraction) or the "
                          "devices")
     if algorithm == "centralized":
@@ -228,7 +228,7 @@ def mixture_noise(alg: SummedFedEM, dp: Budget, fleet: int, fraction: float, rou
     from models.mixture.summed import REFINE, dp_clips
     from models.private.accounting import ledger_for
 
-    q = max(1, int(round(fraction * fleet))) / fleet
+    q = per_round(fleet, fraction) / fleet
     alg.max_splits = int(np.ceil(np.log2(alg.components * alg.split_factor))) + 2  # the doublings, and 2 to spare
     seeding = alg.max_splits + REFINE + 1
     plan = {1.0: 2 + seeding + 2, q: rounds} if q < 1 else {1.0: 2 + seeding + 2 + rounds}
