@@ -22,7 +22,6 @@ import json
 import os
 import sys
 import time
-import uuid
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -51,23 +50,17 @@ def main() -> int:
     if args.alerts < 1 or args.batch < 1 or args.spread <= 120:
         p.error("--alerts and --batch must be positive, --spread above 120 s")
 
-    from sqlalchemy import create_engine, text
-    from sqlalchemy.engine import make_url
+    from sqlalchemy import text
 
     import fedsentry.bench.api as bench_api
     import store
     from store.alerts import alert_row, store_alerts
-    from store.db import db_url, make_engine, migrate, session_factory
+    from store.db import make_engine, migrate, session_factory
 
     bench_api.SPAN = timedelta(seconds=args.spread)  # the fleet's alerts over this span, to now
     fleet = bench_api.Fleet(args.alerts, 200)
-    server = make_url(db_url(args.server))
-    name = f"fedsentry_ingest_{uuid.uuid4().hex[:10]}"
-    admin = create_engine(server, isolation_level="AUTOCOMMIT")
-    with admin.connect() as c:
-        c.execute(text(f'CREATE DATABASE "{name}"'))
-    try:
-        engine = make_engine(server.set(database=name).render_as_string(hide_password=False))
+    with bench_api.database(args.server, True) as url:  # a database made for the run on that server, then dropped
+        engine = make_engine(url)
         migrate(engine)
         if args.partitioned:
             from store import partitions
@@ -91,10 +84,6 @@ def main() -> int:
             seconds, cpu = time.perf_counter() - t0, cpu_seconds(pid) - cpu0
             stored = s.execute(text("SELECT count(*) FROM alerts")).scalar_one()
         engine.dispose()
-    finally:
-        with admin.connect() as c:
-            c.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        admin.dispose()
     assert stored == len(fleet.messages), (stored, len(fleet.messages))
     out = {"tree": os.path.dirname(os.path.dirname(os.path.abspath(store.__file__))), "alerts": stored,
            "batch": args.batch, "spread_s": args.spread, "seconds": round(seconds, 3),

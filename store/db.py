@@ -43,9 +43,26 @@ def utcnow() -> datetime:
 def db_url(explicit: str | None = None) -> str:
     """--db, else $FEDSENTRY_DB_URL, else sqlite:///fedsentry.db in the working directory."""
     url = explicit or os.environ.get("FEDSENTRY_DB_URL") or DEFAULT_DB_URL
-    if url.startswith("postgresql://"):
-        url = "postgresql+psycopg://" + url[len("postgresql://"):]
+    for alias in ("postgresql://", "postgres://"):  # the driver this project installs (psycopg 3)
+        if url.startswith(alias):
+            return "postgresql+psycopg://" + url[len(alias):]
     return url
+
+
+def backend(url: str | None = None) -> str:
+    """The database a URL names ("sqlite", "postgresql", ...), read as `make_engine` reads it, without connecting or
+    making a file; sqlalchemy's ArgumentError when it is no database URL."""
+    return make_url(db_url(url)).get_backend_name()
+
+
+def is_postgresql(url: str) -> bool:
+    """Whether a URL names a PostgreSQL database (False for anything else, or no database URL)."""
+    from sqlalchemy.exc import ArgumentError
+
+    try:
+        return backend(url) == "postgresql"
+    except ArgumentError:
+        return False
 
 
 def pack(arrays: dict[str, np.ndarray]) -> bytes:

@@ -26,7 +26,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
-from fedsentry.errors import UsageError
+from fedsentry.errors import UsageError, database_error
 from fedsentry.output import write_json
 
 #: the alerts span this long, up to now (the dashboard's longest period, "last 30 days", holds them all)
@@ -123,13 +123,6 @@ class Fleet:
             if i not in in_incident and self.rng.random() < (0.7 if m["ts"] < day_ago else 0.1):
                 ids.append(m["id"])
         return ids, open_incidents
-
-
-def database_error(flag: str, e: Exception) -> UsageError:
-    """A database URL nobody can use (unparsable, nobody answers, refused), as the flag's error."""
-    from sqlalchemy.exc import OperationalError
-
-    return UsageError(f"{flag}: {str(e.orig if isinstance(e, OperationalError) else e).strip()}")
 
 
 @contextmanager
@@ -323,12 +316,13 @@ class Requests:
 def run(args: argparse.Namespace) -> int:
     from sqlalchemy.exc import ArgumentError, OperationalError
 
+    from store.db import is_postgresql
     from store.partitions import ShapeError
 
     specs = [(db, False) for db in args.db or ["sqlite"]]
     if args.postgres:
         specs.append((args.postgres, True))
-    postgres = [scratch or not _sqlite(spec) for spec, scratch in specs]
+    postgres = [scratch or is_postgresql(spec) for spec, scratch in specs]
     if args.partitioned and not any(postgres):
         raise UsageError("--partitioned: alerts are partitioned on PostgreSQL only (give --db or --postgres a "
                          "PostgreSQL URL)")
@@ -357,12 +351,6 @@ def run(args: argparse.Namespace) -> int:
     print("\n".join(lines), file=sys.stderr)
     write_json(out, args.json)
     return 0
-
-
-def _sqlite(spec: str) -> bool:
-    from store.db import db_url
-
-    return spec == "sqlite" or db_url(spec).startswith("sqlite")
 
 
 def table(out: dict[str, Any]) -> list[str]:

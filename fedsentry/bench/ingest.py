@@ -28,7 +28,8 @@ from fedsentry.output import write_results
 
 def run(args: argparse.Namespace) -> int:
     from coordinator.queue_ingest import check_queue_url
-    from fedsentry.bench.api import database_error
+    from fedsentry.errors import database_error
+    from store.db import is_postgresql
 
     logging.getLogger("pika").setLevel(logging.WARNING)
     from sqlalchemy.exc import ArgumentError, OperationalError
@@ -37,7 +38,7 @@ def run(args: argparse.Namespace) -> int:
         check_queue_url(args.queue)
     except ValueError as e:
         raise UsageError(str(e)) from None
-    if not args.postgres.startswith(("postgresql://", "postgresql+psycopg://", "postgres://")):
+    if not is_postgresql(args.postgres):
         raise UsageError("--postgres: a PostgreSQL server's URL, e.g. postgresql://postgres@127.0.0.1:5432/postgres")
     try:
         runs = [one_count(args, n) for n in args.workers]

@@ -59,14 +59,16 @@ def cases() -> list[tuple[str, str]]:
 def run(args: argparse.Namespace) -> int:
     from sqlalchemy.exc import ArgumentError, OperationalError
 
-    from fedsentry.bench.api import database, database_error
+    from fedsentry.bench.api import database
+    from fedsentry.errors import database_error
+    from store.db import is_postgresql
 
     if args.sample < 2:
         raise UsageError("--sample: at least 2 devices (a round of all and a round of one are compared)")
     if args.rounds is not None and args.rounds < WARMUP + 2 * args.repeats:
         raise UsageError(f"--rounds: at least {WARMUP + 2 * args.repeats} ({WARMUP} before the timed rounds, then "
                          f"--repeats {args.repeats} rounds of all the sample and of one device)")
-    if args.db and not args.db.startswith(("postgresql://", "postgresql+psycopg://", "postgres://")):
+    if args.db and not is_postgresql(args.db):
         raise UsageError("--db: a PostgreSQL server's URL, e.g. postgresql://postgres@127.0.0.1:5432/postgres "
                          "(without it: SQLite in a temporary folder)")
     db = args.db or "sqlite"

@@ -8,7 +8,7 @@ import sys
 import time
 from typing import Any
 
-from fedsentry.errors import UsageError
+from fedsentry.errors import UsageError, database_error
 
 
 def register(groups: dict[str, Any], verbs: Any) -> None:
@@ -21,25 +21,23 @@ def register(groups: dict[str, Any], verbs: Any) -> None:
 
 
 def run_partition_alerts(args: argparse.Namespace) -> int:
-    from sqlalchemy.engine import make_url
     from sqlalchemy.exc import ArgumentError, OperationalError
 
     from store import partitions
-    from store.db import db_url, make_engine, migrate, utcnow
+    from store.db import backend, make_engine, migrate, utcnow
 
     try:
-        backend = make_url(db_url(args.db)).get_backend_name()
+        name = backend(args.db)
     except ArgumentError as e:
         raise UsageError(f"db partition-alerts: not a database URL {args.db!r}: {e}") from None
-    if backend != "postgresql":  # refused before make_engine, which would make an SQLite file
-        raise UsageError(f"db partition-alerts: {partitions.POSTGRESQL_ONLY} (--db is {backend}); nothing changed")
+    if name != "postgresql":  # refused before make_engine, which would make an SQLite file
+        raise UsageError(f"db partition-alerts: {partitions.POSTGRESQL_ONLY} (--db is {name}); nothing changed")
     engine = make_engine(args.db)
     try:
         try:
             c = engine.connect()
         except OperationalError as e:
-            raise UsageError(f"db partition-alerts: cannot reach the database: "
-                             f"{str(e.orig or e).strip().splitlines()[0]}") from None
+            raise database_error("db partition-alerts: cannot reach the database", e) from None
         try:
             with c:
                 partitions.check(c, not args.undo)  # before migrating: refused, nothing changed
