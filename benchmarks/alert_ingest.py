@@ -57,8 +57,7 @@ def main() -> int:
     from store.alerts import alert_row, store_alerts
     from store.db import make_engine, migrate, session_factory
 
-    bench_api.SPAN = timedelta(seconds=args.spread)  # the fleet's alerts over this span, to now
-    fleet = bench_api.Fleet(args.alerts, 200)
+    fleet = bench_api.Fleet(args.alerts, 200, span=timedelta(seconds=args.spread))  # alerts over this span, to now
     with bench_api.database(args.server, True) as url:  # a database made for the run on that server, then dropped
         engine = make_engine(url)
         migrate(engine)

@@ -51,7 +51,7 @@ def device_ids(n: int) -> list[str]:
 class Fleet:
     """The alerts as agents would send them (seeded), and what the API should report about them."""
 
-    def __init__(self, alerts: int, devices: int, seed: int = 2026):
+    def __init__(self, alerts: int, devices: int, seed: int = 2026, span: timedelta = SPAN):
         self.rng = rng = random.Random(seed)
         self.end = time.time() - 60
         self.devices = device_ids(devices)
@@ -59,16 +59,16 @@ class Fleet:
         n_updates = min(alerts - 1, int(alerts * UPDATE_SHARE)) if alerts > 1 else 0
         n_incidents = max(1, n_updates // UPDATES_PER_INCIDENT) if n_updates else 0
         self.messages: list[tuple[str, dict[str, Any]]] = []  # (device, alert as sent)
-        span = SPAN.total_seconds()
+        self.span = span.total_seconds()  # the alerts' times: the last `span` to now
         for device in rng.choices(self.devices, weights, k=alerts - n_updates):
-            self.messages.append((device, self._alert(self.end - rng.random() * span, 1, self._explanation(),
+            self.messages.append((device, self._alert(self.end - rng.random() * self.span, 1, self._explanation(),
                                                       self._flow(), None)))
         sizes = [1] * n_incidents  # updates per incident: at least one each, the rest spread at random
         for i in rng.choices(range(n_incidents), k=n_updates - n_incidents):
             sizes[i] += 1
         self.incidents: list[tuple[str, list[int]]] = []  # (device, indexes of its updates in messages)
         for size, device in zip(sizes, rng.choices(self.devices, weights, k=n_incidents), strict=True):
-            window = self.end - 120 - rng.random() * (span - 120)  # the rate limiter's window start
+            window = self.end - 120 - rng.random() * (self.span - 120)  # the rate limiter's window start
             explanation = self._explanation()
             key = "+".join(sorted(e["feature"] for e in explanation[:2]))
             step = min(1.0, 58 / size)  # an update a second while the incident grows
@@ -173,7 +173,7 @@ def load(app: Any, fleet: Fleet, partitioned: bool = False) -> str:
     with engine.begin() as c:  # and the day partitions the coordinator's upkeep made over the month
         if partitioned:
             partitions.convert(c, utcnow())
-            partitions.make_days(c, datetime.fromtimestamp(fleet.end - SPAN.total_seconds(), timezone.utc).date(),
+            partitions.make_days(c, datetime.fromtimestamp(fleet.end - fleet.span, timezone.utc).date(),
                                  datetime.fromtimestamp(fleet.end, timezone.utc).date())
     for i in range(0, len(fleet.messages), 5000):
         with app.state.sessions.begin() as s:
