@@ -71,7 +71,14 @@ FILTERS = [
 ]
 
 
-@pytest.mark.parametrize("f", FILTERS, ids=lambda f: ",".join(f"{k}={v}" for k, v in f.items()))
+def _id(f: dict) -> str:
+    """A filter's test id, times as offsets from BASE: pytest-xdist's workers import this module at different
+    moments and must collect the same ids."""
+    return ",".join(f"{k}=BASE+{(v - BASE).total_seconds():g}s" if isinstance(v, datetime) else f"{k}={v}"
+                    for k, v in f.items())
+
+
+@pytest.mark.parametrize("f", FILTERS, ids=_id)
 def test_every_filter_answers_as_python_does_on_both_databases(stored, f):
     client, h, alerts = stored
     params = {k: (v.isoformat() if isinstance(v, datetime) else str(v).lower() if isinstance(v, bool) else v)
