@@ -60,12 +60,28 @@ def _devices(X: np.ndarray, w: np.ndarray, trim: float, at_least: int = 1) -> tu
     return X, np.asarray(w, dtype=float), X.shape[0], trim_count(X.shape[0], trim, at_least)
 
 
-def winsorized_weighted_mean(X: np.ndarray, w: np.ndarray, trim: float, at_least: int = 1) -> np.ndarray:
+def winsorized_weighted_mean(X: np.ndarray, w: np.ndarray, trim: float, at_least: int = 1,
+                             above: int = 0) -> np.ndarray:
     """Per coordinate (axis 0 is the device), the weighted mean after clipping every value into the range
     of the devices left once the k lowest and k highest are set aside (k = `trim_count`): one device moves
     it by at most its weight share times the others' spread, and, unlike trimming, a skewed but honest
-    spread keeps its mean (the extremes are pulled in, not dropped)."""
+    spread keeps its mean (the extremes are pulled in, not dropped).
+
+    `above` devices with the highest values are first left out when it winsorises at all (never the majority; k
+    is then counted among the rest): for a statistic only a rise of which does harm. Without them, `above` devices
+    sending the largest values take the places winsorising pulls in, each counts as the highest honest device, and
+    the honest devices above the others' range count whole; with them, they raise it at most to the honest
+    devices' own winsorised mean."""
     X, w, n, k = _devices(X, w, trim, at_least)
+    top = min(max(int(above), 0), (n - 1) // 2) if k else 0
+    if top:
+        order = np.argsort(X, axis=0, kind="stable")[: n - top]
+        kept, wk = np.take_along_axis(X, order, axis=0), w[order]  # (devices left, coordinates) each
+        k = trim_count(n - top, trim, at_least)
+        if k:
+            ordered = np.sort(kept, axis=0)
+            kept = np.clip(kept, ordered[k], ordered[n - top - 1 - k])
+        return (kept * wk).sum(axis=0) / wk.sum(axis=0)
     if k == 0:
         return np.tensordot(w / w.sum(), X, axes=1)
     ordered = np.sort(X, axis=0)

@@ -8,8 +8,9 @@ A device reports numbers about data nobody else can see (record counts, sums, hi
   weight at `max_share` (`capped_weights`), so claiming 10^12 records buys no more than a big device has;
 - the standardisation has bounded influence (`robust_standardisation`): against the pooled statistics of
   the other devices, one device may raise a feature's pooled variance by at most a factor 1 + `influence`;
-- the threshold is a trimmed mean over devices of their own error quantiles, `colluders` more devices left out
-  at the top (`robust_threshold`);
+- the threshold is a trimmed mean over devices of their own error quantiles (`robust_threshold`), or the
+  mixture's winsorised mean of their exceedance curves (`fleet_tail`), `colluders` more devices left out at the
+  top in both;
 - a finished model must pass `model_problem` to be promoted.
 
 The per-device diagonal of C_i the statistics phase yields is what FedMM checks uploads against
@@ -236,8 +237,12 @@ def exceedance_threshold(histograms: list[tuple[np.ndarray, np.ndarray]], weight
     and so promise less than it flags). Unlike the mean of per-device
     quantiles, it keeps the promised false-positive rate when devices' error scales differ (non-i.i.d.
     traffic scored by a detector that fits each region closely). At least `colluders` devices are winsorised
-    at each side: that many devices sending their records all at the top (or the bottom) of the grid move it
-    no further than the honest devices' curves allow."""
+    at each side, and `colluders` more left out at the top first (`winsorized_weighted_mean`'s `above`): that
+    many devices sending their records all at the bottom of the grid move it no further than the honest devices'
+    curves allow, and all at the top raise it at most to the honest devices' own curve. Without the ones left
+    out, two of 21 took the place of the honest devices winsorising pulled in and counted as the honest device
+    with the most records above each threshold: nsl-kdd's mixture threshold rose 3.3x and caught fell 82.6 ->
+    75.1 % (benchmarks/results/mixture-threshold-colluders.md)."""
     used, curve, _ = exceedance_curve(histograms, weight, trim, colluders)
     return crossing(used, curve, 1 - q)
 
@@ -259,7 +264,7 @@ def fleet_tail(histograms: list[tuple[np.ndarray, np.ndarray]], weight: np.ndarr
     n = dense.sum(axis=1)
     rates = dense[:, EDGES[used] >= fleet].sum(axis=1) / n  # each device's share of records above the threshold
     w = np.asarray(weight, dtype=float)[np.array([int(np.sum(c)) > 0 for _, c in histograms], dtype=bool)]
-    m1, m2, chance = winsorized_weighted_mean(np.c_[rates, rates**2, 1 / n], w, trim, colluders)
+    m1, m2, chance = winsorized_weighted_mean(np.c_[rates, rates**2, 1 / n], w, trim, colluders, colluders)
     return tail_of(used, curve, fleet, (m1, m2, chance, float(np.sum(rates * n) / np.sum(n))), q, holdout)
 
 
@@ -280,7 +285,8 @@ def tail_of(used: np.ndarray, curve: np.ndarray, fleet: float, rates: tuple[floa
 def exceedance_curve(histograms: list[tuple[np.ndarray, np.ndarray]], weight: np.ndarray,
                      trim: float, colluders: int = 1) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The grid bins some device has errors in, the winsorised weighted mean over devices of the share of each
-    device's records above each of them, and the devices' dense counts (devices with records only)."""
+    device's records above each of them (`colluders` devices left out at the top, as many winsorised at each
+    side), and the devices' dense counts (devices with records only)."""
     some = np.array([int(np.sum(c)) > 0 for _, c in histograms], dtype=bool)
     if not some.any():
         raise ValueError("no errors to take a quantile of")
@@ -290,7 +296,8 @@ def exceedance_curve(histograms: list[tuple[np.ndarray, np.ndarray]], weight: np
         dense[row, np.searchsorted(used, b)] = c
     # share of each device's records in bins above each used bin
     above = 1.0 - np.cumsum(dense, axis=1) / dense.sum(axis=1, keepdims=True)
-    return used, winsorized_weighted_mean(above, np.asarray(weight, dtype=float)[some], trim, colluders), dense
+    return used, winsorized_weighted_mean(above, np.asarray(weight, dtype=float)[some], trim, colluders,
+                                          colluders), dense
 
 
 def crossing(used: np.ndarray, curve: np.ndarray, level: float) -> float:

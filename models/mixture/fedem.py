@@ -115,7 +115,8 @@ MASS_CAP = 0.5
 def colluders(min_support: int) -> int:
     """How many devices the fleet's statistics assume may act together: fewer than the support rule's
     `min_support` (s colluders defeat a rule of s supporters by construction), at least one. The threshold
-    winsorises that many devices at each side (models.detection.screening.exceedance_threshold)."""
+    leaves that many devices out at the top and winsorises that many at each side of the rest
+    (models.detection.screening.exceedance_threshold)."""
     return max(1, min_support - 1)
 
 

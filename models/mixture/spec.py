@@ -20,7 +20,8 @@ class MixtureJobSpec(DetectorJobSpec):
     holdout: float = setting(0.2, help="share of each device's records held out of training; the threshold is read "
                              "from their scores")
     # held-out scores promise what they flag, so the mixture affords a lower quantile than PCA's training
-    # errors; one device's exceedance curve is clipped at each side (models.detection.screening.exceedance_threshold)
+    # errors; the colluders' exceedance curves are left out at the top and clipped at each side
+    # (models.detection.screening.exceedance_threshold)
     quantile: float = setting(0.985, help="threshold quantile of held-out normal scores")
     device_trim: float = setting(0.01, help="share of the devices' exceedance curves clipped at each side")
 

@@ -194,16 +194,17 @@ def test_exceedance_threshold_is_the_pooled_quantile_and_one_liar_is_bounded():
 @pytest.mark.parametrize("where", [1e7, 1e-7])
 def test_colluders_below_the_support_rule_cannot_move_the_threshold_far(where):
     """Two devices of 21 sending every record at the top (or the bottom) of the grid: the default mixture job
-    winsorises as many devices as may act together (fewer than min_support), so the threshold stays within the
-    honest devices' spread."""
+    winsorises as many devices as may act together (fewer than min_support) and leaves as many out at the top first,
+    so the threshold stays within the honest devices' spread."""
     rng = np.random.default_rng(1)
     hists = [sparse_histogram(rng.lognormal(s, 0.5, 1000)) for s in np.linspace(0, 1, 19)]
     honest = exceedance_threshold(hists, np.ones(19), 0.985, 0.01, colluders(3))
     forged = [*hists, sparse_histogram(np.full(1000, where)), sparse_histogram(np.full(1000, where))]
     lied = exceedance_threshold(forged, np.ones(21), 0.985, 0.01, colluders(3))
     assert honest / 1.5 < lied < honest * 1.5
-    if where > 1:  # at the top, the pair moves a threshold that winsorises one device to the end of the grid
-        assert exceedance_threshold(forged, np.ones(21), 0.985, 0.01, 1) > honest * 100
+    if where > 1:  # at the top, a third device moves a threshold that assumes one colluder (one left out at the
+        # top, one winsorised each side) to the end of the grid
+        assert exceedance_threshold([*forged, forged[-1]], np.ones(22), 0.985, 0.01, 1) > honest * 100
 
 
 def test_holdout_is_every_fifth_record():

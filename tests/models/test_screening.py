@@ -3,14 +3,18 @@
 import numpy as np
 import pytest
 
+from models.core.aggregation import winsorized_weighted_mean
 from models.detection.preprocessing import Moments, global_standardisation
 from models.detection.screening import (
     Guard,
     capped_weights,
     check_histogram,
     check_summary,
+    crossing,
     device_quantile,
+    exceedance_threshold,
     federation_statistics,
+    fleet_tail,
     robust_threshold,
     stack_summaries,
 )
@@ -125,6 +129,50 @@ def test_colluders_at_the_top_raise_the_threshold_no_further_than_the_honest_dev
     assert robust_threshold(forged, w, 0.99, G.device_trim) > bound * 1.05  # the trim alone let them raise it
     clean = robust_threshold(hists, w, 0.99, G.device_trim, G.colluders)
     assert clean < robust_threshold(hists, w, 0.99, G.device_trim)  # what it costs an honest fleet: a lower one
+
+
+def test_colluders_at_the_top_raise_the_mixture_threshold_no_further_than_the_honest_devices_own_curve():
+    """The mixture's winsorised exceedance curve, as PCA's trimmed mean above: two devices of 21 sending every
+    record in the top bin took the places winsorising pulls in, counted as the honest device with the most records
+    above each threshold, and let the honest devices above the others' range count whole (nsl-kdd, 60 rounds:
+    threshold x3.3, caught 82.6 -> 75.1 %)."""
+    rng = np.random.default_rng(3)
+    scales = np.exp(rng.uniform(0, np.log(8), 21))  # non-i.i.d.
+    hists = [sparse(s * rng.exponential(1.0, 64)) for s in scales]  # 64 held-out records, as on nsl-kdd
+    w, q, trim, colluders = np.ones(21), 0.985, 0.01, 2  # the mixture job's defaults (MixtureJobSpec, FedEM)
+    liars = np.argsort(scales)[:2]
+    honest = [h for i, h in enumerate(hists) if i not in liars]
+    forged = [(np.array([len(EDGES) - 2]), np.array([64])) if i in liars else h for i, h in enumerate(hists)]
+    used = np.unique(np.concatenate([b for b, _ in honest]))
+    dense = np.zeros((19, len(used)))
+    for row, (b, c) in enumerate(honest):
+        dense[row, np.searchsorted(used, b)] = c
+    shares = 1.0 - np.cumsum(dense, axis=1) / dense.sum(axis=1, keepdims=True)
+    bound = crossing(used, winsorized_weighted_mean(shares, w[:19], trim, colluders), 1 - q)  # theirs, nothing left out
+    lied = exceedance_threshold(forged, w, q, trim, colluders)
+    assert lied <= bound * (1 + 1e-9)
+    assert fleet_tail(forged, w, q, trim, 0.2, colluders)[0] == lied
+    # what leaving them out stops: winsorising alone let the pair raise it
+    forged_shares = np.vstack([shares, np.ones((2, len(used)))])
+    assert crossing(used, winsorized_weighted_mean(forged_shares, w, trim, colluders), 1 - q) > bound * 1.2
+
+
+def test_leaving_out_the_top_devices_before_winsorising():
+    X = np.array([[0.0], [1.0], [2.0], [3.0], [4.0], [5.0], [100.0]])
+    one = np.ones(7)
+    assert winsorized_weighted_mean(X, one, 0.01, 1)[0] == pytest.approx((1 + 1 + 2 + 3 + 4 + 5 + 5) / 7)
+    # the top device left out, then one winsorised each side of the six left
+    assert winsorized_weighted_mean(X, one, 0.01, 1, above=1)[0] == pytest.approx((1 + 1 + 2 + 3 + 4 + 4) / 6)
+    assert winsorized_weighted_mean(X, one, 0.01, 1, above=5)[0] == pytest.approx(
+        winsorized_weighted_mean(X[:4], one[:4], 0.01, 1)[0])  # never the majority: 3 of 7
+    w = np.array([1.0, 1, 1, 1, 1, 3, 1])  # a weight goes with its device
+    assert winsorized_weighted_mean(X, w, 0.01, 1, above=1)[0] == pytest.approx((1 + 1 + 2 + 3 + 4 + 3 * 4) / 8)
+
+
+def sparse(errors):
+    counts = error_histogram(errors)
+    nz = np.flatnonzero(counts)
+    return nz, counts[nz]
 
 
 def test_an_invented_statistic_on_a_feature_with_little_reported_variance_is_refused():
