@@ -174,7 +174,8 @@ class FedEM(FederatedAlgorithm):
         if len(choices) > MAX_CHOICES or not all(0 < r <= 10 for r in choices) or (choices and ridges):
             raise ValueError(f"component_ridges must be at most {MAX_CHOICES} candidate ridges, each in (0, 10], and "
                              "not beside further ridges (ridges)")
-        #: candidate ridges, one chosen per component by held-out likelihood (models.mixture.component_ridges)
+        #: candidate ridges, one chosen per component from the held-out records by `ridge_criterion`
+        #: (models.mixture.component_ridges)
         self.component_ridges = [float(r) for r in choices]
         if ridge_criterion not in RIDGE_CRITERIA:
             raise ValueError(f"ridge_criterion must be one of {', '.join(RIDGE_CRITERIA)}")
