@@ -24,6 +24,8 @@ def compare(first: str, second: str) -> str:
              "|---|---|---|---|---|---|---|"]
     for name in dict.fromkeys(k[0] for k in a):
         keys = [k for k in a if k[0] == name and k in b]
+        if not keys:  # a dataset the second did not run
+            continue
         for label, runs in ((first, a), (second, b)):
             caught = np.array([runs[k]["recall"] for k in keys])
             paired = ""

@@ -48,7 +48,7 @@ import numpy as np
 from models.core.federated import FederatedAlgorithm, State, SupportView
 from models.core.pipeline import CAP_SCALE, support_mask
 from models.mixture import control
-from models.mixture.gmm import Mixture, e_step, hard_stats, kmeans, m_step, nearest, triu_unpack
+from models.mixture.gmm import Mixture, e_step, hard_stats, kmeans, m_step, nearest, soft_stats, triu_unpack
 from models.mixture.splitting import grouped_sums, least_records, split_labels
 from models.mixture.swaps import hold_empty, last_swap, swap, swap_due, swaps_allowed
 
@@ -61,6 +61,12 @@ CANDIDATE_COMPONENTS = (128, 64, 32, 16, 8)
 DEFAULT_REG = 1e-4
 #: the most further ridges a job may score with (each costs a mixture's scoring on every device)
 MAX_RIDGES = 3
+#: the most candidate ridges a component may choose from (models.mixture.component_ridges)
+MAX_CHOICES = 8
+#: how a component chooses among them: the held-out records' likelihood, or the least volume holding them
+RIDGE_CRITERIA = ("likelihood", "volume")
+#: deterministic annealing's cooling a round, and the temperature below which the rounds are k-means rounds
+ANNEAL_DECAY, ANNEAL_FLOOR = 0.9, 1e-3
 
 
 def default_components(n_features: int, float32: bool = True) -> int:
@@ -130,7 +136,9 @@ class FedEM(FederatedAlgorithm):
                  float32: bool = True, tolerance: float = 1e-3, hard_rounds: int = 100_000, seed_rows: bool = True,
                  min_support: int = 3, control_rows: int | None = None, mass_cap: float = MASS_CAP,
                  seeding: str = "merge", ridges: list[float] | None = None, splits: int | None = None,
-                 rounds: int | None = None, fraction: float | None = None):
+                 rounds: int | None = None, fraction: float | None = None,
+                 component_ridges: list[float] | None = None, ridge_criterion: str = "likelihood",
+                 anneal: float = 0.0):
         components = default_components(n_features, float32) if components is None else components
         if not 1 <= components <= 1024:
             raise ValueError("components must be between 1 and 1024")
@@ -163,6 +171,20 @@ class FedEM(FederatedAlgorithm):
         if len(ridges) > MAX_RIDGES or not all(0 < r <= 10 for r in ridges):
             raise ValueError(f"ridges must be at most {MAX_RIDGES} further ridges, each in (0, 10]")
         self.ridges = [float(r) for r in ridges]
+        choices = list(component_ridges or [])
+        if len(choices) > MAX_CHOICES or not all(0 < r <= 10 for r in choices) or (choices and ridges):
+            raise ValueError(f"component_ridges must be at most {MAX_CHOICES} candidate ridges, each in (0, 10], and "
+                             "not beside further ridges (ridges)")
+        #: candidate ridges, one chosen per component from the held-out records by `ridge_criterion`
+        #: (models.mixture.component_ridges)
+        self.component_ridges = [float(r) for r in choices]
+        if ridge_criterion not in RIDGE_CRITERIA:
+            raise ValueError(f"ridge_criterion must be one of {', '.join(RIDGE_CRITERIA)}")
+        self.ridge_criterion = ridge_criterion
+        if not 0 <= anneal <= 100:
+            raise ValueError("anneal must be in [0, 100] (the k-means rounds' first temperature; 0: none)")
+        #: deterministic annealing in the k-means rounds: the first temperature, which falls by ANNEAL_DECAY a round
+        self.anneal = float(anneal)
         if splits is not None and not 0 <= splits <= 1000:
             raise ValueError("splits must be between 0 (none) and 1000 (swaps in the k-means rounds, "
                              "models.mixture.swaps)")
@@ -215,7 +237,8 @@ class FedEM(FederatedAlgorithm):
                 ll = 0.0
             else:
                 assert m is not None
-                R, S1, S2, ll = self.round_statistics(X, m, int(broadcast["stage"]))
+                R, S1, S2, ll = self.round_statistics(X, m, int(broadcast["stage"]),
+                                                      float(broadcast.get("temperature", 0.0)))
             Rs.append(R / n)
             S1s.append(S1 / n)
             S2s.append(S2 / n)
@@ -225,11 +248,13 @@ class FedEM(FederatedAlgorithm):
             up = {k: v.astype(np.float32) for k, v in up.items()}
         return {"nll": np.array(nll)}, up
 
-    def round_statistics(self, X: np.ndarray, m: Mixture,
-                         stage: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
+    def round_statistics(self, X: np.ndarray, m: Mixture, stage: int,
+                         temperature: float = 0.0) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
         """A training round's statistics of a device's records under the broadcast mixture, and their
-        log-likelihood: in a k-means round (stage 2) every record to its nearest mean (log-likelihood 0), else the
-        E-step."""
+        log-likelihood: in a k-means round (stage 2) every record to its nearest mean (log-likelihood 0; shared among
+        the means at a temperature above 0, deterministic annealing), else the E-step."""
+        if stage == 2 and temperature > 0:
+            return (*soft_stats(X, m.means, temperature), 0.0)
         if stage == 2:
             return (*hard_stats(X, nearest(X, m.means), self.components), 0.0)
         return e_step(X, m)
@@ -271,7 +296,15 @@ class FedEM(FederatedAlgorithm):
             m = swap(server, self.reg, float(server.get(CAP_SCALE, 1.0)),
                      self.min_cluster) or m
         # the support rule (models.core.pipeline.support) then says which components are shared
-        return self.keep(server, broadcast_of(m, 2 if int(server["em_round"]) < self.hard_rounds else 1))
+        out = broadcast_of(m, 2 if int(server["em_round"]) < self.hard_rounds else 1)
+        if self.anneal:
+            out["temperature"] = np.array(self.temperature(int(server["em_round"])))
+        return self.keep(server, out)
+
+    def temperature(self, em_round: int) -> float:
+        """Deterministic annealing's temperature for the round after `em_round` (0: k-means)."""
+        t = self.anneal * ANNEAL_DECAY ** em_round
+        return t if t >= ANNEAL_FLOOR else 0.0
 
     def screen(self, server: State, client_ids: np.ndarray, uploads: State) -> np.ndarray | None:
         """1 for the uploads that add up to their devices' statistics-phase claims (`consistent`), 0 for the others
@@ -288,9 +321,10 @@ class FedEM(FederatedAlgorithm):
         return m_step(*control.aggregate(server), self.reg)
 
     def widened(self, server: State) -> list[Mixture]:
-        """The M-step of the same statistics at each further ridge (models.mixture.ridges): no round, no upload."""
+        """The M-step of the same statistics at each further ridge (models.mixture.ridges), or at each candidate of
+        the components' ridges (models.mixture.component_ridges): no round, no upload."""
         stats = control.aggregate(server) if "R" in server else None
-        return [m_step(*stats, r) for r in self.ridges] if stats is not None else []
+        return [m_step(*stats, r) for r in self.ridges or self.component_ridges] if stats is not None else []
 
     def support_view(self, server: State) -> SupportView | None:
         """Support, not volume, makes normal (the pipeline's support rule, models.core.pipeline.support_mask): a
@@ -359,7 +393,10 @@ class FedEM(FederatedAlgorithm):
         else:
             m = m_step(*grouped_sums(wR[keep], wS1[keep], wS2[keep], labels, self.components), self.reg)
         server["stage"] = np.array(1)
-        return self.keep(server, broadcast_of(m, 2 if self.hard_rounds > 0 else 1))
+        out = broadcast_of(m, 2 if self.hard_rounds > 0 else 1)
+        if self.anneal:
+            out["temperature"] = np.array(self.temperature(0))
+        return self.keep(server, out)
 
     def merge_labels(self, R: np.ndarray, S1: np.ndarray, S2: np.ndarray, records: np.ndarray,
                      rng: np.random.Generator) -> np.ndarray:

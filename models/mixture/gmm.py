@@ -192,6 +192,23 @@ def hard_stats(X: np.ndarray, labels: np.ndarray, K: int) -> tuple[np.ndarray, n
     return R, S1, S2
 
 
+def soft_stats(X: np.ndarray, centres: np.ndarray, temperature: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The statistics (packed as `e_step`'s) of deterministic annealing's assignment (Rose 1998): each record shared
+    among the centres in proportion to exp(-|x - c|^2 / (2 temperature)); at temperature 0, `hard_stats` of the
+    nearest centre."""
+    K, d = centres.shape
+    R, S1, S2 = np.zeros(K), np.zeros((K, d)), np.zeros((K, d * (d + 1) // 2))
+    c2 = (centres**2).sum(axis=1)[None, :]
+    for _, x in chunks(X):
+        A = -(c2 - 2 * x @ centres.T) / (2 * temperature)  # |x|^2 is the same for every centre
+        resp = np.exp(A - A.max(axis=1, keepdims=True))
+        resp /= resp.sum(axis=1, keepdims=True)
+        R += resp.sum(axis=0)
+        S1 += resp.T @ x
+        S2 += resp.T @ outer_rows(x)
+    return R, S1, S2
+
+
 def m_step(R: np.ndarray, S1: np.ndarray, S2: np.ndarray, reg: float, min_mass: float = 1e-6) -> Mixture:
     """The maximum-likelihood mixture for these statistics (S2 packed), with `reg` added to every
     covariance's diagonal. A component with (almost) no mass gets the pooled mean and covariance, and a

@@ -28,6 +28,7 @@ from models.detection.screening import Guard, WeightCaps, admitted_histograms, f
 from models.detection.threshold import EDGES, Tail, holdout_mask, shrunk_threshold, sparse_histogram
 from models.mixture import FEDERATED
 from models.mixture.anchors import ANCHORS
+from models.mixture.component_ridges import assemble, fleet_choice
 from models.mixture.detector import MixtureDetector, fit_em
 from models.mixture.fedem import FedEM, colluders, device_seed, shared_of
 from models.mixture.gmm import Mixture, e_step, hard_stats, m_step, nearest
@@ -134,6 +135,12 @@ def simulate_mixture(
     t0 = time.perf_counter()
     if summed and alg.ridges:
         raise ValueError(f"{mode} trains one ridge: leave out the further ridges (--ridges)")
+    if summed and alg.anneal:
+        raise ValueError(f"{mode} makes its k-means rounds on sums: leave out the annealing (--anneal)")
+    if summed and alg.component_ridges:
+        raise ValueError(f"{mode} trains one ridge: leave out the components' ridges (--component-ridges)")
+    if algorithm == "centralized" and alg.component_ridges:
+        raise ValueError("the components' ridges are chosen from the fleet's held-out records: federated only")
     if algorithm == "centralized":
         T = np.vstack(clients.X)
         mixture = fit_em(T, alg.components, alg.reg, np.random.default_rng(seed), hard_iter=alg.hard_rounds)
@@ -159,12 +166,17 @@ def simulate_mixture(
             out["secure_sum"] = {"device_cpu_seconds_max": float(np.max(transport.device_cpu)),
                                  "coordinator_cpu_seconds_median": float(np.median(transport.server_cpu)),
                                  "dropout": dropout, "clipped_values": transport.clipped}
+    histogram_bytes: list[int] = []  # what the devices send in each threshold phase (and the ridges' phase)
+    if alg.component_ridges:  # one more phase: each component's ridge from the fleet's held-out records
+        held = [clients.preprocessor.transform(h) for h in held_parts if len(h)]
+        choice = fleet_choice(held, wide, alg.ridge_criterion, quantile, alg.min_cluster)
+        mixture, wide = assemble(mixture, wide, choice), []
+        histogram_bytes.append(len(held) * 8 * alg.components * (1 + len(alg.component_ridges)))
+        out["component_ridges"] = np.bincount(choice, minlength=len(alg.component_ridges)).tolist()
     det = MixtureDetector.from_model(mixture, clients.preprocessor, 1.0, shared, wide=wide, quantile=quantile,
                                       reg=alg.reg)
     # the fleet's components and the device's own (from the records it trained on, not those held out)
     devices = [copy.copy(det).personalise(p) for p in fit_parts]
-
-    histogram_bytes: list[int] = []  # what the devices send in each threshold phase
 
     def tail_of(scores: list[np.ndarray]) -> tuple[float, Tail]:
         """The fleet's threshold and tail from the devices' histograms of their held-out records' scores."""

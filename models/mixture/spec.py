@@ -42,6 +42,12 @@ class MixtureJobSpec(DetectorJobSpec):
                     "ridges": "further ridges (comma-separated): the server also takes the M-step of the same "
                     "statistics at each, and a record scores by its smallest tail probability across the mixtures "
                     "(models.mixture.ridges)",
+                    "component_ridges": "candidate ridges (comma-separated): each component keeps the one under which "
+                    "the fleet's held-out records in it are likeliest (models.mixture.component_ridges)",
+                    "ridge_criterion": "how each component chooses among --component-ridges: likelihood (of its "
+                    "held-out records) or volume (the least that holds the threshold quantile of them)",
+                    "anneal": "deterministic annealing in the k-means rounds: the first temperature (standardised "
+                    "units), each round's 0.9 times the last's, k-means below 0.001 (0: none)",
                     "splits": "swaps in the k-means rounds, one every 5 rounds: the broadest component splits in "
                     "two and the two components cheapest to merge become one (models.mixture.swaps; none: as many "
                     "as end 1/fraction rounds before the job's last; 0: none)",
@@ -58,5 +64,9 @@ class MixtureJobSpec(DetectorJobSpec):
         # several ridges need a threshold phase per mixture, which the coordinator does not run yet
         check(not self.algorithm_params.get("ridges"), "algorithm_params.ridges", "several ridges run in the "
               "simulator only so far (fedsentry simulate --ridges); a job trains one ridge (reg)")
+        check(not self.algorithm_params.get("component_ridges"), "algorithm_params.component_ridges", "a ridge per "
+              "component runs in the simulator only so far (fedsentry simulate --component-ridges)")
+        check(not self.algorithm_params.get("anneal"), "algorithm_params.anneal", "annealing runs in the simulator "
+              "only so far (fedsentry simulate --anneal; measured, not adopted: benchmarks/results/detector-ideas.md)")
         check(0.05 <= self.holdout <= 0.5, "holdout", "must be in [0.05, 0.5] (the share of each device's records "
               "its threshold is read from)")
