@@ -115,7 +115,7 @@ def measure(devices: int, length: int, leave: float, seed: int = 0) -> dict[str,
             elif step == "share":
                 msg = members[n].share(arrays["ids"], arrays["keys"])
             elif step == "upload":
-                msg = members[n].upload(routed[n], rng)
+                msg = members[n].upload(routed[n])
             else:
                 msg = members[n].unmask(arrays["survivors"], arrays["dropped"])
             replies.append(envelope(msg, "bench", runner.round, n).encode())

@@ -63,7 +63,7 @@ class MixtureJob(DetectorJob):
                                  and sums.get("seed", 0) < MAX_SEEDING):
             return "seed"
         if done in ("seed", "train"):
-            return "train" if sums.get("train", 0) < self.spec.rounds else "threshold"
+            return "train" if sums.get("train", 0) < self.spec.rounds else "window"
         return super().next_sum(done)
 
     def sum_members(self, name: str) -> list[str]:
@@ -73,7 +73,7 @@ class MixtureJob(DetectorJob):
         return [self.participants[i] for i in sample(self.rng, self.participants, self.spec.fraction)[0]]
 
     def announce_family(self, name: str) -> tuple[dict[str, tuple[int, ...]], dict[str, float], int]:
-        from models.private.transport import BITS
+        from models.private.fixedpoint import BITS
 
         alg = self.algorithm()
         assert isinstance(alg, SummedFedEM)
@@ -97,7 +97,7 @@ class MixtureJob(DetectorJob):
         the contribution it made then (its control variate), or, if its upload did not count (it left before
         uploading, or the sum failed), the one before."""
         if name not in ("seed", "train"):
-            return {}
+            return super().advertise_extra(name)
         counted = self.info.get("counted", {})
         return {"counted": {n: counted[n] for n in self.sampled if n in counted}}
 

@@ -69,7 +69,7 @@ class PCAJob(DetectorJob):
         return ["moments"]
 
     def announce_family(self, name: str) -> tuple[dict[str, tuple[int, ...]], dict[str, float], int]:
-        from models.private.transport import BITS
+        from models.private.fixedpoint import BITS
 
         d = len(self.spec.features)
         return {"C": (d * (d + 1) // 2,), "w": ()}, MOMENT_SCALES, BITS

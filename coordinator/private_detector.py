@@ -6,7 +6,8 @@ statistics. The phases are the simulator's (models.detection.private), each sum 
     mean       secure sum of each device's capped weight times its mean of log-scaled records, and its weight
     centred    secure sum of each device's weighted mean square around the fleet's mean: the standardisation
     (family)   the family's sums (PCA: every device's weighted second moment, once)
-    threshold  secure sum of each device's histogram statistics: the fleet's threshold and tail
+    window     secure sum of each device's weighted shares above the coarse grid's edges: where the tail lies
+    threshold  secure sum of each device's histogram statistics over that window: the fleet's threshold and tail
 
 The job trains on numeric features, every one log-scaled (as the simulator's private mode), and builds the model
 version as a plaintext job does.
@@ -25,6 +26,7 @@ from models.detection.messages import Counted
 from models.detection.preprocessing import Preprocessor
 from models.detection.private import (
     CENTRED_SCALES,
+    COARSE_BINS,
     MEAN_SCALES,
     STATS_BITS,
     fleet_mean,
@@ -32,9 +34,10 @@ from models.detection.private import (
     largest_weight,
     tail_from,
     tail_scales,
+    tail_window,
+    window_scales,
 )
 from models.detection.screening import weight_caps
-from models.detection.threshold import EDGES
 from models.private.relay import STEPS
 from wire.protocol import ProtocolError
 
@@ -75,7 +78,7 @@ class PrivateDetector(SecureSums, NoisyDetector):
         those done)."""
         if self.noisy():
             return self.noisy_next(done)
-        order = ["mean", "centred", *self.family_sums(), "threshold"]
+        order = ["mean", "centred", *self.family_sums(), "window", "threshold"]
         i = order.index(done) + 1 if done in order else 0
         return order[i] if i < len(order) else None
 
@@ -202,8 +205,8 @@ class PrivateDetector(SecureSums, NoisyDetector):
         return {"noise_multiplier": self.info["dp"]["multiplier"]}
 
     def announce(self, name: str, rnd: int, members: list[str]) -> Any:
+        from models.private.fixedpoint import BITS
         from models.private.relay import Announced
-        from models.private.transport import BITS
 
         d = len(self.spec.features)
         seed = int(np.random.default_rng([self.spec.seed, rnd]).integers(2**31))
@@ -214,9 +217,11 @@ class PrivateDetector(SecureSums, NoisyDetector):
             shapes, scales, bits = {"m1": (d,), "w": ()}, MEAN_SCALES, STATS_BITS
         elif name == "centred":
             shapes, scales, bits = {"c2": (d,)}, CENTRED_SCALES, STATS_BITS
+        elif name == "window":
+            shapes, scales, bits = {"wa": (COARSE_BINS,), "w": ()}, window_scales(), BITS
         elif name == "threshold":
-            G = len(EDGES) - 1
-            shapes = {"c": (G,), "wa": (G,), "wa2": (G,), "na": (G,), "w": (), "wn": (), "n": ()}
+            lo, hi = self.info["window"]
+            shapes = {**{k: (hi - lo,) for k in ("c", "wa", "wa2", "na")}, "w": (), "wn": (), "n": ()}
             scales, bits = tail_scales(max(float(self.histogram_records().max()), 1.0)), BITS
         else:
             shapes, scales, bits = self.announce_family(name)
@@ -224,7 +229,10 @@ class PrivateDetector(SecureSums, NoisyDetector):
                          float(self.info["clip"]), bits, seed)
 
     def advertise_extra(self, name: str) -> dict[str, Any]:
-        return self.noisy_extra(name) if self.noisy() else {}
+        """A noisy sum's noise; the threshold's window (the fine bins its devices histogram)."""
+        if self.noisy():
+            return self.noisy_extra(name)
+        return {"window": list(self.info["window"])} if name == "threshold" else {}
 
     def summed(self, name: str, total: dict[str, np.ndarray], members: list[str]) -> dict[str, Any]:
         if self.noisy():
@@ -239,8 +247,12 @@ class PrivateDetector(SecureSums, NoisyDetector):
             pre = fleet_standardisation(self.spec.features, np.array(self.info["mean"]), total, self.info["W"])
             self.info["scale"] = pre.scale.tolist()
             return {}
+        if name == "window":
+            self.info["window"] = list(tail_window(total, self.spec.quantile))
+            return {"window": self.info["window"]}
         if name == "threshold":
-            threshold, self.tail = tail_from(total, self.spec.quantile, self.private_holdout())
+            threshold, self.tail = tail_from(total, tuple(self.info["window"]), self.spec.quantile,
+                                             self.private_holdout())
             self.store_model(self.standardisation(), threshold, {})
             return {"threshold": threshold}
         return self.summed_family(name, total, members)

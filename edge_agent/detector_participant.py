@@ -339,7 +339,14 @@ class DetectorParticipant(Participant, Generic[R]):
     def secure_values(self, name: str, req: Request) -> dict[str, np.ndarray]:
         """This device's statistics for a private job's sums, by the simulator's own functions
         (models.detection.private): each a batch of one, its row sent."""
-        from models.detection.private import centred_uploads, dense_histograms, mean_uploads, own_moments, tail_uploads
+        from models.detection.private import (
+            centred_uploads,
+            dense_histograms,
+            mean_uploads,
+            own_moments,
+            tail_uploads,
+            window_uploads,
+        )
 
         msg: R = req.msg
         dp = (msg.secagg or {}).get("dp")
@@ -353,9 +360,14 @@ class DetectorParticipant(Participant, Generic[R]):
             if msg.mean is None:
                 raise ValueError("the centred sum's round carries the fleet's mean")
             return {k: v[0] for k, v in centred_uploads(w, m1, m2, np.asarray(msg.mean)).items()}
-        if name == "threshold":
+        if name in ("window", "threshold"):
             dense = dense_histograms([sparse_histogram(self.threshold_errors(msg, self.preprocessor(msg)))])
-            return {k: v[0] for k, v in tail_uploads(dense, w).items()}
+            if name == "window":
+                return {k: v[0] for k, v in window_uploads(dense, w).items()}
+            window = (msg.secagg or {}).get("window")
+            if window is None:
+                raise ValueError("the threshold sum's announcement does not carry its window")
+            return {k: v[0] for k, v in tail_uploads(dense, w, (int(window[0]), int(window[1]))).items()}
         return self.secure_family_values(name, req, w)
 
     def secure_family_values(self, name: str, req: Request, w: np.ndarray) -> dict[str, np.ndarray]:

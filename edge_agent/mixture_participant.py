@@ -64,12 +64,10 @@ class MixtureParticipant(DetectorParticipant[MixtureRound]):
         # when rounds list nobody (models.core.sampling)
         who = self.id if msg.draw() is not None else msg.sampled.index(self.id)
         data = {"X": X, "seed": np.array([device_seed(int(msg.seed), who)])}
+        X[0] = self.standardised(msg)  # as RECORD_DTYPE, as the simulator's devices hold them (device_data)
         if not msg.private:
-            X[0] = self.standardised(msg)
             return data
-        # private mode: as the simulator's devices hold them (float64), and the records it claimed (its own weight)
-        X[0] = self.preprocessor(msg).transform(self.records(msg))
-        return {**data, "claimed": np.array([float(len(X[0]))])}
+        return {**data, "claimed": np.array([float(len(X[0]))])}  # private mode: the records it claimed (its weight)
 
     def secure_family_values(self, name: str, req: Request, w: np.ndarray) -> dict[str, np.ndarray]:
         """A private job's seeding and EM rounds: the summed FedEM's client step (the simulator's), whose upload is

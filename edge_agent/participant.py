@@ -172,7 +172,7 @@ class Participant(ABC):
             return decode(cached)
         routed = read(Routed, env)
         member = self._member(env.job, routed.label)
-        reply = envelope(member.upload(routed, np.random.default_rng()), env.job, env.round, self.id)
+        reply = envelope(member.upload(routed), env.job, env.round, self.id)
         self.store.save_arrays(f"secagg-{env.job}", member.state())
         self.store.save_bytes(key, reply.encode())
         return reply

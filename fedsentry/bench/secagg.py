@@ -24,7 +24,7 @@ def measure(devices: int, length: int, dropout: float, seed: int = 0) -> dict[st
     rng = np.random.default_rng(seed)
     values = {i: rng.normal(size=length) for i in range(devices)}
     gone = frozenset(rng.choice(devices, int(round(dropout * devices)), replace=False).tolist())
-    total, survivors, log = secure_sum(setup, values, rng, gone_before_upload=gone)
+    total, survivors, log = secure_sum(setup, values, gone_before_upload=gone)
     exact = sum(values[i] for i in survivors)
     uploaded = [log.sent[i] for i in survivors]
     return {"devices": devices, "values": length, "dropped_before_upload": len(gone), "degree": setup.degree,

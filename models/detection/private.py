@@ -25,8 +25,9 @@ import numpy as np
 from models.detection.attacks import NO_ADVERSARIES, Adversaries
 from models.detection.preprocessing import Moments, Preprocessor, constant, signed_log1p
 from models.detection.screening import Guard, WeightCaps, crossing, tail_of, value_bound, weight_caps
-from models.detection.threshold import EDGES, TAIL_SPAN, TAIL_STEP, Tail
-from models.private.transport import BITS, SecureTransport
+from models.detection.threshold import EDGES, TAIL_SPAN, Tail, tail_levels
+from models.private.fixedpoint import BITS
+from models.private.transport import SecureTransport
 
 #: differential privacy's clip of the statistics phase, per feature: a device's mean of log-scaled values and its
 #: mean square around the fleet's mean are clipped to this times sqrt(d) in L2 norm
@@ -197,19 +198,25 @@ def noisy_standardisation(feature_names: list[str], mean: np.ndarray, centred: d
 
 def private_tail(histograms: list[tuple[np.ndarray, np.ndarray]], weight: np.ndarray, q: float, holdout: float,
                  transport: SecureTransport) -> tuple[float, Tail]:
-    """The threshold phase as one secure sum: each device sends, over the whole grid, its held-out scores'
-    histogram, its weighted share above each bin, the square of that share and its records above each bin, with
-    its weight, weight over records and records; the fleet's threshold and tail are read from the sums as
-    `models.detection.screening.fleet_tail` reads them with nothing winsorised (a sum cannot clip one device:
-    the threshold attack's colluders are not bounded in private mode)."""
+    """The threshold phase as two secure sums. First the window: each device's weighted share of its held-out scores
+    above each bin of the coarse grid (every COARSE-th edge), with its weight (`window_uploads`); the coarse curve
+    says between which coarse edges the fleet's curve crosses every level of its tail (`tail_window`). Then, over
+    the fine bins of that window only, each device's histogram, its weighted share above each bin, the square of
+    that share and its records above each bin, with its weight, weight over records and records (`tail_uploads`).
+    The fleet's threshold and tail are read from the second sum as `models.detection.screening.fleet_tail` reads
+    them with nothing winsorised (a sum cannot clip one device: the threshold attack's colluders are not bounded in
+    private mode), and equal what one sum over the whole grid gives (`tail_from`)."""
     if transport.noise is not None:
         return noisy_tail(histograms, q, holdout, transport)
     dense = dense_histograms(histograms)
-    n = dense.sum(axis=1)
-    secure = transport.phase(tail_scales(max(float(n.max()), 1.0)), transport.clip, 3)
-    S = secure(np.arange(len(histograms)), tail_uploads(dense, weight))
-    transport.phase_bytes += secure.sent[0] * len(histograms)
-    return tail_from(S, q, holdout)
+    everyone = np.arange(len(histograms))
+    scales = tail_scales(max(float(dense.sum(axis=1).max()), 1.0))
+    first = transport.phase(window_scales(), transport.clip, 3)
+    window = tail_window(first(everyone, window_uploads(dense, weight)), q)
+    second = transport.phase(scales, transport.clip, 4)
+    S = second(everyone, tail_uploads(dense, weight, window))
+    transport.phase_bytes += (first.sent[0] + second.sent[0]) * len(histograms)
+    return tail_from(S, window, q, holdout)
 
 
 def dense_histograms(histograms: list[tuple[np.ndarray, np.ndarray]]) -> np.ndarray:
@@ -226,29 +233,72 @@ def tail_scales(most: float) -> dict[str, float]:
     return {"c": most, "wa": 1.0, "wa2": 1.0, "na": most, "w": 1.0, "wn": 1.0, "n": most}
 
 
-def tail_uploads(dense: np.ndarray, weight: np.ndarray) -> dict[str, np.ndarray]:
-    """Per device: its histogram, its weighted share above each bin, that share's square, its records above each
-    bin, its weight, weight over records and records."""
+def window_scales() -> dict[str, float]:
+    """The window's secure sum's scales: the threshold's own for the same values (they encode alike in the same
+    ring: the two sums agree at the coarse edges)."""
+    return {k: v for k, v in tail_scales(1.0).items() if k in ("wa", "w")}
+
+
+def _shares_above(dense: np.ndarray, weight: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per device: its weight (0 without records), its records, and its share of records above each bin."""
     n = dense.sum(axis=1)
     some = n > 0
     w = np.where(some, np.asarray(weight, dtype=float), 0.0)
     above = 1.0 - np.cumsum(dense, axis=1) / np.maximum(n, 1.0)[:, None]
     above[~some] = 0.0
-    return {"c": dense, "wa": w[:, None] * above, "wa2": w[:, None] * above**2,
+    return w, n, above
+
+
+def window_uploads(dense: np.ndarray, weight: np.ndarray) -> dict[str, np.ndarray]:
+    """The window's sum, per device: its weighted share above each coarse bin (above the fine bin under each
+    COARSE-th edge), and its weight."""
+    w, _, above = _shares_above(dense, weight)
+    return {"wa": w[:, None] * above[:, COARSE - 1:: COARSE], "w": w}
+
+
+#: coarse bins the window keeps beyond where the fleet's curve crosses its tail's levels, either side (room for a
+#: device that leaves between the two sums of a job)
+WINDOW_MARGIN = 1
+
+
+def tail_window(total: dict[str, np.ndarray], q: float) -> tuple[int, int]:
+    """The fine bins [lo, hi) the threshold's sum covers, from the window's sum: the coarse bins from the one where
+    the fleet's weighted share above falls to the tail's highest level to the one where it falls to its lowest
+    (`models.detection.threshold.tail_levels`), WINDOW_MARGIN more either side, and the fine bin under the window
+    (its share above is the fleet's curve just before the window: `tail_from`). Every level is crossed inside."""
+    curve = total["wa"][0] / max(float(total["w"][0]), 1e-300)
+    levels = tail_levels(q)
+    first, last = (int(np.searchsorted(-curve, -level, side="left")) for level in (levels[0], levels[-1]))
+    first, last = max(first - WINDOW_MARGIN, 0), min(last + WINDOW_MARGIN, COARSE_BINS - 1)
+    return (COARSE * first - 1 if first else 0), COARSE * (last + 1)
+
+
+def tail_uploads(dense: np.ndarray, weight: np.ndarray, window: tuple[int, int] | None = None) -> dict[str, np.ndarray]:
+    """Per device, over the fine bins of `window` (None: the whole grid): its histogram, its weighted share above
+    each bin, that share's square, its records above each bin; its weight, weight over records and records."""
+    w, n, above = _shares_above(dense, weight)
+    lo, hi = window or (0, len(EDGES) - 1)
+    above = above[:, lo:hi]
+    return {"c": dense[:, lo:hi], "wa": w[:, None] * above, "wa2": w[:, None] * above**2,
             "na": n[:, None] * above, "w": w, "wn": w / np.maximum(n, 1.0), "n": n}
 
 
-def tail_from(total: dict[str, np.ndarray], q: float, holdout: float) -> tuple[float, Tail]:
-    """The fleet's threshold and tail from the threshold's secure sum, as `fleet_tail` reads the devices'."""
-    G = len(EDGES) - 1
+def tail_from(total: dict[str, np.ndarray], window: tuple[int, int] | None, q: float,
+              holdout: float) -> tuple[float, Tail]:
+    """The fleet's threshold and tail from the threshold's secure sum over the fine bins of `window` (None: the
+    whole grid), as `fleet_tail` reads the devices'. The bin under a window is counted as used: its share above is
+    the curve at the last used bin below the window (no records between), which the crossings interpolate from;
+    the curve there is above every level, so no crossing falls in it."""
     S = {k: v[0] for k, v in total.items()}
-    used = np.flatnonzero(S["c"] > 0.5)
+    lo = window[0] if window else 0
+    used = np.flatnonzero((S["c"] > 0.5) | ((np.arange(len(S["c"])) == 0) & (lo > 0)))
     curve = S["wa"][used] / S["w"]
+    used = used + lo
     fleet = crossing(used, curve, 1 - q)
-    first = int(used[np.searchsorted(EDGES[used], fleet, side="left")]) if EDGES[used][-1] >= fleet else G
-    at = first - 1  # the shares above every bin below the first at or above the threshold
-    m1, m2 = (S["wa"][at] / S["w"], S["wa2"][at] / S["w"]) if at >= 0 else (1.0, 1.0)
-    p = S["na"][at] / S["n"] if at >= 0 else 1.0
+    # the shares above the last bin whose lower edge is below the threshold: of the records at or above it
+    at = int(np.searchsorted(EDGES, fleet, side="left")) - 1 - lo
+    m1, m2 = (S["wa"][at] / S["w"], S["wa2"][at] / S["w"]) if at + lo >= 0 else (1.0, 1.0)
+    p = S["na"][at] / S["n"] if at + lo >= 0 else 1.0
     return tail_of(used, curve, fleet, (float(m1), float(m2), float(S["wn"] / S["w"]), float(p)), q, holdout)
 
 
@@ -326,6 +376,5 @@ def noisy_threshold(total: dict[str, np.ndarray], anchor: float, q: float, devic
     else:
         frac = (curve[i - 1] - (1 - q)) / max(curve[i - 1] - curve[i], 1e-12)
         fleet = float(candidates[i - 1] * (candidates[i] / candidates[i - 1]) ** np.clip(frac, 0.0, 1.0))
-    levels = (1 - q) * 2.0 ** (np.arange(TAIL_SPAN, -TAIL_SPAN - 1, -1) / TAIL_STEP)
-    levels = levels[levels < 1]
+    levels = tail_levels(q)
     return fleet, Tail(fleet * (1 - q) / levels, levels, TAIL_SPAN / (1 - q), holdout)

@@ -27,7 +27,7 @@ import numpy as np
 from models.core.aggregation import trimmed_weighted_mean, winsorized_weighted_mean
 from models.core.pipeline import CAP_LEVEL, CAP_SCALE, cap_weights
 from models.detection.preprocessing import constant
-from models.detection.threshold import EDGES, TAIL_SPAN, TAIL_STEP, Tail, quantile_from_histogram
+from models.detection.threshold import EDGES, TAIL_SPAN, Tail, quantile_from_histogram, tail_levels
 
 #: |signed_log1p(x)| for every finite float64 x is below this: a larger transformed value is a lie
 LOG_BOUND = 710.0
@@ -273,8 +273,7 @@ def tail_of(used: np.ndarray, curve: np.ndarray, fleet: float, rates: tuple[floa
     """`fleet_tail`'s answer from the exceedance curve, the fleet's threshold read from it, and what the devices'
     shares above that threshold are: (their weighted mean, the mean of their squares, the mean of 1 / records,
     the pooled share), however they were combined (winsorised, or summed in private mode)."""
-    levels = (1 - q) * 2.0 ** (np.arange(TAIL_SPAN, -TAIL_SPAN - 1, -1) / TAIL_STEP)
-    levels = levels[levels < 1]
+    levels = tail_levels(q)
     thresholds = np.array([crossing(used, curve, level) for level in levels])
     m1, m2, chance, p = rates
     spread = m2 - m1**2 - p * (1 - p) * chance  # between-device variance beyond sampling noise

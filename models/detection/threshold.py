@@ -82,6 +82,12 @@ def device_threshold(federation: float, scores: np.ndarray, q: float, bound: flo
 TAIL_SPAN, TAIL_STEP = 16, 4
 
 
+def tail_levels(q: float) -> np.ndarray:
+    """The exceedance levels the fleet's tail is published at, descending (those below 1)."""
+    levels = (1 - q) * 2.0 ** (np.arange(TAIL_SPAN, -TAIL_SPAN - 1, -1) / TAIL_STEP)
+    return levels[levels < 1]
+
+
 @dataclass(frozen=True)
 class Tail:
     """The fleet's exceedance curve near its threshold (`models.detection.screening.fleet_tail`): `thresholds`

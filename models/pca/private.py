@@ -78,7 +78,8 @@ def simulate_private_pca(train_parts: list[np.ndarray], X_test: np.ndarray, y_te
     out = {"algorithm": "fedmm", "private": secure, "rank": rank, "Z": Z, "kernel": "none", "rounds": 1, "history": [],
            "seconds_per_round": time.perf_counter() - t0, "upload_bytes_per_client_round": secure_sum.sent[0],
            "all_device_rounds": 1, "threshold": threshold,
-           "upload_bytes_per_device_round": sent / (n * 4),  # statistics (2 sums), the moments, the threshold
+           # statistics (2 sums), the moments, the threshold (its window and its sum: one phase, counted once)
+           "upload_bytes_per_device_round": sent / (n * 4),
            "upload_bytes_by_step": ledger.per_step(n * 4),
            **detection_report(y_test, det.score_samples(X_test), threshold)}
     if secure:

@@ -1,15 +1,25 @@
 """Fixed-point encoding of real vectors into the ring Z_(2^bits), where masks add and sums of many devices cannot
 wrap.
 
-A device clips each value to [-clip, clip] (the bound the job announces), scales it by 2^frac and rounds it
-(stochastically, so the rounding error is zero in expectation), and reads the integer modulo 2^bits. The sum of
-n encodings, modulo 2^bits, decodes exactly to the sum of the rounded values as long as it stays within the ring's
-signed range: n * clip * 2^frac < 2^(bits - 1). `Ring.for_sum` chooses `frac` as large as that allows for the
-largest number of devices a round may hold, so precision is spent where the ring has room; the rounding error
-of a decoded sum of n values is then below n * 2^-frac.
+A device clips each value to [-clip, clip] (the bound the job announces), scales it by 2^frac, rounds it to the
+nearest integer and reads it modulo 2^bits. The sum of n encodings, modulo 2^bits, decodes exactly to the sum of
+the rounded values as long as it stays within the ring's signed range: n * clip * 2^frac < 2^(bits - 1).
+`Ring.for_sum` chooses `frac` as large as that allows for the number of devices the sum is announced to (a sum of
+its survivors holds fewer), so a sum of clipped values cannot wrap whatever values the devices hold, and precision
+is spent where the ring has room; the rounding error of a decoded sum of n values is at most n * 2^-(frac + 1).
+(A device that encodes something else than its clipped values can shift the sum however it likes, wrapped or not:
+private mode cannot check one upload; docs/privacy.md.)
 
-Values travel packed in the fewest whole bytes that hold `bits` (6 bytes for 48 bits): a 48-bit ring uploads
-1.5x a float32 vector.
+The rounding is deterministic (to nearest, ties to even): the same values encode to the same ring elements on an
+agent and in the simulator (`fedsentry simulate --private`), so a private job's sums equal the simulator's bit for
+bit (tests/models/test_relay.py). Stochastic rounding would be unbiased, but each side would draw its own rounding
+and the two sums would differ by grains, more than the 1e-6 a job is held to against the simulator (a count's
+grain is 2^-frac times the most records a device holds: 1.5e-5 at 26 fractional bits and 1,000 records).
+Rounding to nearest is off by at most half a grain a value, deterministically: 2^-27 of a value's scale at the 26
+fractional bits `BITS` leaves at 1,000 devices of clip 5 (7.5e-9; float32 rounds a value of that scale by up to
+6e-8); a value below half a grain is 0.
+
+Values travel packed in the fewest whole bytes that hold `bits` (5 bytes for 40 bits).
 """
 
 from __future__ import annotations
@@ -20,6 +30,13 @@ import numpy as np
 
 #: the widest ring (numpy's unsigned 64-bit integers wrap modulo 2^64)
 MAX_BITS = 64
+#: private mode's ring for the rounds' and the threshold's sums (5 bytes a value on the wire). The width does not
+#: decide whether a sum can wrap (`Ring.for_sum` takes the fractional bits from what is left, and refuses a sum that
+#: leaves fewer than 8): it decides the precision. At 40 bits a sum of n values within the clip c keeps
+#: frac = 39 - ceil(log2(n c + 1)) fractional bits, so its rounding error, at most n 2^-(frac + 1), is at most about
+#: n 2^-39 of the largest sum n c: below float32's rounding of a single value (2^-24) up to 2^15 devices a sum. 26
+#: fractional bits at 1,000 devices of clip 5 (a grain of 1.5e-8 of a value's scale); 32 bits would leave 18 there.
+BITS = 40
 
 
 @dataclass(frozen=True)
@@ -39,7 +56,7 @@ class Ring:
             raise ValueError(f"the clip bound must be a positive number, got {self.clip}")
 
     @classmethod
-    def for_sum(cls, clip: float, devices: int, bits: int = 48) -> Ring:
+    def for_sum(cls, clip: float, devices: int, bits: int = BITS) -> Ring:
         """The ring of `bits` bits with the most fractional bits at which the sum of `devices` values in
         [-clip, clip] cannot wrap."""
         if devices < 1:
@@ -59,12 +76,10 @@ class Ring:
         """Bytes per value on the wire."""
         return self.bits // 8
 
-    def encode(self, x: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-        """Clip, scale, round stochastically, and reduce modulo 2^bits (uint64 with the high bits zero)."""
+    def encode(self, x: np.ndarray) -> np.ndarray:
+        """Clip, scale, round to the nearest integer, and reduce modulo 2^bits (uint64 with the high bits zero)."""
         scaled = np.clip(np.asarray(x, dtype=float), -self.clip, self.clip) * float(1 << self.frac)
-        low = np.floor(scaled)
-        rounded = low + (rng.random(scaled.shape) < scaled - low)
-        return rounded.astype(np.int64).astype(np.uint64) & self.mask
+        return np.rint(scaled).astype(np.int64).astype(np.uint64) & self.mask
 
     def add(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         return (a + b) & self.mask

@@ -280,10 +280,10 @@ class Member:
         to, data = _rows(self.client.share(handed), CIPHERTEXT_BYTES)
         return Shares(to=to, data=data)
 
-    def upload(self, routed: Routed, rng: np.random.Generator) -> Masked:
+    def upload(self, routed: Routed) -> Masked:
         """Step 3: keep the neighbours' shares; the masked upload."""
         self.client.receive(_bytes_rows(routed.sender, routed.data, CIPHERTEXT_BYTES, "routed shares"))
-        return Masked(y=np.frombuffer(self.client.upload(self.x, rng), np.uint8))
+        return Masked(y=np.frombuffer(self.client.upload(self.x), np.uint8))
 
     def unmask(self, survivors: np.ndarray, dropped: np.ndarray) -> Revealed:
         """Step 4: the shares of the survivors' self-mask seeds and of the dropped devices' mask keys."""

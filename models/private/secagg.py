@@ -213,13 +213,13 @@ class Client:
                 raise SecAggError(f"device {self.me}: shares from {i} have the wrong length")
             self.held[i] = (plain[: shamir.SHARE_BYTES], plain[shamir.SHARE_BYTES:])
 
-    def upload(self, x: np.ndarray, rng: np.random.Generator) -> bytes:
+    def upload(self, x: np.ndarray) -> bytes:
         """The masked, encoded upload (ring elements, packed)."""
         x = np.asarray(x, dtype=float).reshape(-1)
         if len(x) != self.setup.length:
             raise SecAggError(f"an upload has {self.setup.length} values, got {len(x)}")
         ring = self.setup.ring
-        y = ring.add(ring.encode(x, rng), self_mask(self.setup, self.b))
+        y = ring.add(ring.encode(x), self_mask(self.setup, self.b))
         for j in self.held:
             if j != self.me:
                 y = ring.add(y, pairwise_mask(self.setup, self.s_private, self.keys[j].s_public, self.me, j))
@@ -375,8 +375,7 @@ class Transcript:
         return out
 
 
-def secure_sum(setup: Setup, values: dict[int, np.ndarray], rng: np.random.Generator,
-               gone_before_upload: frozenset[int] = frozenset(),
+def secure_sum(setup: Setup, values: dict[int, np.ndarray], gone_before_upload: frozenset[int] = frozenset(),
                gone_after_upload: frozenset[int] = frozenset()) -> tuple[np.ndarray, set[int], Transcript]:
     """The four steps in process, as the agents and the coordinator run them over MQTT: (the sum of the values
     of the devices that uploaded, those devices, the transcript). Devices in `gone_before_upload` share their
@@ -393,7 +392,7 @@ def secure_sum(setup: Setup, values: dict[int, np.ndarray], rng: np.random.Gener
         log.send("shares", i, len(out) * SHARE_ROW_BYTES)
     for i, incoming in log.coordinator(server.route, shares).items():
         log.device(i, clients[i].receive, incoming)
-    uploads = {i: log.device(i, clients[i].upload, values[i], rng) for i in server.shared
+    uploads = {i: log.device(i, clients[i].upload, values[i]) for i in server.shared
                if i not in gone_before_upload}
     for i, data in uploads.items():
         log.send("masked", i, len(data))

@@ -23,11 +23,8 @@ import numpy as np
 from models.core.federated import State
 from models.core.rounds import RoundFailedError
 from models.private.dp import Noise
-from models.private.fixedpoint import Ring
+from models.private.fixedpoint import BITS, Ring
 from models.private.relay import flatten, unflatten
-
-#: ring width: 48 bits leave 34 fractional bits at a clip of 5 over 1,000 devices (6 bytes a value on the wire)
-BITS = 48
 
 
 @dataclass
@@ -83,7 +80,7 @@ class SecureTransport:
         gone = int(np.floor(self.dropout * len(ids)))
         after = frozenset(int(i) for i in self.rng.choice(ids, gone, replace=False)) if gone else frozenset()
         try:
-            total, _, log = secure_sum(setup, flat, self.rng, gone_after_upload=after)
+            total, _, log = secure_sum(setup, flat, gone_after_upload=after)
         except SecAggError as e:  # too few devices left to unmask: the round fails, nothing of it counts
             self.failures += 1
             raise RoundFailedError(f"secure sum of {len(ids)} devices, {gone} gone after upload: {e}") from None

@@ -147,6 +147,46 @@ def test_the_threshold_phase_from_one_secure_sum_is_the_unwinsorised_fleet_tail(
     assert transport.phase_bytes > 0
 
 
+@pytest.mark.parametrize("q, gap", [(0.9, False), (0.99, False), (0.99, True)])
+def test_the_threshold_over_the_window_is_the_threshold_over_the_whole_grid(q, gap):
+    """The threshold's sum covers only the window the coarse sum finds (`tail_window`): the threshold and the tail read
+    from it are those of the same sum over the whole grid, exactly, with a fraction of its values. `gap`: most
+    records far below a spike the tail starts in, so that the window's lowest coarse bin is empty and the curve
+    before it comes from the fine bin under the window."""
+    from models.detection.private import (
+        dense_histograms,
+        tail_from,
+        tail_uploads,
+        tail_window,
+        window_uploads,
+    )
+    from models.detection.threshold import EDGES, sparse_histogram
+
+    rng = np.random.default_rng(5)
+
+    def gapped(n: int) -> np.ndarray:  # 83 % far below, 5 % on one score, the rest above it
+        low, spike = int(0.83 * n), int(0.05 * n)
+        return np.concatenate([rng.lognormal(np.log(0.01), 0.3, low), np.full(spike, 10.0),
+                               rng.lognormal(np.log(20.0), 0.3, n - low - spike)])
+
+    scores = [gapped(100 + 20 * i) if gap else rng.lognormal(1.0 + 0.1 * i, 0.6, size=60 + 20 * i)
+              for i in range(9)] + [np.zeros(0)]
+    dense = dense_histograms([sparse_histogram(s) for s in scores])
+    w = rng.uniform(0.5, 2.0, size=len(scores))
+
+    def summed(uploads):
+        return {k: v.sum(axis=0, keepdims=True) for k, v in uploads.items()}
+
+    window = tail_window(summed(window_uploads(dense, w)), q)
+    whole, tail = tail_from(summed(tail_uploads(dense, w)), None, q, 0.2)
+    narrow, narrow_tail = tail_from(summed(tail_uploads(dense, w, window)), window, q, 0.2)
+    assert narrow == whole and narrow_tail.prior == tail.prior
+    np.testing.assert_array_equal(narrow_tail.thresholds, tail.thresholds)
+    np.testing.assert_array_equal(narrow_tail.exceedances, tail.exceedances)
+    assert window[0] > 0 and window[1] - window[0] < (len(EDGES) - 1) / 8
+    assert not gap or not dense[:, window[0] + 1: window[0] + 65].any()  # the window's lowest coarse bin is empty
+
+
 def test_a_round_too_few_devices_unmask_fails_cleanly_and_the_job_goes_on():
     """Two thirds of one round's devices vanish after uploading: the sum cannot be unmasked, the round fails,
     nothing of it counts (server and devices keep their sums), and the next rounds go on."""
