@@ -142,8 +142,10 @@ def merge_pair(R: np.ndarray, S1: np.ndarray, S2: np.ndarray, reg: float, means:
     _, _, joint = moments(R[a] + R[b], S1[a] + S1[b], S2[a] + S2[b], reg)
     Ra, Rb, Rab = R[a], R[b], R[a] + R[b]
 
-    gauss = 0.5 * (massed(Rab, joint) - massed(Ra, logdet[a]) - massed(Rb, logdet[b]))
+    # (a component with mass below `moments`' live bar has a log-determinant of -inf, and so may the pair: -inf
+    # minus -inf is nan there, replaced below, as such a component is free to merge)
     with np.errstate(divide="ignore", invalid="ignore"):
+        gauss = 0.5 * (massed(Rab, joint) - massed(Ra, logdet[a]) - massed(Rb, logdet[b]))
         weights = massed(Ra, np.log(np.maximum(Rab, 1e-300) / np.maximum(Ra, 1e-300))) + \
             massed(Rb, np.log(np.maximum(Rab, 1e-300) / np.maximum(Rb, 1e-300)))
     cost = np.where(np.isfinite(logdet[a]) & np.isfinite(logdet[b]), gauss - weights, 0.0)  # an empty one: free

@@ -4,6 +4,8 @@ every row it changed."""
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 
@@ -49,6 +51,22 @@ def test_the_broad_component_splits_and_the_cheapest_pair_merges():
     R, S1, S2 = (np.sum([hard_stats(x, lab[lab != 2], 4)[i] for x, lab in zip(calm, labels)], axis=0)
                  for i in range(3))
     assert split_target(R, moments(R, S1, S2, 1e-3)[2], R, least=5, d=2) is None
+
+
+def test_components_with_a_trace_of_mass_merge_quietly():
+    """Mass above 0 but below `moments`' live bar: a log-determinant of -inf, and two such components' pair too;
+    the merge treats them as empty (their merges lose nothing, -inf minus -inf is not asked of numpy: its
+    'invalid value' warning stood in every grid's log) and merges one of them."""
+    X, labels = device_rows()
+    R, S1, S2 = (np.sum([hard_stats(x, lab, 4)[i] for x, lab in zip(X, labels)], axis=0) for i in range(3))
+    R, S1, S2 = R.copy(), S1.copy(), S2.copy()
+    for k in (1, 3):
+        S1[k], S2[k], R[k] = S1[k] * 1e-20 / R[k], S2[k] * 1e-20 / R[k], 1e-20
+    means, _, logdet = moments(R, S1, S2, 1e-3)
+    assert logdet[1] == logdet[3] == -np.inf
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert {1, 3} & set(merge_pair(R, S1, S2, 1e-3, means, logdet, avoid=2))
 
 
 def test_a_swap_keeps_every_row_the_statistics_of_its_device_and_splits_between_the_clumps():
