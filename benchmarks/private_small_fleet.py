@@ -72,7 +72,7 @@ def patched(module: Any, name: str, value: Any) -> Iterator[None]:
 def simulate(args: list[str], seen: dict[str, Any] | None = None) -> dict[str, Any]:
     """One `fedsentry simulate` in this process; `seen` receives its held-out parts, devices, threshold histograms
     and swaps (`swaps`: each one's split component, its records and supporters, whether a merge touched it before, the
-    merged pair)."""
+    merged pair and their records, and the records its new half holds at the next swap)."""
     seen = {} if seen is None else seen
     split, personalise, tail = mixture_simulator.split_holdout, detector.MixtureDetector.personalise, \
         private_threshold.private_tail
@@ -82,10 +82,14 @@ def simulate(args: list[str], seen: dict[str, Any] | None = None) -> dict[str, A
              support: np.ndarray | None = None) -> Any:
         s = decide(R, S1, S2, reg, records_per_mass, least, support)
         if s is not None and support is not None:  # (a merged column is where private mode counts otherwise)
-            before = {c for w in seen.get("swaps", []) for c in w["merged"]}
-            seen.setdefault("swaps", []).append({"split": s.k, "records": round(float(R[s.k] * records_per_mass)),
-                                                 "supporters": float(support[s.k]), "merged": [s.a, s.b],
-                                                 "split_was_merged": s.k in before})
+            done = seen.setdefault("swaps", [])
+            before = {c for w in done for c in w["merged"]}
+            if done:  # what the last swap's new half holds now (a split that did not take: hardly anything)
+                done[-1]["new_half_records_at_next"] = round(float(R[done[-1]["merged"][1]] * records_per_mass))
+            done.append({"split": s.k, "records": round(float(R[s.k] * records_per_mass)),
+                         "supporters": float(support[s.k]), "merged": [s.a, s.b],
+                         "merged_records": [round(float(R[c] * records_per_mass)) for c in (s.a, s.b)],
+                         "split_was_merged": s.k in before})
         return s
 
     def split_holdout(parts: Any, holdout: float) -> Any:
