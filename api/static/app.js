@@ -12,6 +12,16 @@ const num = (x) => (typeof x === "number" ? x.toPrecision(4) : "–");
 const ADMIN = document.body.dataset.role === "admin";
 const state = { incident: null, anomalyCursor: null, incidentCursor: null, job: null, since: null, flows: null, recordCursor: null };
 
+// ---- answers in order: a view shows the answer to the newest request it made ---------------------------------
+// (an answer to an older request, for other filters or overtaken by the live feed's refresh, is dropped: a slow
+// unfiltered count must not overwrite the filtered one that came back first)
+const asked = {};
+function ask(view) {
+  const n = (asked[view] || 0) + 1;
+  asked[view] = n;
+  return () => asked[view] === n;
+}
+
 // ---- filters: one query for every view -------------------------------------------------------------------
 function filterParams() {
   const p = new URLSearchParams();
@@ -100,7 +110,9 @@ async function loadAnomalies(more) {
   p.set("limit", "50");
   if (state.incident) { p.delete("acknowledged"); p.set("incident", state.incident); }
   if (more && state.anomalyCursor) p.set("cursor", state.anomalyCursor);
+  const newest = ask("anomalies");
   const page = await api("/api/v1/anomalies?" + p);
+  if (!newest()) return;
   const body = $("#anomalies tbody");
   if (!more) body.innerHTML = "";
   page.items.forEach((a) => body.appendChild(anomalyRow(a, false)));
@@ -232,7 +244,9 @@ async function loadIncidents(more) {
   const p = filterParams();
   p.set("limit", "10");
   if (more && state.incidentCursor) p.set("cursor", state.incidentCursor);
+  const newest = ask("incidents");
   const page = await api("/api/v1/incidents?" + p);
+  if (!newest()) return;
   const body = $("#incidents tbody");
   if (!more) body.innerHTML = "";
   page.items.forEach((i) => body.appendChild(incidentRow(i)));
@@ -244,7 +258,9 @@ async function loadIncidents(more) {
 // ---- totals and charts ---------------------------------------------------------------------------------------
 async function loadTotals() {
   const p = filterParams();
+  const newest = ask("totals");
   const c = await api("/api/v1/anomalies/counts?" + p);
+  if (!newest()) return;
   const n = (x) => x.toLocaleString();
   $("#t-records").textContent = n(c.records);
   $("#t-open").textContent = n(c.unacknowledged_records);

@@ -103,7 +103,7 @@ def test_an_analyst_works_from_the_dashboard(site):
         wait_until(lambda: _rows(page, "anomalies") == 20 and "sensor" not in page.inner_text("#anomalies tbody"),
                    10, "cam-7's alerts")
         assert _rows(page, "incidents") == 0 and page.is_visible("#incidents-none")
-        assert page.inner_text("#t-records") == "20"
+        wait_until(lambda: page.inner_text("#t-records") == "20", 10, "cam-7's totals")  # (their own request)
         page.fill("#f-device", "")
         page.fill("#f-score", "12")
         wait_until(lambda: _rows(page, "anomalies") == 50 and all(
@@ -160,6 +160,37 @@ def test_an_analyst_works_from_the_dashboard(site):
         assert phone.locator("#anomalies thead").is_hidden()
         phone.locator("#incidents").scroll_into_view_if_needed()
         phone.screenshot(path=str(_artifact("dashboard-phone.png")))
+        browser.close()
+
+
+def test_an_older_answer_that_comes_back_late_does_not_overwrite_the_filtered_totals(site):
+    """Each view shows the answer to its newest request. An unfiltered count still on its way when the analyst
+    filters (a refresh the live feed asked for, slow on a loaded server) comes back after the filtered one and is
+    dropped; it used to overwrite it: a fresh-clone CI run showed every alert's total under the filter 'cam'."""
+    url, key = site
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = chromium(p)
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        page.goto(f"{url}/login")
+        page.fill("#key", key)
+        page.click("button[type=submit]")
+        everything = f"{80 + 20 + 25 * (100 + 101 + 102):,}"
+        wait_until(lambda: page.inner_text("#t-records") == everything, 10, "totals")
+        held: list = []  # unfiltered counts, answered only when the test says
+        page.route("**/api/v1/anomalies/counts?*",
+                   lambda route: route.continue_() if "device_prefix=cam" in route.request.url else held.append(route))
+        page.evaluate("() => { loadTotals(); }")  # what the live feed's refresh does (not awaited)
+        # (the route's handler runs while the test calls into the page: evaluate pumps it)
+        wait_until(lambda: page.evaluate("0") == 0 and len(held) == 1, 10, "the unfiltered count asked")
+        page.fill("#f-device", "cam")
+        wait_until(lambda: page.inner_text("#t-records") == "20", 10, "the filtered totals")
+        with page.expect_response(lambda r: "/anomalies/counts?" in r.url and "device_prefix" not in r.url):
+            held[0].continue_()
+        page.wait_for_timeout(500)  # (the page handles the late answer)
+        assert page.inner_text("#t-records") == "20"
+        assert page.inner_text("#t-devices") == "1"
         browser.close()
 
 
