@@ -84,6 +84,15 @@ def chromium(playwright, *extra: str):
     return playwright.chromium.launch(executable_path=CHROMIUM, args=[*CHROMIUM_ARGS, *extra])
 
 
+def signed_in_page(playwright, url: str, key: str):
+    """A 1400 x 1000 page of headless Chromium, signed in to the dashboard at `url` with `key`."""
+    page = chromium(playwright).new_page(viewport={"width": 1400, "height": 1000})
+    page.goto(f"{url}/login")
+    page.fill("#key", key)
+    page.click("button[type=submit]")
+    return page
+
+
 def bearer(key: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {key}"}
 

@@ -17,7 +17,7 @@ from api.security import create_key
 from api.settings import Settings
 from store.alerts import alert_row, store_alerts
 from store.db import Device, utcnow
-from tests.api.conftest import chromium, needs_chromium, serve
+from tests.api.conftest import chromium, needs_chromium, serve, signed_in_page
 from tests.integration.conftest import wait_until
 
 ARTIFACTS = Path(__file__).resolve().parent.parent / "artifacts"
@@ -171,11 +171,7 @@ def test_an_older_answer_that_comes_back_late_does_not_overwrite_the_filtered_to
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as p:
-        browser = chromium(p)
-        page = browser.new_page(viewport={"width": 1400, "height": 1000})
-        page.goto(f"{url}/login")
-        page.fill("#key", key)
-        page.click("button[type=submit]")
+        page = signed_in_page(p, url, key)
         everything = f"{80 + 20 + 25 * (100 + 101 + 102):,}"
         wait_until(lambda: page.inner_text("#t-records") == everything, 10, "totals")
         held: list = []  # unfiltered counts, answered only when the test says
@@ -191,7 +187,6 @@ def test_an_older_answer_that_comes_back_late_does_not_overwrite_the_filtered_to
         page.wait_for_timeout(500)  # (the page handles the late answer)
         assert page.inner_text("#t-records") == "20"
         assert page.inner_text("#t-devices") == "1"
-        browser.close()
 
 
 def _artifact(name: str) -> Path:

@@ -13,7 +13,7 @@ from api.security import create_key
 from api.settings import Settings
 from store.alerts import alert_row, store_alerts
 from store.db import utcnow
-from tests.api.conftest import chromium, needs_chromium, serve
+from tests.api.conftest import needs_chromium, serve, signed_in_page
 from tests.integration.conftest import wait_until
 
 pytestmark = needs_chromium
@@ -48,11 +48,7 @@ def test_an_incidents_every_flow_pages_from_its_link(site):
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as p:
-        browser = chromium(p)
-        page = browser.new_page(viewport={"width": 1400, "height": 1000})
-        page.goto(f"{url}/login")
-        page.fill("#key", key)
-        page.click("button[type=submit]")
+        page = signed_in_page(p, url, key)
         page.wait_for_selector("#incidents tbody tr")
         assert not page.is_visible("#flows")
         page.click("#incidents tbody tr:first-child a[data-flows]")
@@ -65,4 +61,3 @@ def test_an_incidents_every_flow_pages_from_its_link(site):
         assert not page.is_visible("#records-more")
         assert "R0000" in page.inner_text("#records tbody tr:last-child")
         assert "10.0.0.5:5000 → 10.0.9.1:23" in page.inner_text("#records tbody tr:last-child")
-        browser.close()

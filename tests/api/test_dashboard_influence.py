@@ -10,7 +10,7 @@ from api.settings import Settings
 from models.families import job_spec
 from store.db import Round
 from store.jobs import create_job
-from tests.api.conftest import chromium, needs_chromium, serve
+from tests.api.conftest import needs_chromium, serve, signed_in_page
 from tests.integration.conftest import wait_until
 
 pytestmark = needs_chromium
@@ -29,10 +29,7 @@ def test_the_dashboard_shows_who_the_job_kept_out_and_flags_the_repeated(tmp_pat
     from playwright.sync_api import sync_playwright
 
     with serve(app) as url, sync_playwright() as p:
-        page = chromium(p).new_page(viewport={"width": 1400, "height": 1000})
-        page.goto(f"{url}/login")
-        page.fill("#key", key)
-        page.click("button[type=submit]")
+        page = signed_in_page(p, url, key)
         wait_until(lambda: page.locator("#influence tbody tr").count() == 2, 15, "the job's influence table")
         first, second = page.locator("#influence tbody tr").all_inner_texts()
         assert first.startswith("cam-3") and "flagged" in first and "support rule" in first

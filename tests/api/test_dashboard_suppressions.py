@@ -14,7 +14,7 @@ from api.security import create_key
 from api.settings import Settings
 from store.alerts import alert_row, store_alerts
 from store.db import utcnow
-from tests.api.conftest import chromium, needs_chromium, serve
+from tests.api.conftest import needs_chromium, serve, signed_in_page
 from tests.integration.conftest import wait_until
 
 pytestmark = needs_chromium
@@ -39,10 +39,7 @@ def site(tmp_path):
 
 
 def _login(p, url: str, key: str):
-    page = chromium(p).new_page(viewport={"width": 1400, "height": 1000})
-    page.goto(f"{url}/login")
-    page.fill("#key", key)
-    page.click("button[type=submit]")
+    page = signed_in_page(p, url, key)
     page.wait_for_selector("#anomalies tbody tr")
     return page
 
