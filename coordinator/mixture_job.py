@@ -19,13 +19,15 @@ from models.core.messages import MessageType, Upload
 from models.core.pipeline import close_round
 from models.core.sampling import sample
 from models.detection.preprocessing import Preprocessor
-from models.detection.screening import Federation, fleet_tail
+from models.detection.private import NoisySum
+from models.detection.screening import Federation, WeightCaps, fleet_tail
 from models.detection.threshold import EDGES, Tail
 from models.mixture.detector import MixtureDetector
 from models.mixture.fedem import FedEM, colluders, shared_of, standardised_moments
 from models.mixture.messages import MixtureHistogram, MixtureRound, MixtureStatistics
 from models.mixture.spec import MixtureJobSpec
 from models.mixture.summed import GROW, SummedFedEM, summed_scales
+from models.private.dp import Noise
 
 #: the most seeding rounds of a private job (as the simulator's `everyone_while`)
 MAX_SEEDING = 64
@@ -42,10 +44,63 @@ class MixtureJob(DetectorJob):
     tail: Tail | None = None  # set with the threshold, published with the model
 
     def algorithm(self) -> FedEM:
-        if self.spec.private:  # the coordinator sees only sums: the devices hold their control variates (the job's
+        if self.sums_only():  # the coordinator sees only sums: the devices hold their control variates (the job's
             # rounds and share sampled bound the swaps, as in plaintext: MixtureJobSpec.problem)
-            return SummedFedEM(**self.spec.problem(), **self.spec.algorithm_params)
+            alg = SummedFedEM(**self.spec.problem(), **self.spec.algorithm_params)
+            if self.noisy() and "dp" in self.info:  # differential privacy's rounds (models.mixture.noisy)
+                self.noisy_algorithm(alg)
+            return alg
         return cast(FedEM, super().algorithm())
+
+    # -- differential privacy (coordinator.noisy_detector): the seeding and EM rounds are noisy sums too -----------
+    def noisy_algorithm(self, alg: SummedFedEM) -> Noise:
+        """`alg` as the job's noise sets it (no swaps, the seeding's rounds, the clips, the mass floor); the noise of
+        its rounds."""
+        from models.mixture.noisy import noisy_rounds, plan
+
+        plan(alg, int(self.info["dp"]["devices"]), self.spec.fraction, self.spec.rounds)
+        return noisy_rounds(alg, self.ledger())
+
+    def noise_plan(self, devices: int) -> tuple[dict[float, int], float]:
+        from models.mixture.noisy import plan
+
+        return plan(SummedFedEM(**self.spec.problem(), **self.spec.algorithm_params), devices, self.spec.fraction,
+                    self.spec.rounds)
+
+    def noisy_family(self) -> dict[str, NoisySum]:
+        """The seeding's and the EM rounds' sums: each device's change of its contribution, clipped per name."""
+        if "dp" not in self.info:  # (before the roll call: the order of the sums only)
+            return {"seed": NoisySum({}, {}, {}), "train": NoisySum({}, {}, {})}
+        from models.mixture.noisy import noisy_scales
+
+        alg = self.algorithm()
+        assert isinstance(alg, SummedFedEM)
+        shapes = alg.upload_shapes(self.broadcast) if self.broadcast else {}
+        scales = noisy_scales(alg)
+        rounds = NoisySum(shapes, {k: scales[k] for k in shapes}, dict(alg.dp_clips))
+        return {"seed": rounds, "train": rounds}
+
+    def sampled_sum(self, name: str) -> bool:
+        return name == "train"
+
+    def start_noisy(self) -> None:
+        self.server = dict(WeightCaps(1.0, 1.0).state())  # every device weighs 1 (its count is not released)
+        self.start_private()
+
+    def sum_label(self, name: str) -> str:
+        """The label of the sum in progress (a device keeps the contribution it made for it until told it counted):
+        a secure sum's, or a sum in the clear's job, name and round."""
+        if self.in_clear():
+            return f"{self.job_id}/{name}/{self.round}"
+        return str(self.info["secagg"]["label"])
+
+    def noisy_extra(self, name: str) -> dict[str, Any]:
+        """A sum in the clear of the seeding or the EM rounds also tells its devices its label and the last sum
+        whose total holds each one's change (`advertise_extra`)."""
+        extra = super().noisy_extra(name)
+        if name in ("seed", "train") and self.in_clear():
+            extra["dp"].update(label=self.sum_label(name), counted=self.counted())
+        return extra
 
     # -- private mode: the seeding grows from sums (every device, until it is done), then the sampled EM rounds,
     # each a secure sum of the devices' changes (models.mixture.summed), as the simulator runs them ---------------
@@ -63,7 +118,9 @@ class MixtureJob(DetectorJob):
                                  and sums.get("seed", 0) < MAX_SEEDING):
             return "seed"
         if done in ("seed", "train"):
-            return "train" if sums.get("train", 0) < self.spec.rounds else "window"
+            if sums.get("train", 0) < self.spec.rounds:
+                return "train"
+            return "anchor" if self.noisy() else "window"
         return super().next_sum(done)
 
     def sum_members(self, name: str) -> list[str]:
@@ -89,7 +146,7 @@ class MixtureJob(DetectorJob):
                                                   np.array(self.counts, dtype=float)[ids])
         counted = self.info.setdefault("counted", {})
         for m in members:  # the sum holds their changes: each device commits its new contribution when told
-            counted[m] = self.info["secagg"]["label"]
+            counted[m] = self.sum_label(name)
         return {"stage": int(self.broadcast["stage"])}
 
     def advertise_extra(self, name: str) -> dict[str, Any]:
@@ -98,8 +155,12 @@ class MixtureJob(DetectorJob):
         uploading, or the sum failed), the one before."""
         if name not in ("seed", "train"):
             return super().advertise_extra(name)
+        return {**super().advertise_extra(name), "counted": self.counted()}
+
+    def counted(self) -> dict[str, str]:
+        """For each device of the sum in progress, the label of the last sum whose total holds its change."""
         counted = self.info.get("counted", {})
-        return {"counted": {n: counted[n] for n in self.sampled if n in counted}}
+        return {n: counted[n] for n in self.sampled if n in counted}
 
     def histogram_records(self) -> np.ndarray:
         return np.asarray(self.info["held"], dtype=float)

@@ -21,6 +21,7 @@ the model version (`dp`, as `fedsentry simulate`'s JSON) and shown by the API's 
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
 
 import numpy as np
@@ -59,9 +60,14 @@ class NoisyDetector:
         """The family's own noisy sums, by name, in order (PCA: the second moments)."""
         return {}
 
-    def planned_sums(self) -> int:
-        """How many noisy sums of every device the job releases (the budget is calibrated for them)."""
-        return len(self.noisy_table())
+    def noise_plan(self, devices: int) -> tuple[dict[float, int], float]:
+        """How many noisy sums the job releases at each sampling rate (the budget is calibrated for them) over
+        `devices` devices, and its sampled sums' rate (PCA: every sum of every device)."""
+        return {1.0: len(self.noisy_table())}, 1.0
+
+    def sampled_sum(self, name: str) -> bool:
+        """Whether the noisy sum `name` is of a sampled share of the devices (a mixture's EM rounds)."""
+        return False
 
     # -- the sums -------------------------------------------------------------------------------------
     def noisy_table(self) -> dict[str, NoisySum]:
@@ -79,21 +85,57 @@ class NoisyDetector:
         from models.private.accounting import Budget, calibrate, planned
 
         budget = Budget(self.spec.dp_epsilon, self.spec.dp_delta)
-        multiplier = calibrate(budget.epsilon, budget.delta, planned({1.0: self.planned_sums()}))
-        self.info["dp"] = {"multiplier": multiplier, "devices": devices, "released": 0, "clipped": 0}
+        plan, q = self.noise_plan(devices)
+        multiplier = calibrate(budget.epsilon, budget.delta, planned(plan))
+        self.info["dp"] = {"multiplier": multiplier, "devices": devices, "fraction": q,
+                           "plan": [[rate, count] for rate, count in plan.items()], "released": 0, "sampled": 0,
+                           "taken": {}, "clipped": 0}
         if not self.spec.private:  # central noise: the coordinator's generator, saved after every sum it noises
             self.info["dp"]["rng"] = np.random.default_rng(central_key()).bit_generator.state
 
     def ledger(self) -> Ledger:
-        """The job's noise as saved: the multiplier, where it is added, the sums released (and with central noise
-        the coordinator's generator where the last sum left it)."""
+        """The job's noise as saved: the multiplier, where it is added, the sums released (each at its rate, and
+        how many sampled sums each device answered), and with central noise the coordinator's generator where the
+        last sum left it."""
         state = self.info["dp"]
-        ledger = Ledger(float(state["multiplier"]), bool(self.spec.private), int(state["devices"]), 1.0,
-                        {1.0: self.planned_sums()}, released=[1.0] * int(state["released"]),
-                        clipped=int(state.get("clipped", 0)))
+        q, sampled = float(state["fraction"]), int(state["sampled"])
+        ledger = Ledger(float(state["multiplier"]), bool(self.spec.private), int(state["devices"]), q,
+                        {float(rate): int(count) for rate, count in state["plan"]},
+                        released=[1.0] * (int(state["released"]) - sampled) + [q] * sampled,
+                        taken=Counter({int(i): int(n) for i, n in state["taken"].items()}),
+                        clipped=int(state["clipped"]))
         if "rng" in state:
             ledger.rng.bit_generator.state = state["rng"]
         return ledger
+
+    def keep(self, ledger: Ledger) -> None:
+        """Save what a sum changed of the job's noise: the sums released, each device's sampled sums, the uploads
+        clipped, the central generator."""
+        state = self.info["dp"]
+        state.update(released=len(ledger.released), sampled=len(ledger.released) - ledger.released.count(1.0),
+                     taken={str(i): n for i, n in ledger.taken.items()}, clipped=ledger.clipped)
+        if "rng" in state:
+            state["rng"] = ledger.rng.bit_generator.state
+
+    def release(self, name: str, members: list[str], uploads: dict[str, np.ndarray] | None = None
+                ) -> dict[str, np.ndarray] | None:
+        """Account one noisy sum of these devices (with central noise, `uploads`: their values, clipped, summed and
+        noised here, the sum returned); the job fails (None) if it would spend more than the budget."""
+        index = self.index()
+        ids = np.array(sorted(index[m] for m in members), dtype=np.int64)
+        noise = self.noise_of(name)
+        rate = float(self.info["dp"]["fraction"]) if self.sampled_sum(name) else 1.0
+        try:
+            if uploads is None:
+                noise.release(ids, rate)
+                total = None
+            else:
+                total = noise.central(ids, uploads, rate)
+        except ValueError as e:
+            self.fail(f"noisy sum {name!r}: {e}")
+            return None
+        self.keep(noise.ledger)
+        return total if total is not None else {}
 
     def noise_of(self, name: str) -> Noise:
         """The Gaussian mechanism of the sum `name` (its clips, the job's multiplier)."""
@@ -117,12 +159,14 @@ class NoisyDetector:
         if len(answered) < 2:
             self.fail(f"{len(answered)} devices answered the sum {name!r}; a sum needs at least 2")
             return {}
-        index = {a: i for i, a in enumerate(self.participants)}
-        ids = np.array([index[a] for a in answered], dtype=np.int64)
+        index = self.index()
+        answered = sorted(answered, key=index.__getitem__)  # in the participants' order, as the simulator sums
         uploads = {k: np.stack([self.pending[a].arrays[k] for a in answered]) for k in self.noisy_table()[name].shapes}
-        noise = self.noise_of(name)
-        total = noise.central(ids, uploads)
-        self.info["dp"].update(rng=noise.ledger.rng.bit_generator.state, clipped=noise.ledger.clipped)
+        total = self.release(name, answered, uploads)
+        if total is None:
+            return {}
+        done = self.info.setdefault("sums", {})
+        done[name] = done.get(name, 0) + 1
         return {"sum": name, "answered": len(answered), **self.noisy_summed(name, total, len(answered), answered)}
 
     def noisy_announced(self, name: str, members: list[str]) -> tuple[dict[str, tuple[int, ...]], dict[str, float],
@@ -137,7 +181,7 @@ class NoisyDetector:
         index in the job (each device's noise stream) and, for the threshold, the anchor and the quantile."""
         extra: dict[str, Any] = {"multiplier": float(self.info["dp"]["multiplier"]),
                                  "clips": dict(self.noisy_table()[name].clips),
-                                 "index": list(self.noisy_table()).index(name)}
+                                 "index": int(self.info["dp"]["released"])}
         if name == "threshold":
             extra.update(anchor=float(self.info["anchor"]), quantile=float(self.spec.quantile))
         return {"dp": extra}
@@ -149,7 +193,8 @@ class NoisyDetector:
             self.fail(f"noisy sum {name!r}: {len(members)} of {asked} devices uploaded; their noise shares fall short "
                       f"of the target (at least {fewest_uploads(asked)} uploads)")
             return {}
-        self.info["dp"]["released"] = int(self.info["dp"]["released"]) + 1
+        if self.spec.private and self.release(name, members) is None:  # (central noise: released as it was added)
+            return {}
         n = int(self.info["dp"]["devices"])
         if name == "mean":
             self.info["mean"] = (total["m1"][0] / n).tolist()
@@ -186,6 +231,9 @@ class NoisyDetector:
     tail: Any = None
 
     def fail(self, why: str) -> None:
+        raise NotImplementedError
+
+    def index(self) -> dict[str, int]:
         raise NotImplementedError
 
     def summed_family(self, name: str, total: dict[str, np.ndarray], members: list[str]) -> dict[str, Any]:

@@ -202,7 +202,11 @@ class PrivateDetector(SecureSums, NoisyDetector):
         except ValueError as e:  # the budget out of reach, or the accountant not installed
             self.fail(f"differential privacy: {e}")
             return {}
+        self.start_noisy()
         return {"noise_multiplier": self.info["dp"]["multiplier"]}
+
+    def start_noisy(self) -> None:
+        """Set up the family's server state and broadcast once the noise is calibrated (every device weighs 1)."""
 
     def announce(self, name: str, rnd: int, members: list[str]) -> Any:
         from models.private.fixedpoint import BITS

@@ -36,10 +36,12 @@ class MixtureParticipant(DetectorParticipant[MixtureRound]):
         return {"n_features": len(msg.features)}
 
     def algorithm(self, msg: MixtureRound) -> FedEM:
-        if msg.private:  # the coordinator sees only sums: this device keeps its own control variate
+        if msg.private or msg.dp:  # the coordinator sees only sums: this device keeps its own control variate
             from models.mixture.summed import SummedFedEM
 
-            return SummedFedEM(len(msg.features), **msg.params)
+            summed = SummedFedEM(len(msg.features), **msg.params)
+            summed.dp_clips = summed.announced_clips(msg.broadcast or {})  # differential privacy's, if any
+            return summed
         alg = super().algorithm(msg)
         if not isinstance(alg, FedEM):
             raise TypeError(f"{type(alg).__name__} is not FedEM")
@@ -65,7 +67,7 @@ class MixtureParticipant(DetectorParticipant[MixtureRound]):
         who = self.id if msg.draw() is not None else msg.sampled.index(self.id)
         data = {"X": X, "seed": np.array([device_seed(int(msg.seed), who)])}
         X[0] = self.standardised(msg)  # as RECORD_DTYPE, as the simulator's devices hold them (device_data)
-        if not msg.private:
+        if not (msg.private or msg.dp):
             return data
         return {**data, "claimed": np.array([float(len(X[0]))])}  # private mode: the records it claimed (its weight)
 
@@ -74,13 +76,33 @@ class MixtureParticipant(DetectorParticipant[MixtureRound]):
         the change of this device's contribution; its new contribution kept (its control variate)."""
         if name not in ("seed", "train"):
             return super().secure_family_values(name, req, w)
+        return self.summed_step(req)
+
+    def noisy_family_values(self, name: str, req: Request) -> dict[str, np.ndarray]:
+        """A job with differential privacy: the seeding and EM rounds' change of this device's contribution (its
+        weight 1, each change clipped to the clips the broadcast announces), as in private mode."""
+        if name not in ("seed", "train"):
+            return super().noisy_family_values(name, req)
+        return self.summed_step(req)
+
+    @staticmethod
+    def announcement(req: Request) -> dict:
+        """The sum's announcement: a secure sum's, or a sum in the clear's (coordinator.noisy_detector)."""
+        meta = req.msg.secagg if req.msg.secagg is not None else req.msg.noisy
+        if meta is None or "label" not in meta:
+            raise ValueError(f"the {req.msg.phase} round does not carry its sum's label")
+        return meta
+
+    def summed_step(self, req: Request) -> dict[str, np.ndarray]:
+        """The summed FedEM's client step (the simulator's), whose upload is the change of this device's
+        contribution; its new contribution kept (its control variate)."""
         alg, data = self.algorithm(req.msg), self.client_data(req)
         state = self.counted_state(req)
         if state is None:
             state = alg.init_clients(data, req.msg.broadcast)
         new, upload = alg.client_update(state, data, req.msg.broadcast)
         # kept aside until a later sum says this one holds its change (`counted_state`)
-        label = np.frombuffer(str(req.msg.secagg["label"]).encode(), np.uint8)
+        label = np.frombuffer(str(self.announcement(req)["label"]).encode(), np.uint8)
         self.store.save_arrays(f"pending-{req.job}", {**new, PENDING: label})
         return {k: v[0] for k, v in upload.items()}
 
@@ -91,7 +113,7 @@ class MixtureParticipant(DetectorParticipant[MixtureRound]):
         pending = self.store.load_arrays(f"pending-{req.job}")
         if pending:
             label = bytes(pending.pop(PENDING)).decode()
-            if (req.msg.secagg.get("counted") or {}).get(self.id) == label:
+            if (self.announcement(req).get("counted") or {}).get(self.id) == label:
                 self.save_state(req.job, pending, False)
             self.store.save_arrays(f"pending-{req.job}", {})
         state, _ = self.load_state(req.job)

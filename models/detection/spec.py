@@ -36,8 +36,8 @@ class DetectorJobSpec(JobSpec):
     private: bool = setting(False, help="private mode: the coordinator learns only sums of the devices' statistics "
                             "(secure aggregation, SecAgg+; numeric, log-scaled features)")
     dp_epsilon: float | None = setting(None, help="differential privacy: the budget epsilon for each device's whole "
-                                       "contribution, Gaussian noise on every sum (none: off; jobs: PCA in "
-                                       "private mode)")
+                                       "contribution, Gaussian noise on every sum (none: off; jobs: pca and "
+                                       "gmm)")
     dp_delta: float = setting(1e-5, help="differential privacy: the budget delta (below 1 / the fleet's records)")
 
     def check_family(self) -> None:
@@ -73,11 +73,14 @@ class DetectorJobSpec(JobSpec):
             self.check_dp()
 
     def check_dp(self) -> None:
-        """What differential privacy in a job takes (coordinator.noisy_detector): a PCA job trained on sums as the
-        simulator's private mode trains it (numeric, log-scaled features, FedMM's statistic whole), the noise added
-        by the devices in private mode, by the coordinator otherwise."""
-        check(self.family == "pca", "dp_epsilon", f"differential privacy over MQTT runs PCA jobs so far; a "
-              f"{self.family} job's noisy seeding and rounds run in `fedsentry simulate` only")
+        """What differential privacy in a job takes (coordinator.noisy_detector): a PCA or mixture job trained on
+        sums as the simulator's private mode trains it (numeric, log-scaled features; FedMM's statistic whole, or the
+        summed FedEM), the noise added by the devices in private mode, by the coordinator otherwise."""
+        check(self.family in ("pca", "gmm"), "dp_epsilon", f"differential privacy runs PCA and gmm jobs; a "
+              f"{self.family} job has no noisy sums")
+        if self.family == "gmm":
+            check(not self.algorithm_params.get("splits"), "algorithm_params.splits", "differential privacy makes "
+                  "no swaps (their decisions on noisy sums are not measured): leave splits out or 0")
         if not self.private:
             self.check_private()
 

@@ -120,16 +120,15 @@ def simulate_mixture(
         from models.mixture.summed import summed_transport
 
         assert isinstance(alg, SummedFedEM)
-        if dp is not None:  # noisy sums: no swaps (their decisions on noisy sums are not measured)
-            alg.splits = 0
         transport = summed_transport(largest_weight(clients.caps, clients.claimed), seed, dropout,
                                      float(np.max(clients.claimed)), alg.splits)
         transport.secure = private
-        if dp is not None:
+        if dp is not None:  # noisy sums (models.mixture.noisy): no swaps, fewer seeding rounds, clipped uploads
+            from models.mixture.noisy import noisy_scales
+
             transport.noise, alg.mass_floor = mixture_noise(alg, dp, len(train_parts), fraction, rounds, private,
                                                             seed)
-            alg.dp_clips = dict(transport.noise.clips)
-            transport.clip = 1.0  # every device weighs 1
+            transport.scales, transport.clip = noisy_scales(alg), 1.0  # every device weighs 1
         clients = private_clients(fit_parts, feature_names, guard, transport)
     out: dict[str, Any] = {"algorithm": algorithm, "components": alg.components, "reg": alg.reg}
     t0 = time.perf_counter()
@@ -233,19 +232,14 @@ def simulate_mixture(
 
 def mixture_noise(alg: SummedFedEM, dp: Budget, fleet: int, fraction: float, rounds: int, distributed: bool,
                   seed: int) -> tuple[Any, float]:
-    """A private mixture job's Gaussian noise, calibrated to the budget for its sums: the statistics phase's 2,
-    the seeding's most rounds (log2 of its centres + 2 splitting, then 2: fewer than without noise, each costs
-    budget), the threshold's 2 (every device) and `rounds` sampled rounds; and the mass a component needs (3 noise
-    standard deviations of a round's summed shares)."""
-    from models.mixture.summed import REFINE, dp_clips
+    """A mixture job's Gaussian noise, calibrated to the budget for its sums (models.mixture.noisy.plan), and the
+    mass a component needs (`noisy_rounds`)."""
+    from models.mixture.noisy import noisy_rounds, plan
     from models.private.accounting import ledger_for
 
-    q = per_round(fleet, fraction) / fleet
-    alg.max_splits = int(np.ceil(np.log2(alg.components * alg.split_factor))) + 2  # the doublings, and 2 to spare
-    seeding = alg.max_splits + REFINE + 1
-    plan = {1.0: 2 + seeding + 2, q: rounds} if q < 1 else {1.0: 2 + seeding + 2 + rounds}
-    noise = ledger_for(dp, plan, fleet, q, distributed, seed).noise(dp_clips(alg.n_features, alg.least_records))
-    return noise, 3.0 * noise.std("dR", len(noise.clips) - 1)
+    planned, q = plan(alg, fleet, fraction, rounds)
+    noise = noisy_rounds(alg, ledger_for(dp, planned, fleet, q, distributed, seed))
+    return noise, alg.mass_floor
 
 
 def device_rates(flagged: np.ndarray, where: np.ndarray, y_test: np.ndarray, devices: int) -> dict[str, Any] | None:

@@ -48,7 +48,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from models.core.federated import State, SupportView
-from models.core.pipeline import CAP_LEVEL, CAP_SCALE, cap_weights
+from models.core.pipeline import CAP_LEVEL, CAP_SCALE, cap_weights, support_mask
 from models.mixture.control import SUPPORT_SHARE
 from models.mixture.fedem import FedEM, broadcast_of, mixture_of
 from models.mixture.gmm import Mixture, hard_stats, kmeans, m_step, nearest
@@ -148,7 +148,7 @@ class SummedFedEM(FedEM):
         if stage == GROW:  # the seeding's records per centre, this round's (not a change: every device answers)
             up["dC"] = counts[:, :upto]
         if "dp.clip" in broadcast:  # differential privacy: each change clipped, what is left carried to the next
-            clips = dict(zip(DP_NAMES, np.asarray(broadcast["dp.clip"], dtype=float)))
+            clips = self.announced_clips(broadcast)
             up = {k: clip_rows(v, clips[k])[0] for k, v in up.items()}
             for k in ("R", "S1", "S2", "H"):
                 new[k][:, :upto] = state[k][:, :upto] + up[f"d{k}"]
@@ -233,8 +233,10 @@ class SummedFedEM(FedEM):
         live = (self.mass_floor < R) & (counts >= least - 0.5)
         if not live.any():
             live = self.mass_floor < R
-        if not live.any() and self.mass_floor > 0:  # noisy sums: the heaviest centre lives (no budget to ask again)
-            live = np.arange(len(R)) == int(np.argmax(R))
+        if not live.any() and self.mass_floor > 0:  # noisy sums: the heaviest broadcast centre lives (no budget to
+            # ask again; a slot no centre was broadcast in holds no records, its sums are 0 and no centre)
+            shown = np.asarray(server.get("last.live", np.arange(len(R)) == 0), dtype=float)[: len(R)] > 0
+            live = np.arange(len(R)) == int(np.argmax(np.where(shown, R, -np.inf)))
         if not live.any():  # no device had records: ask again
             return server, self.current(server)
         centres = S1[live] / R[live, None]
@@ -272,6 +274,13 @@ class SummedFedEM(FedEM):
         if "last.stage" not in server:
             return self.grow_broadcast(np.zeros((1, self.n_features)))
         return super().current(server)
+
+    @staticmethod
+    def announced_clips(broadcast: State) -> dict[str, float]:
+        """Differential privacy's clips a broadcast announces (`with_caps`), by upload name; none without."""
+        if "dp.clip" not in broadcast:
+            return {}
+        return dict(zip(DP_NAMES, (float(c) for c in np.asarray(broadcast["dp.clip"], dtype=float))))
 
     @property
     def squares(self) -> bool:
@@ -314,8 +323,12 @@ class SummedFedEM(FedEM):
         if self.squares and "Q" in server:
             R, Q = np.asarray(server["R"], dtype=float), np.asarray(server["Q"], dtype=float)
             heaviest = lambda m: mass_shares(R, Q, m)  # noqa: E731
-        return SupportView(np.asarray(server["support"]), int(round(float(server["devices"]))), self.min_support,
+        view = SupportView(np.asarray(server["support"]), int(round(float(server["devices"]))), self.min_support,
                            self.mass_cap, heaviest)
+        if self.dp_clips and not support_mask(view).any():  # noisy counts that leave no component shared: the noise
+            # swamped the rule (a small fleet), which then shares every component (a model the devices can use)
+            return SupportView(view.support, view.devices, 0, self.mass_cap, heaviest)
+        return view
 
     def client_finish(self, state: State, broadcast: State) -> State:
         return state

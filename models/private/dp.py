@@ -97,11 +97,12 @@ class Noise:
             self.ledger.clipped += clipped
         return out
 
-    def release(self, ids: np.ndarray) -> None:
-        """Record one noisy sum of these devices (the whole fleet's is not sampled, a round's is); ValueError once
-        the sums of a kind outnumber the plan the noise was calibrated for (the budget is spent)."""
+    def release(self, ids: np.ndarray, rate: float | None = None) -> None:
+        """Record one noisy sum of these devices at sampling rate `rate` (None: the whole fleet's is not sampled, a
+        round's is; a coordinator says which, as a device missing from a sum of every device leaves it unsampled);
+        ValueError once the sums of a kind outnumber the plan the noise was calibrated for (the budget is spent)."""
         ledger = self.ledger
-        q = 1.0 if len(ids) >= ledger.fleet else ledger.fraction
+        q = rate if rate is not None else 1.0 if len(ids) >= ledger.fleet else ledger.fraction
         if ledger.plan and ledger.released.count(q) >= ledger.plan.get(q, 0):
             raise ValueError(f"the privacy budget is spent: it was calibrated for {ledger.plan.get(q, 0)} sums at "
                              f"sampling rate {q:g}")
@@ -135,9 +136,10 @@ class Noise:
             raise RoundFailedError(f"{uploaded} of {sampled} devices uploaded: their noise is short of the target "
                                    f"(at least {fewest_uploads(sampled)} uploads)")
 
-    def central(self, ids: np.ndarray, uploads: State) -> State:
-        """Central noise: the clipped uploads' sum (leading axis 1) with the whole noise added by the coordinator."""
-        self.release(ids)
+    def central(self, ids: np.ndarray, uploads: State, rate: float | None = None) -> State:
+        """Central noise: the clipped uploads' sum (leading axis 1) with the whole noise added by the coordinator
+        (`rate`: the sum's sampling rate, as `release`)."""
+        self.release(ids, rate)
         rng, G = self.ledger.rng, len(uploads)
         return {k: v.sum(axis=0, keepdims=True) + rng.normal(0.0, self.std(k, G), (1, *v.shape[1:]))
                 for k, v in self.clip(uploads).items()}

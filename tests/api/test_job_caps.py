@@ -54,14 +54,23 @@ def test_the_command_line_names_the_flag(tmp_path, capsys):
     assert "--kernel-features: the job's round message would be 132 MiB" in capsys.readouterr().err
 
 
-def test_a_differentially_private_job_is_taken_for_pca_on_sums_and_refused_otherwise_by_name(client, keys):
+def test_a_differentially_private_job_is_taken_for_pca_and_gmm_on_sums_and_refused_otherwise_by_name(client, keys):
     def post(body):
         return client.post("/api/v1/jobs", json={"features": FEATURES[:10], "dp_epsilon": 4, **body},
                            headers=bearer(keys["admin"]))
 
-    r = post({"type": "gmm"})
+    r = post({"type": "dict"})
     assert r.status_code == 422, r.text
-    assert any(d["field"] == "body.dp_epsilon" and "fedsentry simulate" in d["problem"] for d in r.json()["detail"])
+    assert any(d["field"] == "body.dp_epsilon" and "PCA and gmm jobs" in d["problem"] for d in r.json()["detail"])
+    r = post({"type": "gmm", "algorithm_params": {"splits": 2}})
+    assert r.status_code == 422, r.text
+    assert any(d["field"] == "body.algorithm_params.splits" and "no swaps" in d["problem"]
+               for d in r.json()["detail"]), r.text
+    r = post({"type": "gmm", "dp_epsilon": 101})
+    assert r.status_code == 422 and any(d["field"] == "body.dp_epsilon" for d in r.json()["detail"]), r.text
+    r = post({"type": "gmm"})
+    assert r.status_code == 201, r.text
+    assert r.json()["params"]["dp_epsilon"] == 4 and r.json()["params"]["private"] is False
     r = post({"type": "pca", "algorithm": "fedpg"})
     assert r.status_code == 422, r.text
     assert any(d["field"] == "body.algorithm" and "fedmm" in d["problem"] for d in r.json()["detail"])

@@ -192,9 +192,7 @@ def test_dp_job_settings_that_make_no_sense_are_refused_naming_the_setting():
         with pytest.raises(SettingError) as e:
             job_spec("pca", {**base, **bad})
         assert e.value.field == field and says in str(e.value), (bad, e.value)
-    with pytest.raises(SettingError) as e:
-        job_spec("gmm", {"features": ["a", "b"], "private": True, "dp_epsilon": 1.0})
-    assert e.value.field == "dp_epsilon" and "PCA jobs" in str(e.value)
+    # (gmm's: tests/integration/test_dp_gmm_job.py)
 
 
 def test_job_create_takes_a_budget_and_names_a_bad_one(tmp_path, capsys):

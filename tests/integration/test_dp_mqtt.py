@@ -1,14 +1,17 @@
-"""Differential privacy in a PCA job (issue 23, point 4) over a real broker with in-process agents, central and
-distributed: the model, the threshold and the budget spent equal `simulate_pca(..., dp=...)` with the same seed, and
-the API's job detail shows the budget spent. The noise streams are keyed as the simulator's for the comparison (a
-device keys its own with a secret, the coordinator likewise)."""
+"""Differential privacy in PCA and gmm jobs (issue 23, point 4) over a real broker with in-process agents, central
+and distributed: the model, the threshold and the budget spent equal `simulate_pca(..., dp=...)` or
+`simulate_mixture(..., dp=...)` with the same seed, and the API's job detail shows the budget spent. The noise
+streams are keyed as the simulator's for the comparison (a device keys its own with a secret, the coordinator
+likewise)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
+from models.mixture.simulator import simulate_mixture
 from models.pca.simulator import simulate_pca
+from models.private.accounting import Budget
 from models.private.dp import device_key
 from store.db import ModelVersion, Round, unpack
 from tests.integration.conftest import parts_for, wait_until
@@ -43,11 +46,16 @@ def test_a_dp_pca_job_over_mqtt_equals_the_simulator_and_the_api_shows_its_budge
         mv = s.query(ModelVersion).filter_by(job_id="d1").one()
         Z, info = unpack(mv.arrays)["Z"], dict(mv.info)
     sim = simulate_pca(parts, split.X_test, split.y_test, data.feature_names, rank=RANK, seed=SEED, private=private,
-                       dp=__import__("models.private.accounting", fromlist=["Budget"]).Budget(EPSILON))
+                       dp=Budget(EPSILON))
     np.testing.assert_allclose(Z @ Z.T, sim["Z"] @ sim["Z"].T, atol=1e-6)
     assert info["threshold"] == pytest.approx(sim["threshold"], rel=1e-6)
     assert_same_budget(info["dp"], sim["dp"], skip=("clipped_uploads",) if private else ())
 
+    assert_api_shows_the_budget(coordinator, "d1", info["dp"], private)
+
+
+def assert_api_shows_the_budget(coordinator, job: str, dp: dict, private: bool) -> None:
+    """The API's job detail shows the budget the job's model version spent."""
     from fastapi.testclient import TestClient
 
     from api.app import create_app
@@ -57,5 +65,42 @@ def test_a_dp_pca_job_over_mqtt_equals_the_simulator_and_the_api_shows_its_budge
     with coordinator.sessions.begin() as s:
         key = {"Authorization": f"Bearer {create_key(s, 'viewer')}"}
     with TestClient(create_app(Settings(cookie_secure=False), sessions=coordinator.sessions)) as client:
-        detail = client.get("/api/v1/jobs/d1", headers=key).json()
-    assert detail["dp"] == info["dp"] and detail["dp"]["noise"] == ("distributed" if private else "central")
+        detail = client.get(f"/api/v1/jobs/{job}", headers=key).json()
+    assert detail["dp"] == dp and detail["dp"]["noise"] == ("distributed" if private else "central")
+
+
+@pytest.mark.parametrize("private", [True, False], ids=["distributed", "central"])
+def test_a_dp_gmm_job_over_mqtt_equals_the_simulator_and_the_api_shows_its_budget(broker, coordinator, fleet, traffic,
+                                                                                  monkeypatch, private):
+    """The summed FedEM's seeding and EM rounds as noisy sums (a few devices, rounds and components: quick)."""
+    import coordinator.noisy_detector as noisy
+    from edge_agent.participant import Participant
+
+    monkeypatch.setattr(Participant, "noise_key", lambda self, job: device_key(SEED, int(self.id.split("-")[1])))
+    monkeypatch.setattr(noisy, "central_key", lambda: [SEED, 4242])
+    data, split = traffic
+    parts = parts_for(split, N)
+    for i, p in enumerate(parts):
+        fleet.add(f"dev-{i}", p, data.feature_names)
+    wait_until(lambda: len(coordinator.online_devices()) == N, what="agents online")
+    rounds, fraction, params = 3, 0.6, {"components": 3}
+    coordinator.create_job("g1", "gmm", "fedem", {"features": data.feature_names, "seed": SEED, "rounds": rounds,
+                                                  "fraction": fraction, "algorithm_params": params,
+                                                  "private": private, "dp_epsilon": EPSILON, "min_agents": N,
+                                                  "deadline": 3.0})
+    wait_until(lambda: coordinator.job_status("g1") in ("finished", "failed"), 90, "job g1")
+    with coordinator.sessions() as s:
+        done = s.query(Round).filter_by(job_id="g1").order_by(Round.round).all()
+        assert coordinator.job_status("g1") == "finished", [r.metrics for r in done[-2:]]
+        mv = s.query(ModelVersion).filter_by(job_id="g1").one()
+        stored, info = unpack(mv.arrays), dict(mv.info)
+    sim = simulate_mixture(parts, split.X_test, split.y_test, data.feature_names, "fedem", rounds, fraction,
+                           seed=SEED, params=params, private=private, dp=Budget(EPSILON))
+    m = sim["detector"].mixture_
+    np.testing.assert_allclose(stored["weights"], m.weights, atol=1e-6)
+    np.testing.assert_allclose(stored["means"], m.means, atol=1e-6)
+    np.testing.assert_allclose(stored["prec_chol"], m.prec_chol, rtol=1e-6, atol=1e-6)
+    assert info["threshold"] == pytest.approx(sim["threshold"], rel=1e-6)
+    assert_same_budget(info["dp"], sim["dp"], skip=("clipped_uploads",) if private else ())
+    assert info["dp"]["sums"] == {"all_devices": 4 + sim["all_device_rounds"], "sampled": rounds}
+    assert_api_shows_the_budget(coordinator, "g1", info["dp"], private)

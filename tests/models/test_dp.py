@@ -97,14 +97,17 @@ def test_bad_budgets_are_refused_naming_the_setting(bad, field):
         Budget(**bad)
 
 
-def test_a_dp_job_runs_pca_on_sums_and_is_refused_otherwise_naming_the_setting():
+def test_a_dp_job_runs_pca_and_gmm_on_sums_and_is_refused_otherwise_naming_the_setting():
+    from models.dictionary.spec import DictionaryJobSpec
     from models.mixture.spec import MixtureJobSpec
     from models.params import SettingError
     from models.pca.spec import PCAJobSpec
 
-    with pytest.raises(SettingError) as e:  # the mixture's noisy seeding and rounds: the simulator only
-        MixtureJobSpec.from_dict({"features": list("abcdef"), "dp_epsilon": 4.0})
-    assert e.value.field == "dp_epsilon" and "fedsentry simulate" in str(e.value)
+    for private in (False, True):  # the summed FedEM's noisy seeding and rounds (coordinator.mixture_job)
+        MixtureJobSpec.from_dict({"features": list("abcdef"), "dp_epsilon": 4.0, "private": private})
+    with pytest.raises(SettingError) as e:  # a family with no noisy sums
+        DictionaryJobSpec.from_dict({"features": list("abcdef"), "dp_epsilon": 4.0})
+    assert e.value.field == "dp_epsilon" and "PCA and gmm jobs" in str(e.value)
     with pytest.raises(SettingError) as e:  # PCA's noisy sums train FedMM's statistic whole
         PCAJobSpec.from_dict({"features": list("abcdef"), "dp_epsilon": 4.0, "algorithm": "fedpg"})
     assert e.value.field == "algorithm" and "differential privacy" in str(e.value)

@@ -384,3 +384,20 @@ def test_a_private_swap_does_not_split_a_component_its_halves_would_leave_unsupp
     assert server["support"][2] == 6 and alg.swap(server) is None and "merges" not in server
     alg, server = server_of(4)
     assert alg.swap(server) is not None and len(server["merges"]) == 1
+
+
+def test_noisy_support_counts_that_leave_no_component_shared_share_every_component():
+    """With differential privacy the support rule reads noisy counts: where the noise swamps them (a small fleet) and
+    no component reaches the count, every component is shared (the devices refuse a model with none); without noise,
+    or where one component passes, the rule stands."""
+    from models.core.pipeline import support_mask
+    from models.mixture.summed import dp_clips
+
+    alg = SummedFedEM(2, components=3, min_support=3)
+    server = {"stage": np.array(1), "devices": np.array(8.0), "support": np.array([-4.0, 1.5, 2.0]),
+              "R": np.ones(3)}
+    assert not support_mask(alg.support_view(server)).any()  # without noise: the rule keeps every one out
+    alg.dp_clips = dp_clips(2, alg.least_records)
+    assert support_mask(alg.support_view(server)).all()
+    server["support"] = np.array([-4.0, 3.2, 2.0])
+    assert support_mask(alg.support_view(server)).tolist() == [False, True, False]
