@@ -14,7 +14,7 @@ from models.families import job_spec
 from models.mixture.simulator import simulate_mixture
 from models.params import SettingError
 from store.db import unpack
-from tests.integration.test_dp_job import assert_same_budget, keyed
+from tests.integration.test_dp_job import assert_same_budget, keyed, record_announced
 from tests.integration.test_loopback import pca_participants
 from tests.integration.test_private_job import SEED, PrivateLoopback, fleet  # noqa: F401 (a fixture)
 
@@ -54,12 +54,7 @@ def assert_same_job(loop: PrivateLoopback, sim: dict, private: bool) -> None:
 
 def test_a_dp_gmm_job_equals_the_simulators_distributed_noise_through_dropouts_and_a_restart(tmp_path, fleet,  # noqa: F811
                                                                                              monkeypatch):
-    from edge_agent.detector_participant import DetectorParticipant
-
-    announced: list[dict] = []  # what each device read in the noisy sums' round messages
-    noisy_values = DetectorParticipant.noisy_values
-    monkeypatch.setattr(DetectorParticipant, "noisy_values",
-                        lambda self, name, req, dp: (announced.append(dp), noisy_values(self, name, req, dp))[1])
+    announced = record_announced(monkeypatch)
     names, parts, _, _ = fleet
     loop = PrivateLoopback(tmp_path, gmm_settings(names, True), keyed(pca_participants(tmp_path, names, parts, "gmm")),
                            silent=lambda phase: ("dev-02",) if phase.endswith(":unmask") else (), kind="gmm")

@@ -52,14 +52,20 @@ def assert_same_budget(job: dict, sim: dict, skip: tuple[str, ...] = ()) -> None
         assert job[k] == (pytest.approx(sim[k], rel=1e-9) if isinstance(sim[k], float) else sim[k]), k
 
 
-def test_a_dp_pca_job_equals_the_simulators_distributed_noise_through_dropouts_and_a_restart(tmp_path, fleet,  # noqa: F811
-                                                                                             monkeypatch):
+def record_announced(monkeypatch) -> list[dict]:
+    """What each device reads in the noisy sums' round messages (the `dp` announcement), recorded."""
     from edge_agent.detector_participant import DetectorParticipant
 
-    announced: list[dict] = []  # what each device read in the noisy sums' round messages
+    announced: list[dict] = []
     noisy_values = DetectorParticipant.noisy_values
     monkeypatch.setattr(DetectorParticipant, "noisy_values",
                         lambda self, name, req, dp: (announced.append(dp), noisy_values(self, name, req, dp))[1])
+    return announced
+
+
+def test_a_dp_pca_job_equals_the_simulators_distributed_noise_through_dropouts_and_a_restart(tmp_path, fleet,  # noqa: F811
+                                                                                             monkeypatch):
+    announced = record_announced(monkeypatch)
     names, parts, _, _ = fleet
     loop = PrivateLoopback(tmp_path, dp_settings(names), keyed(pca_participants(tmp_path, names, parts)),
                            silent=lambda phase: ("dev-01", "dev-04") if phase.endswith(":unmask") else ())

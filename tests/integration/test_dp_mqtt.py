@@ -23,9 +23,9 @@ pytest.importorskip("dp_accounting", reason="differential privacy's budget needs
 N, RANK, SEED, EPSILON = 5, 3, 1, 4.0
 
 
-@pytest.mark.parametrize("private", [True, False], ids=["distributed", "central"])
-def test_a_dp_pca_job_over_mqtt_equals_the_simulator_and_the_api_shows_its_budget(broker, coordinator, fleet, traffic,
-                                                                                  monkeypatch, private):
+def keyed_fleet(coordinator, fleet, traffic, monkeypatch) -> list:
+    """N agents online with the traffic's partitions, their noise streams (and the coordinator's central one) keyed
+    as the simulator's; the partitions."""
     import coordinator.noisy_detector as noisy
     from edge_agent.participant import Participant
 
@@ -36,15 +36,29 @@ def test_a_dp_pca_job_over_mqtt_equals_the_simulator_and_the_api_shows_its_budge
     for i, p in enumerate(parts):
         fleet.add(f"dev-{i}", p, data.feature_names)
     wait_until(lambda: len(coordinator.online_devices()) == N, what="agents online")
-    coordinator.create_job("d1", "pca", "fedmm", {"features": data.feature_names, "rank": RANK, "seed": SEED,
-                                                  "private": private, "dp_epsilon": EPSILON, "min_agents": N,
+    return parts
+
+
+def finished_job(coordinator, job: str, kind: str, algorithm: str, settings: dict) -> tuple[dict, dict]:
+    """Run a job with the budget EPSILON over the N agents to its end; its model version's arrays and info."""
+    coordinator.create_job(job, kind, algorithm, {**settings, "dp_epsilon": EPSILON, "min_agents": N,
                                                   "deadline": 3.0})
-    wait_until(lambda: coordinator.job_status("d1") in ("finished", "failed"), 60, "job d1")
+    wait_until(lambda: coordinator.job_status(job) in ("finished", "failed"), 90, f"job {job}")
     with coordinator.sessions() as s:
-        rounds = s.query(Round).filter_by(job_id="d1").order_by(Round.round).all()
-        assert coordinator.job_status("d1") == "finished", [r.metrics for r in rounds[-2:]]
-        mv = s.query(ModelVersion).filter_by(job_id="d1").one()
-        Z, info = unpack(mv.arrays)["Z"], dict(mv.info)
+        rounds = s.query(Round).filter_by(job_id=job).order_by(Round.round).all()
+        assert coordinator.job_status(job) == "finished", [r.metrics for r in rounds[-2:]]
+        mv = s.query(ModelVersion).filter_by(job_id=job).one()
+        return unpack(mv.arrays), dict(mv.info)
+
+
+@pytest.mark.parametrize("private", [True, False], ids=["distributed", "central"])
+def test_a_dp_pca_job_over_mqtt_equals_the_simulator_and_the_api_shows_its_budget(broker, coordinator, fleet, traffic,
+                                                                                  monkeypatch, private):
+    data, split = traffic
+    parts = keyed_fleet(coordinator, fleet, traffic, monkeypatch)
+    arrays, info = finished_job(coordinator, "d1", "pca", "fedmm", {"features": data.feature_names, "rank": RANK,
+                                                                 "seed": SEED, "private": private})
+    Z = arrays["Z"]
     sim = simulate_pca(parts, split.X_test, split.y_test, data.feature_names, rank=RANK, seed=SEED, private=private,
                        dp=Budget(EPSILON))
     np.testing.assert_allclose(Z @ Z.T, sim["Z"] @ sim["Z"].T, atol=1e-6)
@@ -73,27 +87,12 @@ def assert_api_shows_the_budget(coordinator, job: str, dp: dict, private: bool) 
 def test_a_dp_gmm_job_over_mqtt_equals_the_simulator_and_the_api_shows_its_budget(broker, coordinator, fleet, traffic,
                                                                                   monkeypatch, private):
     """The summed FedEM's seeding and EM rounds as noisy sums (a few devices, rounds and components: quick)."""
-    import coordinator.noisy_detector as noisy
-    from edge_agent.participant import Participant
-
-    monkeypatch.setattr(Participant, "noise_key", lambda self, job: device_key(SEED, int(self.id.split("-")[1])))
-    monkeypatch.setattr(noisy, "central_key", lambda: [SEED, 4242])
     data, split = traffic
-    parts = parts_for(split, N)
-    for i, p in enumerate(parts):
-        fleet.add(f"dev-{i}", p, data.feature_names)
-    wait_until(lambda: len(coordinator.online_devices()) == N, what="agents online")
+    parts = keyed_fleet(coordinator, fleet, traffic, monkeypatch)
     rounds, fraction, params = 3, 0.6, {"components": 3}
-    coordinator.create_job("g1", "gmm", "fedem", {"features": data.feature_names, "seed": SEED, "rounds": rounds,
-                                                  "fraction": fraction, "algorithm_params": params,
-                                                  "private": private, "dp_epsilon": EPSILON, "min_agents": N,
-                                                  "deadline": 3.0})
-    wait_until(lambda: coordinator.job_status("g1") in ("finished", "failed"), 90, "job g1")
-    with coordinator.sessions() as s:
-        done = s.query(Round).filter_by(job_id="g1").order_by(Round.round).all()
-        assert coordinator.job_status("g1") == "finished", [r.metrics for r in done[-2:]]
-        mv = s.query(ModelVersion).filter_by(job_id="g1").one()
-        stored, info = unpack(mv.arrays), dict(mv.info)
+    stored, info = finished_job(coordinator, "g1", "gmm", "fedem", {
+        "features": data.feature_names, "seed": SEED, "rounds": rounds, "fraction": fraction,
+        "algorithm_params": params, "private": private})
     sim = simulate_mixture(parts, split.X_test, split.y_test, data.feature_names, "fedem", rounds, fraction,
                            seed=SEED, params=params, private=private, dp=Budget(EPSILON))
     m = sim["detector"].mixture_
