@@ -101,9 +101,9 @@ def simulate(args: list[str], seen: dict[str, Any] | None = None) -> dict[str, A
         seen.setdefault("devices", []).append(personalise(self, records))
         return self
 
-    def private_tail(histograms: Any, weight: Any, q: float, holdout: float, transport: Any) -> Any:
+    def private_tail(histograms: Any, weight: Any, q: float, holdout: float, transport: Any, *winsor: Any) -> Any:
         seen["histograms"], seen["weight"], seen["q"], seen["holdout"] = histograms, weight, q, holdout
-        return tail(histograms, weight, q, holdout, transport)
+        return tail(histograms, weight, q, holdout, transport, *winsor)
 
     with tempfile.TemporaryDirectory() as tmp, patched(mixture_simulator, "split_holdout", split_holdout), \
             patched(detector.MixtureDetector, "personalise", own), \
@@ -114,7 +114,7 @@ def simulate(args: list[str], seen: dict[str, Any] | None = None) -> dict[str, A
         return dict(json.loads(out.read_text()))
 
 
-def plaintext_rule(histograms: Any, weight: Any, q: float, holdout: float, transport: Any) -> Any:
+def plaintext_rule(histograms: Any, weight: Any, q: float, holdout: float, transport: Any, *winsor: Any) -> Any:
     """Plaintext's threshold rule on the private run's histograms (a diagnostic: a secure sum cannot apply it)."""
     return fleet_tail(histograms, np.asarray(weight), q, MixtureJobSpec(features=["x"]).guard().device_trim,
                       holdout, COLLUDERS)

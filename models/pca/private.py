@@ -72,7 +72,7 @@ def simulate_private_pca(train_parts: list[np.ndarray], X_test: np.ndarray, y_te
     # what the sum would be without fixed point: the simulator's yardstick
     reference = top_eigvecs(symmetric(clients.weight @ moments / clients.weight.sum(), d), rank)[1]
     histograms = [sparse_histogram(residuals(x, Z)) for x in clients.X]
-    threshold, _ = private_tail(histograms, clients.weight, quantile, 0.0, ledger)
+    threshold, _ = private_tail(histograms, clients.weight, quantile, 0.0, ledger, (guard.device_trim, guard.colluders))
     det = PCADetector.from_model(Z, clients.preprocessor, threshold, None, quantile=quantile)
     sent = ledger.phase_bytes + secure_sum.sent[0] * n
     out = {"algorithm": "fedmm", "private": secure, "rank": rank, "Z": Z, "kernel": "none", "rounds": 1, "history": [],
