@@ -222,7 +222,7 @@ class PrivateDetector(SecureSums, NoisyDetector):
         elif name == "centred":
             shapes, scales, bits = {"c2": (d,)}, CENTRED_SCALES, STATS_BITS
         elif name == "window":
-            shapes, scales, bits = window_shapes(True), window_scales(), BITS
+            shapes, scales, bits = window_shapes(self.spec.quantile), window_scales(), BITS
         elif name == "threshold":
             lo, hi = self.info["window"]
             shapes = {**{k: (hi - lo,) for k in ("c", "wa", "wa2", "na")}, "w": (), "wn": (), "n": ()}

@@ -25,7 +25,7 @@ import numpy as np
 from models.detection.attacks import NO_ADVERSARIES, Adversaries
 from models.detection.preprocessing import Moments, Preprocessor, constant, signed_log1p
 from models.detection.screening import Guard, WeightCaps, crossing, tail_of, value_bound, weight_caps
-from models.detection.tail_clip import clip_rank, clipped_floor, coarse_bounds, fine_bounds, level_rows
+from models.detection.tail_clip import clip_levels, clip_rank, clipped_floor, coarse_bounds, fine_bounds, level_rows
 from models.detection.threshold import EDGES, TAIL_SPAN, Tail, tail_levels
 from models.private.fixedpoint import BITS
 from models.private.transport import SecureTransport
@@ -36,9 +36,8 @@ STATS_CLIP = 8.0
 #: differential privacy's threshold: the anchor's grid, every COARSE-th edge (8 bins a decade), and how far above
 #: it (decades) the candidate thresholds go
 COARSE = 64
-#: how many coarse bins the anchor's sum (and the window's) has, and how many levels the tail has
+#: how many coarse bins the anchor's sum (and the window's) has
 COARSE_BINS = (len(EDGES) - 1) // COARSE
-TAIL_LEVELS = 2 * TAIL_SPAN + 1
 OFFSET_CLIP = 3.0
 #: and the largest exceedance a device reports at a candidate, times 1 - q
 TAIL_CAP = 5.0
@@ -250,10 +249,11 @@ def window_scales() -> dict[str, float]:
     return {**{k: v for k, v in tail_scales(1.0).items() if k in ("wa", "w")}, "ge": 1.0, "d": 1.0}
 
 
-def window_shapes(clipped: bool) -> dict[str, tuple[int, ...]]:
-    """The window's sum's statistics and their shapes (`clipped`: with the rows of tail levels reached)."""
+def window_shapes(q: float | None) -> dict[str, tuple[int, ...]]:
+    """The window's sum's statistics and their shapes (with the quantile `q`, a clipped threshold: the rows of
+    levels reached, as many as `clip_levels(q)`)."""
     shapes: dict[str, tuple[int, ...]] = {"wa": (COARSE_BINS,), "w": ()}
-    return {**shapes, "ge": (COARSE_BINS, TAIL_LEVELS), "d": ()} if clipped else shapes
+    return shapes if q is None else {**shapes, "ge": (COARSE_BINS, len(clip_levels(q))), "d": ()}
 
 
 def _shares_above(dense: np.ndarray, weight: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
