@@ -222,7 +222,9 @@ class PrivateDetector(SecureSums, NoisyDetector):
         elif name == "centred":
             shapes, scales, bits = {"c2": (d,)}, CENTRED_SCALES, STATS_BITS
         elif name == "window":
-            shapes, scales, bits = window_shapes(self.spec.quantile), window_scales(), BITS
+            clipped = self.threshold_winsor() is not None
+            shapes = window_shapes(self.spec.quantile if clipped else None)
+            scales, bits = {k: v for k, v in window_scales().items() if k in shapes}, BITS
         elif name == "threshold":
             lo, hi = self.info["window"]
             shapes = {**{k: (hi - lo,) for k in ("c", "wa", "wa2", "na")}, "w": (), "wn": (), "n": ()}
@@ -238,8 +240,11 @@ class PrivateDetector(SecureSums, NoisyDetector):
         if self.noisy():
             return self.noisy_extra(name)
         if name == "window":
-            return {"quantile": float(self.spec.quantile)}
-        return {"window": list(self.info["window"]), "bounds": list(self.info["bounds"])} if name == "threshold" else {}
+            return {} if self.threshold_winsor() is None else {"quantile": float(self.spec.quantile)}
+        if name != "threshold":
+            return {}
+        bounds = self.info.get("bounds")
+        return {"window": list(self.info["window"]), **({} if bounds is None else {"bounds": list(bounds)})}
 
     def summed(self, name: str, total: dict[str, np.ndarray], members: list[str]) -> dict[str, Any]:
         if self.noisy():
@@ -255,9 +260,10 @@ class PrivateDetector(SecureSums, NoisyDetector):
             self.info["scale"] = pre.scale.tolist()
             return {}
         if name == "window":
-            bounds = tail_bounds(total, self.spec.quantile, *self.threshold_winsor())
+            winsor = self.threshold_winsor()
+            bounds = None if winsor is None else tail_bounds(total, self.spec.quantile, *winsor)
             self.info["window"] = list(tail_window(total, self.spec.quantile, bounds, self.least_weight()))
-            self.info["bounds"] = bounds.tolist()
+            self.info["bounds"] = None if bounds is None else bounds.tolist()
             return {"window": self.info["window"]}
         if name == "threshold":
             threshold, self.tail = tail_from(total, tuple(self.info["window"]), self.spec.quantile,
@@ -270,10 +276,10 @@ class PrivateDetector(SecureSums, NoisyDetector):
         """The share of records a device holds out for its threshold (0: all of them, PCA)."""
         return 0.0
 
-    def threshold_winsor(self) -> tuple[float, int]:
-        """The trim and colluders of the threshold's clip (models.detection.tail_clip): plaintext's."""
-        guard = self.spec.guard()
-        return guard.device_trim, guard.colluders
+    def threshold_winsor(self) -> tuple[float, int] | None:
+        """The trim and colluders of the threshold's clip (models.detection.tail_clip), as the family's simulator
+        has them (None: no clip, PCA's: models.pca.private)."""
+        return None
 
     def least_weight(self) -> float:
         """The smallest weight of a participant holding records for the threshold (the window's lower end)."""

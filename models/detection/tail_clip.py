@@ -1,6 +1,8 @@
 """Private mode's threshold with bounded influence (issues 22 and 23, point 3): what a secure sum can do in place of
 plaintext's winsorised exceedance curve (models.detection.screening.fleet_tail), which leaves `colluders` devices out
-at the top and winsorises more at each side, and which a sum cannot apply (it sees no device's curve).
+at the top and winsorises more at each side, and which a sum cannot apply (it sees no device's curve). The mixture's
+private threshold uses it (models.mixture.simulator, coordinator.mixture_job); private PCA's does not
+(models.pca.private: its plaintext threshold is another rule).
 
 The threshold phase's first sum (the window, models.detection.private) also carries, per device and at each point of
 the coarse grid, a 0/1 row: whether its share of held-out scores above that point reaches each of 17 levels
