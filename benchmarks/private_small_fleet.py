@@ -9,7 +9,8 @@ options of the product):
   one supporter): whether such splits are what private mode loses;
 - `plaintext threshold`: the fleet's threshold read from the private run's own held-out histograms by plaintext's
   rule (`models.detection.screening.fleet_tail`, its colluders left out at the top and winsorised), which a secure
-  sum cannot apply (it sees no device's histogram);
+  sum cannot apply (it sees no device's histogram): the yardstick of private mode's own, each device clipping its
+  curve (`models.detection.tail_clip`);
 - `support share 0.4 %`: SUPPORT_SHARE 0.005 -> 0.004 everywhere (the support count and each device's own
   components): whether records just below the share on every device are what scores high.
 
@@ -101,9 +102,9 @@ def simulate(args: list[str], seen: dict[str, Any] | None = None) -> dict[str, A
         seen.setdefault("devices", []).append(personalise(self, records))
         return self
 
-    def private_tail(histograms: Any, weight: Any, q: float, holdout: float, transport: Any) -> Any:
+    def private_tail(histograms: Any, weight: Any, q: float, holdout: float, transport: Any, *winsor: Any) -> Any:
         seen["histograms"], seen["weight"], seen["q"], seen["holdout"] = histograms, weight, q, holdout
-        return tail(histograms, weight, q, holdout, transport)
+        return tail(histograms, weight, q, holdout, transport, *winsor)
 
     with tempfile.TemporaryDirectory() as tmp, patched(mixture_simulator, "split_holdout", split_holdout), \
             patched(detector.MixtureDetector, "personalise", own), \
@@ -114,8 +115,9 @@ def simulate(args: list[str], seen: dict[str, Any] | None = None) -> dict[str, A
         return dict(json.loads(out.read_text()))
 
 
-def plaintext_rule(histograms: Any, weight: Any, q: float, holdout: float, transport: Any) -> Any:
-    """Plaintext's threshold rule on the private run's histograms (a diagnostic: a secure sum cannot apply it)."""
+def plaintext_rule(histograms: Any, weight: Any, q: float, holdout: float, transport: Any, *winsor: Any) -> Any:
+    """Plaintext's threshold rule on the private run's histograms (a diagnostic: a secure sum cannot apply it; private
+    mode's clipped threshold comes within half a level of it)."""
     return fleet_tail(histograms, np.asarray(weight), q, MixtureJobSpec(features=["x"]).guard().device_trim,
                       holdout, COLLUDERS)
 

@@ -168,6 +168,9 @@ class MixtureJob(DetectorJob):
     def private_holdout(self) -> float:
         return float(self.spec.holdout)
 
+    def threshold_winsor(self) -> tuple[float, int]:
+        return float(self.spec.device_trim), colluders(self.algorithm().min_support)
+
     round_message = MixtureRound
 
     def round_fields(self) -> dict[str, Any]:

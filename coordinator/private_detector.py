@@ -6,8 +6,11 @@ statistics. The phases are the simulator's (models.detection.private), each sum 
     mean       secure sum of each device's capped weight times its mean of log-scaled records, and its weight
     centred    secure sum of each device's weighted mean square around the fleet's mean: the standardisation
     (family)   the family's sums (PCA: every device's weighted second moment, once)
-    window     secure sum of each device's weighted shares above the coarse grid's edges: where the tail lies
-    threshold  secure sum of each device's histogram statistics over that window: the fleet's threshold and tail
+    window     secure sum of each device's weighted shares above the coarse grid's edges, and of its 0/1 rows of the
+               tail levels they reach: where the tail lies, and the bound each device clips its shares above to
+               (models.detection.tail_clip)
+    threshold  secure sum of each device's clipped histogram statistics over that window: the fleet's threshold and
+               tail
 
 The job trains on numeric features, every one log-scaled (as the simulator's private mode), and builds the model
 version as a plaintext job does.
@@ -26,16 +29,17 @@ from models.detection.messages import Counted
 from models.detection.preprocessing import Preprocessor
 from models.detection.private import (
     CENTRED_SCALES,
-    COARSE_BINS,
     MEAN_SCALES,
     STATS_BITS,
     fleet_mean,
     fleet_standardisation,
     largest_weight,
+    tail_bounds,
     tail_from,
     tail_scales,
     tail_window,
     window_scales,
+    window_shapes,
 )
 from models.detection.screening import weight_caps
 from models.private.relay import STEPS
@@ -222,7 +226,9 @@ class PrivateDetector(SecureSums, NoisyDetector):
         elif name == "centred":
             shapes, scales, bits = {"c2": (d,)}, CENTRED_SCALES, STATS_BITS
         elif name == "window":
-            shapes, scales, bits = {"wa": (COARSE_BINS,), "w": ()}, window_scales(), BITS
+            clipped = self.threshold_winsor() is not None
+            shapes = window_shapes(self.spec.quantile if clipped else None)
+            scales, bits = {k: v for k, v in window_scales().items() if k in shapes}, BITS
         elif name == "threshold":
             lo, hi = self.info["window"]
             shapes = {**{k: (hi - lo,) for k in ("c", "wa", "wa2", "na")}, "w": (), "wn": (), "n": ()}
@@ -233,10 +239,16 @@ class PrivateDetector(SecureSums, NoisyDetector):
                          float(self.info["clip"]), bits, seed)
 
     def advertise_extra(self, name: str) -> dict[str, Any]:
-        """A noisy sum's noise; the threshold's window (the fine bins its devices histogram)."""
+        """A noisy sum's noise; the window's quantile (the tail's levels); the threshold's window (the fine bins its
+        devices histogram) and the bounds each device clips its shares above to."""
         if self.noisy():
             return self.noisy_extra(name)
-        return {"window": list(self.info["window"])} if name == "threshold" else {}
+        if name == "window":
+            return {} if self.threshold_winsor() is None else {"quantile": float(self.spec.quantile)}
+        if name != "threshold":
+            return {}
+        bounds = self.info.get("bounds")
+        return {"window": list(self.info["window"]), **({} if bounds is None else {"bounds": list(bounds)})}
 
     def summed(self, name: str, total: dict[str, np.ndarray], members: list[str]) -> dict[str, Any]:
         if self.noisy():
@@ -252,7 +264,10 @@ class PrivateDetector(SecureSums, NoisyDetector):
             self.info["scale"] = pre.scale.tolist()
             return {}
         if name == "window":
-            self.info["window"] = list(tail_window(total, self.spec.quantile))
+            winsor = self.threshold_winsor()
+            bounds = None if winsor is None else tail_bounds(total, self.spec.quantile, *winsor)
+            self.info["window"] = list(tail_window(total, self.spec.quantile, bounds, self.least_weight()))
+            self.info["bounds"] = None if bounds is None else bounds.tolist()
             return {"window": self.info["window"]}
         if name == "threshold":
             threshold, self.tail = tail_from(total, tuple(self.info["window"]), self.spec.quantile,
@@ -264,6 +279,17 @@ class PrivateDetector(SecureSums, NoisyDetector):
     def private_holdout(self) -> float:
         """The share of records a device holds out for its threshold (0: all of them, PCA)."""
         return 0.0
+
+    def threshold_winsor(self) -> tuple[float, int] | None:
+        """The trim and colluders of the threshold's clip (models.detection.tail_clip), as the family's simulator
+        has them (None: no clip, PCA's: models.pca.private)."""
+        return None
+
+    def least_weight(self) -> float:
+        """The smallest weight of a participant holding records for the threshold (the window's lower end)."""
+        counts = np.asarray(self.counts, dtype=float)
+        w = weight_caps(counts, self.spec.guard()).apply(counts)[self.histogram_records() > 0]
+        return float(w.min()) if len(w) else 0.0
 
     def standardisation(self) -> Preprocessor:
         d = len(self.spec.features)

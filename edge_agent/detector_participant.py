@@ -340,6 +340,7 @@ class DetectorParticipant(Participant, Generic[R]):
         """This device's statistics for a private job's sums, by the simulator's own functions
         (models.detection.private): each a batch of one, its row sent."""
         from models.detection.private import (
+            COARSE_BINS,
             centred_uploads,
             dense_histograms,
             mean_uploads,
@@ -362,12 +363,17 @@ class DetectorParticipant(Participant, Generic[R]):
             return {k: v[0] for k, v in centred_uploads(w, m1, m2, np.asarray(msg.mean)).items()}
         if name in ("window", "threshold"):
             dense = dense_histograms([sparse_histogram(self.threshold_errors(msg, self.preprocessor(msg)))])
+            extra = msg.secagg or {}
             if name == "window":
-                return {k: v[0] for k, v in window_uploads(dense, w).items()}
-            window = (msg.secagg or {}).get("window")
+                q = extra.get("quantile")
+                return {k: v[0] for k, v in window_uploads(dense, w, None if q is None else float(q)).items()}
+            window, bounds = extra.get("window"), extra.get("bounds")
             if window is None:
                 raise ValueError("the threshold sum's announcement does not carry its window")
-            return {k: v[0] for k, v in tail_uploads(dense, w, (int(window[0]), int(window[1]))).items()}
+            clip = None if bounds is None else np.asarray(bounds, dtype=float)
+            if clip is not None and (clip.shape != (COARSE_BINS,) or not np.all(clip > 0)):
+                raise ValueError(f"the threshold sum's bounds must be {COARSE_BINS} positive shares")
+            return {k: v[0] for k, v in tail_uploads(dense, w, (int(window[0]), int(window[1])), clip).items()}
         return self.secure_family_values(name, req, w)
 
     def secure_family_values(self, name: str, req: Request, w: np.ndarray) -> dict[str, np.ndarray]:

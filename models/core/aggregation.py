@@ -60,6 +60,14 @@ def _devices(X: np.ndarray, w: np.ndarray, trim: float, at_least: int = 1) -> tu
     return X, np.asarray(w, dtype=float), X.shape[0], trim_count(X.shape[0], trim, at_least)
 
 
+def winsorised_counts(n: int, trim: float, at_least: int = 1, above: int = 0) -> tuple[int, int]:
+    """How many of `n` devices `winsorized_weighted_mean` leaves out at the top (`above`, when it winsorises at
+    all; never the majority), and how many of the rest it winsorises at each side."""
+    k = trim_count(n, trim, at_least)
+    top = min(max(int(above), 0), (n - 1) // 2) if k else 0
+    return top, (trim_count(n - top, trim, at_least) if top else k)
+
+
 def winsorized_weighted_mean(X: np.ndarray, w: np.ndarray, trim: float, at_least: int = 1,
                              above: int = 0) -> np.ndarray:
     """Per coordinate (axis 0 is the device), the weighted mean after clipping every value into the range
@@ -72,12 +80,11 @@ def winsorized_weighted_mean(X: np.ndarray, w: np.ndarray, trim: float, at_least
     sending the largest values take the places winsorising pulls in, each counts as the highest honest device, and
     the honest devices above the others' range count whole; with them, they raise it at most to the honest
     devices' own winsorised mean."""
-    X, w, n, k = _devices(X, w, trim, at_least)
-    top = min(max(int(above), 0), (n - 1) // 2) if k else 0
+    X, w, n, _ = _devices(X, w, trim, at_least)
+    top, k = winsorised_counts(n, trim, at_least, above)
     if top:
         order = np.argsort(X, axis=0, kind="stable")[: n - top]
         kept, wk = np.take_along_axis(X, order, axis=0), w[order]  # (devices left, coordinates) each
-        k = trim_count(n - top, trim, at_least)
         if k:
             ordered = np.sort(kept, axis=0)
             kept = np.clip(kept, ordered[k], ordered[n - top - 1 - k])

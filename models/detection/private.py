@@ -25,6 +25,7 @@ import numpy as np
 from models.detection.attacks import NO_ADVERSARIES, Adversaries
 from models.detection.preprocessing import Moments, Preprocessor, constant, signed_log1p
 from models.detection.screening import Guard, WeightCaps, crossing, tail_of, value_bound, weight_caps
+from models.detection.tail_clip import clip_levels, clip_rank, clipped_floor, coarse_bounds, fine_bounds, level_rows
 from models.detection.threshold import EDGES, TAIL_SPAN, Tail, tail_levels
 from models.private.fixedpoint import BITS
 from models.private.transport import SecureTransport
@@ -35,6 +36,8 @@ STATS_CLIP = 8.0
 #: differential privacy's threshold: the anchor's grid, every COARSE-th edge (8 bins a decade), and how far above
 #: it (decades) the candidate thresholds go
 COARSE = 64
+#: how many coarse bins the anchor's sum (and the window's) has
+COARSE_BINS = (len(EDGES) - 1) // COARSE
 OFFSET_CLIP = 3.0
 #: and the largest exceedance a device reports at a candidate, times 1 - q
 TAIL_CAP = 5.0
@@ -197,24 +200,30 @@ def noisy_standardisation(feature_names: list[str], mean: np.ndarray, centred: d
 
 
 def private_tail(histograms: list[tuple[np.ndarray, np.ndarray]], weight: np.ndarray, q: float, holdout: float,
-                 transport: SecureTransport) -> tuple[float, Tail]:
+                 transport: SecureTransport, winsor: tuple[float, int] | None = None) -> tuple[float, Tail]:
     """The threshold phase as two secure sums. First the window: each device's weighted share of its held-out scores
     above each bin of the coarse grid (every COARSE-th edge), with its weight (`window_uploads`); the coarse curve
     says between which coarse edges the fleet's curve crosses every level of its tail (`tail_window`). Then, over
     the fine bins of that window only, each device's histogram, its weighted share above each bin, the square of
     that share and its records above each bin, with its weight, weight over records and records (`tail_uploads`).
     The fleet's threshold and tail are read from the second sum as `models.detection.screening.fleet_tail` reads
-    them with nothing winsorised (a sum cannot clip one device: the threshold attack's colluders are not bounded in
-    private mode), and equal what one sum over the whole grid gives (`tail_from`)."""
+    them, and equal what one sum over the whole grid gives (`tail_from`).
+
+    `winsor` (plaintext's trim and colluders; None: nothing clipped) bounds each device's influence: the window's
+    sum also counts the devices reaching each tail level at each coarse point, and each device clips its shares
+    above to the share of the device ranked `clip_rank` (models.detection.tail_clip) before the second sum."""
     if transport.noise is not None:
         return noisy_tail(histograms, q, holdout, transport)
     dense = dense_histograms(histograms)
     everyone = np.arange(len(histograms))
     scales = tail_scales(max(float(dense.sum(axis=1).max()), 1.0))
     first = transport.phase(window_scales(), transport.clip, 3)
-    window = tail_window(first(everyone, window_uploads(dense, weight)), q)
+    coarse = first(everyone, window_uploads(dense, weight, q if winsor else None))
+    bounds = tail_bounds(coarse, q, *winsor) if winsor else None
+    held = np.asarray(weight, dtype=float)[dense.sum(axis=1) > 0]
+    window = tail_window(coarse, q, bounds, float(held.min()) if len(held) else 0.0)
     second = transport.phase(scales, transport.clip, 4)
-    S = second(everyone, tail_uploads(dense, weight, window))
+    S = second(everyone, tail_uploads(dense, weight, window, bounds))
     transport.phase_bytes += (first.sent[0] + second.sent[0]) * len(histograms)
     return tail_from(S, window, q, holdout)
 
@@ -235,8 +244,16 @@ def tail_scales(most: float) -> dict[str, float]:
 
 def window_scales() -> dict[str, float]:
     """The window's secure sum's scales: the threshold's own for the same values (they encode alike in the same
-    ring: the two sums agree at the coarse edges)."""
-    return {k: v for k, v in tail_scales(1.0).items() if k in ("wa", "w")}
+    ring: the two sums agree at the coarse edges); the devices' 0/1 rows of tail levels reached and of records held
+    over 1."""
+    return {**{k: v for k, v in tail_scales(1.0).items() if k in ("wa", "w")}, "ge": 1.0, "d": 1.0}
+
+
+def window_shapes(q: float | None) -> dict[str, tuple[int, ...]]:
+    """The window's sum's statistics and their shapes (with the quantile `q`, a clipped threshold: the rows of
+    levels reached, as many as `clip_levels(q)`)."""
+    shapes: dict[str, tuple[int, ...]] = {"wa": (COARSE_BINS,), "w": ()}
+    return shapes if q is None else {**shapes, "ge": (COARSE_BINS, len(clip_levels(q))), "d": ()}
 
 
 def _shares_above(dense: np.ndarray, weight: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -249,11 +266,23 @@ def _shares_above(dense: np.ndarray, weight: np.ndarray) -> tuple[np.ndarray, np
     return w, n, above
 
 
-def window_uploads(dense: np.ndarray, weight: np.ndarray) -> dict[str, np.ndarray]:
+def window_uploads(dense: np.ndarray, weight: np.ndarray, q: float | None = None) -> dict[str, np.ndarray]:
     """The window's sum, per device: its weighted share above each coarse bin (above the fine bin under each
-    COARSE-th edge), and its weight."""
-    w, _, above = _shares_above(dense, weight)
-    return {"wa": w[:, None] * above[:, COARSE - 1:: COARSE], "w": w}
+    COARSE-th edge), and its weight; with the quantile `q` (a clipped threshold), its 0/1 rows of the tail's levels
+    its share above reaches at each coarse bin (models.detection.tail_clip.level_rows) and 1 if it holds records."""
+    w, n, above = _shares_above(dense, weight)
+    points = above[:, COARSE - 1:: COARSE]
+    out = {"wa": w[:, None] * points, "w": w}
+    if q is not None:
+        out.update(ge=level_rows(points, q), d=(n > 0).astype(float))
+    return out
+
+
+def tail_bounds(total: dict[str, np.ndarray], q: float, trim: float, colluders: int) -> np.ndarray:
+    """From the window's sum: at each coarse bin the bound every device clips its share above to (the
+    `clip_rank`-th highest device's, to within a level; models.detection.tail_clip)."""
+    rank = clip_rank(int(round(float(total["d"][0]))), trim, colluders)
+    return coarse_bounds(total["ge"][0], q, rank)
 
 
 #: coarse bins the window keeps beyond where the fleet's curve crosses its tail's levels, either side (room for a
@@ -261,22 +290,37 @@ def window_uploads(dense: np.ndarray, weight: np.ndarray) -> dict[str, np.ndarra
 WINDOW_MARGIN = 1
 
 
-def tail_window(total: dict[str, np.ndarray], q: float) -> tuple[int, int]:
+def tail_window(total: dict[str, np.ndarray], q: float, bounds: np.ndarray | None = None,
+                least_weight: float = 0.0) -> tuple[int, int]:
     """The fine bins [lo, hi) the threshold's sum covers, from the window's sum: the coarse bins from the one where
     the fleet's weighted share above falls to the tail's highest level to the one where it falls to its lowest
     (`models.detection.threshold.tail_levels`), WINDOW_MARGIN more either side, and the fine bin under the window
-    (its share above is the fleet's curve just before the window: `tail_from`). Every level is crossed inside."""
-    curve = total["wa"][0] / max(float(total["w"][0]), 1e-300)
+    (its share above is the fleet's curve just before the window: `tail_from`). Every level is crossed inside.
+
+    With the devices' clip `bounds` the fleet's curve falls sooner: the window starts where a lower bound of the
+    clipped curve falls to the highest level (the curve itself where nothing is clipped, a bound of 1, else
+    models.detection.tail_clip.clipped_floor, `least_weight` the lightest device's weight), and ends where the
+    unclipped curve falls to the lowest."""
+    W = max(float(total["w"][0]), 1e-300)
+    curve = total["wa"][0] / W
     levels = tail_levels(q)
-    first, last = (int(np.searchsorted(-curve, -level, side="left")) for level in (levels[0], levels[-1]))
+    floor = curve if bounds is None else np.where(bounds >= 1.0, curve, clipped_floor(total["ge"][0], bounds, q,
+                                                                                      least_weight, W))
+    below = floor <= levels[0]
+    first = int(np.argmax(below)) if below.any() else len(floor)
+    last = int(np.searchsorted(-curve, -levels[-1], side="left"))
     first, last = max(first - WINDOW_MARGIN, 0), min(last + WINDOW_MARGIN, COARSE_BINS - 1)
     return (COARSE * first - 1 if first else 0), COARSE * (last + 1)
 
 
-def tail_uploads(dense: np.ndarray, weight: np.ndarray, window: tuple[int, int] | None = None) -> dict[str, np.ndarray]:
+def tail_uploads(dense: np.ndarray, weight: np.ndarray, window: tuple[int, int] | None = None,
+                 bounds: np.ndarray | None = None) -> dict[str, np.ndarray]:
     """Per device, over the fine bins of `window` (None: the whole grid): its histogram, its weighted share above
-    each bin, that share's square, its records above each bin; its weight, weight over records and records."""
+    each bin, that share's square, its records above each bin; its weight, weight over records and records. With
+    the coarse clip `bounds` (`tail_bounds`), its shares above are clipped to them first (`fine_bounds`)."""
     w, n, above = _shares_above(dense, weight)
+    if bounds is not None:
+        above = np.minimum(above, fine_bounds(bounds, COARSE)[None, : above.shape[1]])
     lo, hi = window or (0, len(EDGES) - 1)
     above = above[:, lo:hi]
     return {"c": dense[:, lo:hi], "wa": w[:, None] * above, "wa2": w[:, None] * above**2,
@@ -319,8 +363,6 @@ def noisy_tail(histograms: list[tuple[np.ndarray, np.ndarray]], q: float, holdou
     return noisy_threshold(total, anchor, q, n_dev, holdout)
 
 
-#: how many coarse bins the anchor's sum has
-COARSE_BINS = (len(EDGES) - 1) // COARSE
 
 
 def coarse_shares(histogram: tuple[np.ndarray, np.ndarray]) -> np.ndarray:

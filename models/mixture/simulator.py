@@ -181,10 +181,11 @@ def simulate_mixture(
         """The fleet's threshold and tail from the devices' histograms of their held-out records' scores."""
         histograms = adversaries.histograms([sparse_histogram(s) for s in scores], len(EDGES) - 1)
         histogram_bytes.append(sum(8 * len(b) for b, _ in histograms))
-        if transport is not None:  # private: one secure sum of every device's histogram, nothing to check or clip
+        if transport is not None:  # private: secure sums of the devices' histograms, each device clipping its own
             from models.detection.private import private_tail
 
-            return private_tail(histograms, clients.weight, quantile, holdout, transport)
+            return private_tail(histograms, clients.weight, quantile, holdout, transport,
+                                (guard.device_trim, colluders(alg.min_support)))
         kept, weight = admitted_histograms(histograms, [len(s) for s in scores], clients.weight)
         return fleet_tail(kept, weight, quantile, guard.device_trim, holdout, colluders(alg.min_support))
 
