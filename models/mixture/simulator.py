@@ -237,7 +237,8 @@ def mixture_noise(alg: SummedFedEM, dp: Budget, fleet: int, fraction: float, rou
     the seeding's most rounds (log2 of its centres + 2 splitting, then 2: fewer than without noise, each costs
     budget), the threshold's 2 (every device) and `rounds` sampled rounds; and the mass a component needs (3 noise
     standard deviations of a round's summed shares)."""
-    from models.mixture.summed import REFINE, dp_clips
+    from models.mixture.growing import REFINE
+    from models.mixture.summed import dp_clips
     from models.private.accounting import ledger_for
 
     q = per_round(fleet, fraction) / fleet
@@ -332,7 +333,7 @@ def run_mixture(alg: FedEM, X: list[np.ndarray], claimed: np.ndarray, rounds: in
             on_round(entry)
 
     hooks = Hooks(tamper=tamper, observe=observe, receive=transport)
-    if summed:
+    if summed or alg.seeding == "grow":  # seeding rounds of every device while the mixture grows
         simulate(loop, pool, claimed, rounds, hooks, everyone_while=lambda b: int(b["stage"]) == GROW)
     else:
         simulate(loop, pool, claimed, rounds, hooks, everyone_first=True)
