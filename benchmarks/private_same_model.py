@@ -13,13 +13,13 @@ both modes (VARIANTS), to measure what one difference between the modes costs.
 
 from __future__ import annotations
 
-import argparse
 import json
 import subprocess
 import sys
 from pathlib import Path
 
-DATASETS = ("synthetic", "nsl-kdd", "ton-iot")
+from private_bytes import command, runs_parser  # (benchmarks/, beside this script)
+
 #: arguments added to (plaintext's runs, private mode's runs); runs with the same arguments share their file
 VARIANTS: dict[str, tuple[list[str], list[str]]] = {
     "default": ([], []),
@@ -31,15 +31,10 @@ VARIANTS: dict[str, tuple[list[str], list[str]]] = {
 TARGET = 0.005
 
 
-def command(dataset: str, seed: int, private: bool, extra: list[str], out: Path) -> list[str]:
-    return ["fedsentry", "simulate", "pca", "--detector", "gmm", "--dataset", dataset, "--clients", "100",
-            "--seed", str(seed), *extra, *(["--private"] if private else []), "--json", str(out)]
-
-
 def run(dataset: str, seed: int, private: bool, variant: str, folder: Path) -> dict:
     extra = VARIANTS[variant][int(private)]
     out = folder / f"{dataset}-s{seed}{''.join(extra).replace('--', '-')}{'-private' if private else ''}.json"
-    cmd = command(dataset, seed, private, extra, out)
+    cmd = command("gmm", dataset, seed, private, out, extra)
     if not out.exists():
         subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
     r = json.loads(out.read_text())
@@ -54,20 +49,19 @@ def cell(r: dict) -> str:
 
 def table(rows: list[dict]) -> str:
     lines = ["| variant | data | seed | plaintext: AUC / caught % / FP % | private: AUC / caught % / FP % | "
-             "private - plaintext AUC | within 0.005 | components shared: plaintext / private |",
-             "|---|---|---:|---|---|---:|---|---|"]
+             "private - plaintext AUC | within 0.005 | components shared: plaintext / private | fleet threshold: "
+             "plaintext / private |",
+             "|---|---|---:|---|---|---:|---|---|---|"]
     for r in rows:
         p, q = r["plaintext"], r["private"]
         lines.append(f"| {r['variant']} | {r['dataset']} | {r['seed']} | {cell(p)} | {cell(q)} | {r['delta']:+.4f} | "
-                     f"{'yes' if r['within'] else '**no**'} | {p['shared_components']} / {q['shared_components']} |")
+                     f"{'yes' if r['within'] else '**no**'} | {p['shared_components']} / {q['shared_components']} | "
+                     f"{p['threshold']:.2f} / {q['threshold']:.2f} |")
     return "\n".join(lines)
 
 
 def main(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--out", type=Path, required=True, help="folder for the runs' JSON")
-    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    p.add_argument("--datasets", nargs="+", default=list(DATASETS), choices=DATASETS)
+    p = runs_parser(__doc__, [0, 1, 2])
     p.add_argument("--variant", nargs="+", default=["default"], choices=sorted(VARIANTS))
     p.add_argument("--json", type=Path, help="where to write every run's command and figures")
     p.add_argument("--md", type=Path, help="where to write the table")

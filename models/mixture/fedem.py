@@ -20,7 +20,10 @@ saw only the ~10 % sampled devices: every component they did not reach fell to t
 came back (ton-iot, K=128: 58 of 128 components lost after round 1). With ``seeding="split"`` the server groups the
 clusters by splitting on their summed statistics instead (models.mixture.splitting, private mode's rule); measured
 across 45 runs it steadied nsl-kdd but lost attacks on ton-iot, so k-FED's merge stays the default
-(benchmarks/results/stability.md).
+(benchmarks/results/stability.md). With ``seeding="grow"`` no device uploads its clusters: the mixture grows from
+the fleet's sums over several seeding rounds of every device, by private mode's own step (models.mixture.growing;
+the simulator only), so that plaintext can run the model private mode runs (issue 23 point 5;
+benchmarks/private_same_model.py).
 
 k-means rounds (the first ``hard_rounds`` after seeding; by default every round): each sampled device
 assigns every record to the nearest component mean and uploads the statistics of that hard assignment (same
@@ -361,8 +364,10 @@ class FedEM(FederatedAlgorithm):
         upload. A device that trains honestly on poisoned traffic supports its attack components alone; they stay
         out of the fleet's model (that device keeps them as its own). Colluders whose attack records share a
         component with honest traffic (so that enough devices support it) still cannot make it theirs: a
-        component more than `mass_cap` of whose mass its heaviest devices hold stays out too. None while the
-        table holds no device (seeding without seed rows: every component shared)."""
+        component more than `mass_cap` of whose mass its heaviest devices hold stays out too (with
+        ``mass_share="bound"``, that share bounded from sums of masses and squared masses, as private mode must:
+        models.mixture.heaviest.mass_shares). None while the table holds no device (seeding without seed rows:
+        every component shared)."""
         devices, counts = control.devices_and_support(server) if "rows" in server else (0, None)
         if not devices or counts is None:
             return None

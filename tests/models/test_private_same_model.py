@@ -81,3 +81,16 @@ def test_the_two_rules_private_mode_cannot_share_make_another_model():
     exact = both({"seeding": "grow"})[0]
     assert differences(exact, private)["means"] < 1e-6  # the same mixture, other components shared
     assert differences(exact, private)["shared"] > 0
+
+
+def test_a_plaintext_job_refuses_the_grown_seeding_by_name():
+    """A plaintext job's coordinator runs one seeding round: growing runs in the simulator (and private jobs)."""
+    from models.mixture.spec import MixtureJobSpec
+    from models.params import SettingError
+
+    with pytest.raises(SettingError) as e:
+        MixtureJobSpec.from_dict({"features": ["a", "b"], "algorithm_params": {"seeding": "grow"}})
+    assert e.value.field == "algorithm_params.seeding" and "simulator" in str(e.value)
+    MixtureJobSpec.from_dict({"features": ["a", "b"], "algorithm_params": {"mass_share": "bound"}})  # runs in jobs
+    with pytest.raises(SettingError, match="mass_share"):
+        MixtureJobSpec.from_dict({"features": ["a", "b"], "algorithm_params": {"mass_share": "sometimes"}})
