@@ -7,8 +7,14 @@ a round, the defaults: AUC (the model's ranking), attacks caught % and false pos
         [--json benchmarks/results/private-same-model.json] [--md benchmarks/results/private-same-model.md]
 
 runs `fedsentry simulate pca --detector gmm --dataset X --clients 100 --seed S [--private] --json DIR/...` for each
-(a run whose JSON is already in DIR is not run again; one process at a time). A variant adds the same arguments to
-both modes (VARIANTS), to measure what one difference between the modes costs.
+(a run whose JSON is already in DIR is not run again; one process at a time). A variant adds arguments to either
+mode (VARIANTS), to measure what one difference between the modes costs.
+
+    ... private_same_model.py --out DIR --rounding [--json benchmarks/results/private-same-model-rounding.json]
+
+runs, in this process, the two computations between "as-private" plaintext and private mode: plaintext with
+private mode's rules and float64 uploads (plaintext's own default is float32), and private mode with its sums in
+the clear (no masks, no fixed point): where the rounding is what is left.
 """
 
 from __future__ import annotations
@@ -43,6 +49,41 @@ def run(dataset: str, seed: int, private: bool, variant: str, folder: Path) -> d
             "swaps": r.get("swaps"), "threshold": r.get("threshold")}
 
 
+def unrounded(dataset: str, seed: int, private: bool, folder: Path) -> dict:
+    """Plaintext as private mode with float64 uploads, or private mode with its sums in the clear (in process)."""
+    out = folder / f"{dataset}-s{seed}-{'private-clear' if private else 'as-private-float64'}.json"
+    if not out.exists():
+        from fedsentry.cli import build_parser
+        from fedsentry.runs.detection import prepare
+        from fedsentry.runs.mixture import mixture_simulation
+        from models.mixture.fedem import default_components
+
+        argv = command("gmm", dataset, seed, private, out, [] if private else VARIANTS["as-private"][0])[1:-2]
+        args = build_parser(argv).parse_args(argv)
+        args.private_clear = private
+        data, split, parts = prepare(args)
+        params = {} if private else {"float32": False, "components": default_components(len(data.feature_names))}
+        r = mixture_simulation(args, "fedem", data, split, parts, params=params)
+        out.write_text(json.dumps({k: r[k] for k in ("auc_roc", "shared_components", "swaps")}))
+    return json.loads(out.read_text())
+
+
+def rounding(datasets: list[str], seeds: list[int], folder: Path) -> list[dict]:
+    rows = []
+    for dataset in datasets:
+        for seed in seeds:
+            plain = run(dataset, seed, False, "as-private", folder)
+            private = run(dataset, seed, True, "default", folder)
+            row = {"dataset": dataset, "seed": seed, "plaintext float32": plain,
+                   "plaintext float64": unrounded(dataset, seed, False, folder),
+                   "private, sums in the clear": unrounded(dataset, seed, True, folder), "private": private}
+            rows.append(row)
+            print(" | ".join([f"{dataset} {seed}", *(f"{k}: {v['auc_roc']:.6f} ({v['shared_components']} shared, "
+                                                       f"{v['swaps']} swaps)" for k, v in row.items()
+                                                       if isinstance(v, dict))]), flush=True)
+    return rows
+
+
 def cell(r: dict) -> str:
     return f"{r['auc_roc']:.4f} / {r['caught']:.1f} / {r['false_positives']:.2f}"
 
@@ -65,8 +106,17 @@ def main(argv: list[str]) -> int:
     p.add_argument("--variant", nargs="+", default=["default"], choices=sorted(VARIANTS))
     p.add_argument("--json", type=Path, help="where to write every run's command and figures")
     p.add_argument("--md", type=Path, help="where to write the table")
+    p.add_argument("--rounding", action="store_true", help="what is left between as-private plaintext and private "
+                   "mode: both without their rounding (in process)")
     args = p.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
+    if args.rounding:
+        rows = rounding(args.datasets, args.seeds, args.out)
+        if args.json:
+            args.json.write_text(json.dumps({"what": "as-private plaintext (float32, float64 uploads) against private "
+                                             "mode (sums in the clear, secure sums): AUC, components shared, swaps",
+                                             "runs": rows}, indent=1) + "\n")
+        return 0
     rows = []
     for variant in args.variant:
         for dataset in args.datasets:

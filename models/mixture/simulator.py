@@ -78,12 +78,15 @@ def simulate_mixture(
     private: bool = False,
     dropout: float = 0.0,
     dp: Budget | None = None,
+    clear: bool = False,
 ) -> dict[str, Any]:
     """Train a mixture on partitioned training records (federated, or "centralized": pooled EM) and
     evaluate it on labelled test records at the label-free threshold.
 
     private: the coordinator sees only each round's secure sum (models.mixture.summed, models.private.transport),
     with `dropout` of each round's devices vanishing after they uploaded.
+    clear: private mode's sums taken in the clear (float64, no masks, no fixed point): its computation without the
+    secure sum's rounding (benchmarks/private_same_model.py --rounding measures what that rounding moves).
 
     dp: differential privacy at this budget (models.private.dp): the summed FedEM's sums with Gaussian noise, each
     device's share added before masking in private mode, the whole noise added by the coordinator otherwise.
@@ -124,7 +127,7 @@ def simulate_mixture(
             alg.splits = 0
         transport = summed_transport(largest_weight(clients.caps, clients.claimed), seed, dropout,
                                      float(np.max(clients.claimed)), alg.splits)
-        transport.secure = private
+        transport.secure = private and not clear
         if dp is not None:
             transport.noise, alg.mass_floor = mixture_noise(alg, dp, len(train_parts), fraction, rounds, private,
                                                             seed)
