@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from itertools import product
 from pathlib import Path
 
 from private_bytes import command, runs_parser  # (benchmarks/, beside this script)
@@ -84,6 +85,16 @@ def rounding(datasets: list[str], seeds: list[int], folder: Path) -> list[dict]:
     return rows
 
 
+def pair(variant: str, dataset: str, seed: int, folder: Path) -> dict:
+    """Both modes' runs of one variant, dataset and seed, and their AUC's difference against the target."""
+    plain, private = run(dataset, seed, False, variant, folder), run(dataset, seed, True, variant, folder)
+    delta = private["auc_roc"] - plain["auc_roc"]
+    print(f"{variant} {dataset} seed {seed}: plaintext {cell(plain)}, private {cell(private)} ({delta:+.4f})",
+          flush=True)
+    return {"variant": variant, "dataset": dataset, "seed": seed, "plaintext": plain, "private": private,
+            "delta": delta, "within": abs(delta) <= TARGET}
+
+
 def cell(r: dict) -> str:
     return f"{r['auc_roc']:.4f} / {r['caught']:.1f} / {r['false_positives']:.2f}"
 
@@ -117,17 +128,8 @@ def main(argv: list[str]) -> int:
                                              "mode (sums in the clear, secure sums): AUC, components shared, swaps",
                                              "runs": rows}, indent=1) + "\n")
         return 0
-    rows = []
-    for variant in args.variant:
-        for dataset in args.datasets:
-            for seed in args.seeds:
-                plain = run(dataset, seed, False, variant, args.out)
-                private = run(dataset, seed, True, variant, args.out)
-                delta = private["auc_roc"] - plain["auc_roc"]
-                rows.append({"variant": variant, "dataset": dataset, "seed": seed, "plaintext": plain,
-                             "private": private, "delta": delta, "within": abs(delta) <= TARGET})
-                print(f"{variant} {dataset} seed {seed}: plaintext {cell(plain)}, private {cell(private)} "
-                      f"({delta:+.4f})", flush=True)
+    rows = [pair(variant, dataset, seed, args.out)
+            for variant, dataset, seed in product(args.variant, args.datasets, args.seeds)]
     text = table(rows)
     print(text)
     if args.json:
