@@ -15,14 +15,15 @@ import argparse
 import json
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 DATASETS = ("synthetic", "nsl-kdd", "ton-iot")
 
 
-def command(detector: str, dataset: str, seed: int, private: bool, out: Path) -> list[str]:
+def command(detector: str, dataset: str, seed: int, private: bool, out: Path, extra: Sequence[str] = ()) -> list[str]:
     return ["fedsentry", "simulate", "pca", "--detector", detector, "--dataset", dataset, "--clients", "100",
-            "--seed", str(seed), *(["--private"] if private else []), "--json", str(out)]
+            "--seed", str(seed), *extra, *(["--private"] if private else []), "--json", str(out)]
 
 
 def run(detector: str, dataset: str, seed: int, private: bool, folder: Path) -> dict:
@@ -36,12 +37,18 @@ def run(detector: str, dataset: str, seed: int, private: bool, folder: Path) -> 
             "upload_bytes_by_step": r.get("upload_bytes_by_step")}
 
 
-def main(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def runs_parser(doc: str | None, seeds: list[int]) -> argparse.ArgumentParser:
+    """The options every plaintext-against-private benchmark takes: where the runs' JSON go, seeds, datasets."""
+    p = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", type=Path, required=True, help="folder for the runs' JSON")
-    p.add_argument("--seeds", type=int, nargs="+", default=[0])
-    p.add_argument("--detectors", nargs="+", default=["gmm", "pca"], choices=["gmm", "pca"])
+    p.add_argument("--seeds", type=int, nargs="+", default=seeds)
     p.add_argument("--datasets", nargs="+", default=list(DATASETS), choices=DATASETS)
+    return p
+
+
+def main(argv: list[str]) -> int:
+    p = runs_parser(__doc__, [0])
+    p.add_argument("--detectors", nargs="+", default=["gmm", "pca"], choices=["gmm", "pca"])
     p.add_argument("--json", type=Path, help="where to write the table (default: print it)")
     args = p.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)

@@ -69,7 +69,8 @@ def mixture_simulation(args: argparse.Namespace, algorithm: str, data, split, pa
                                                                   first_honest=getattr(args, "adversaries", 0)),
                                       adversaries=adversaries(args, algorithm, algorithm_class(args.detector,
                                                                                                 algorithm)),
-                                      private=private, dropout=dropout, dp=dp)
+                                      private=private, dropout=dropout, dp=dp,
+                                      clear=getattr(args, "private_clear", False))
     model = result.pop("detector")
     if keep:  # the trained detector itself (bench measures its scoring)
         result["model"] = model

@@ -212,6 +212,14 @@ def heaviest_share(server: State, m: int) -> np.ndarray:
     return heaviest.share(server, aggregate(server)[0], m)
 
 
+def bounded_share(server: State, m: int) -> np.ndarray:
+    """`heaviest_share` bounded from the sums of the rows' masses and squared masses (heaviest.mass_shares), as
+    private mode bounds it: no row is read for itself."""
+    n = int(server["rows"])
+    mass = server["W_rows"][:n, None] * server["R_rows"][:n].astype(float)
+    return heaviest.mass_shares(aggregate(server)[0], (mass**2).sum(axis=0), m)
+
+
 def touched(server: State, client_ids: np.ndarray) -> dict[str, np.ndarray]:
     """The rows and devices a step with these devices changed (the last step's retirements included)."""
     ids = np.asarray(client_ids, dtype=np.int64)

@@ -20,7 +20,10 @@ saw only the ~10 % sampled devices: every component they did not reach fell to t
 came back (ton-iot, K=128: 58 of 128 components lost after round 1). With ``seeding="split"`` the server groups the
 clusters by splitting on their summed statistics instead (models.mixture.splitting, private mode's rule); measured
 across 45 runs it steadied nsl-kdd but lost attacks on ton-iot, so k-FED's merge stays the default
-(benchmarks/results/stability.md).
+(benchmarks/results/stability.md). With ``seeding="grow"`` no device uploads its clusters: the mixture grows from
+the fleet's sums over several seeding rounds of every device, by private mode's own step (models.mixture.growing;
+the simulator only), so that plaintext can run the model private mode runs (issue 23 point 5;
+benchmarks/private_same_model.py).
 
 k-means rounds (the first ``hard_rounds`` after seeding; by default every round): each sampled device
 assigns every record to the nearest component mean and uploads the statistics of that hard assignment (same
@@ -47,13 +50,18 @@ import numpy as np
 
 from models.core.federated import FederatedAlgorithm, State, SupportView
 from models.core.pipeline import CAP_SCALE, support_mask
-from models.mixture import control
+from models.mixture import control, growing
 from models.mixture.gmm import Mixture, e_step, hard_stats, kmeans, m_step, nearest, soft_stats, triu_unpack
-from models.mixture.splitting import grouped_sums, least_records, split_labels
+from models.mixture.splitting import MAX_SPLITS, grouped_sums, least_records, split_labels
 from models.mixture.swaps import hold_empty, last_swap, swap, swap_due, swaps_allowed
 
-#: how the seeding merges the devices' clusters (FedEM.merge_labels)
-SEEDINGS = ("merge", "split")
+#: how the seeding merges the devices' clusters (FedEM.merge_labels), or "grow": no device's clusters, the mixture
+#: grown from the fleet's sums over several seeding rounds of every device, as private mode seeds
+#: (models.mixture.growing; the simulator only)
+SEEDINGS = ("merge", "split", "grow")
+#: how the support rule's mass share is read: each device's mass ("exact", from the table's rows), or bounded from
+#: the sums of masses and squared masses as private mode must ("bound", models.mixture.heaviest.mass_shares)
+MASS_SHARES = ("exact", "bound")
 #: what one upload may weigh (issue 11: at most 256 KiB per device and round)
 UPLOAD_BUDGET = 256 * 1024
 CANDIDATE_COMPONENTS = (128, 64, 32, 16, 8)
@@ -138,7 +146,7 @@ class FedEM(FederatedAlgorithm):
                  seeding: str = "merge", ridges: list[float] | None = None, splits: int | None = None,
                  rounds: int | None = None, fraction: float | None = None,
                  component_ridges: list[float] | None = None, ridge_criterion: str = "likelihood",
-                 anneal: float = 0.0):
+                 anneal: float = 0.0, mass_share: str = "exact"):
         components = default_components(n_features, float32) if components is None else components
         if not 1 <= components <= 1024:
             raise ValueError("components must be between 1 and 1024")
@@ -167,6 +175,9 @@ class FedEM(FederatedAlgorithm):
             raise ValueError("mass_cap must be in (0, 1] (the share of a component's mass its colluders may hold; "
                              "1 turns the rule off)")
         self.mass_cap = float(mass_cap)
+        if mass_share not in MASS_SHARES:
+            raise ValueError(f"mass_share must be one of {', '.join(MASS_SHARES)}")
+        self.mass_share = mass_share
         ridges = list(ridges or [])
         if len(ridges) > MAX_RIDGES or not all(0 < r <= 10 for r in ridges):
             raise ValueError(f"ridges must be at most {MAX_RIDGES} further ridges, each in (0, 10]")
@@ -212,7 +223,7 @@ class FedEM(FederatedAlgorithm):
     # -- start -----------------------------------------------------------------------------------------
     def init_server(self, n_clients: int, rng: np.random.Generator) -> tuple[State, State]:
         K, d, p = self.components, self.n_features, self.packed
-        server = {
+        server: State = {
             "stage": np.zeros((), dtype=np.int64),  # 0 until the seeding devices' clusters are merged
             "em_round": np.zeros((), dtype=np.int64),  # rounds since seeding (the first hard_rounds: k-means)
             "seed": np.array(rng.integers(2**31)),
@@ -220,6 +231,9 @@ class FedEM(FederatedAlgorithm):
                                   np.float32 if self.float32 else np.float64),
             "rejected": np.zeros(()),
         }
+        if self.seeding == "grow":  # private mode's seeding, in the clear (models.mixture.growing)
+            server.update(stage=np.array(growing.GROW), refined=np.zeros((), dtype=np.int64))
+            return server, growing.grow_broadcast(K, np.zeros((1, d)))
         return server, broadcast_of(self.placeholder(), 0)
 
     def init_clients(self, data: State, broadcast: State) -> State:
@@ -227,6 +241,8 @@ class FedEM(FederatedAlgorithm):
 
     # -- device ----------------------------------------------------------------------------------------
     def client_update(self, state: State, data: State, broadcast: State) -> tuple[State, State]:
+        if int(broadcast["stage"]) == growing.GROW:
+            return state, self.grow_statistics(data, broadcast)
         seeding = int(broadcast["stage"]) == 0
         m = None if seeding else mixture_of(broadcast)
         Rs, S1s, S2s, nll = [], [], [], []
@@ -247,6 +263,20 @@ class FedEM(FederatedAlgorithm):
         if self.float32:
             up = {k: v.astype(np.float32) for k, v in up.items()}
         return {"nll": np.array(nll)}, up
+
+    def grow_statistics(self, data: State, broadcast: State) -> State:
+        """A seeding round's upload of ``seeding="grow"`` (models.mixture.growing): the statistics of each device's
+        records under their nearest broadcast centre, per record, and its records per centre (C)."""
+        live = np.flatnonzero(np.asarray(broadcast["live"]) > 0)
+        K = self.components
+        up: dict[str, list[np.ndarray]] = {"R": [], "S1": [], "S2": [], "C": []}
+        for X in data["X"]:
+            n = max(len(X), 1)
+            R, S1, S2 = hard_stats(X, live[nearest(X, broadcast["centres"][live])], K)
+            for k, v in zip(("R", "S1", "S2", "C"), (R / n, S1 / n, S2 / n, R)):
+                up[k].append(v)
+        out = {k: np.stack(v) for k, v in up.items()}
+        return {k: v.astype(np.float32) for k, v in out.items()} if self.float32 else out
 
     def round_statistics(self, X: np.ndarray, m: Mixture, stage: int,
                          temperature: float = 0.0) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
@@ -283,6 +313,8 @@ class FedEM(FederatedAlgorithm):
         R, S1, S2 = (np.asarray(uploads[k], dtype=float) for k in ("R", "S1", "S2"))
         seeding = int(server["stage"]) == 0
         server = control.upgrade(server, self.capacity(len(server["slot"])))
+        if int(server["stage"]) == growing.GROW:
+            return self._grow(server, ids, R, S1, S2, np.asarray(uploads["C"], dtype=float), weight)
         if seeding:
             return self._seed(server, ids, R, S1, S2, weight)
         server["em_round"] = server["em_round"] + 1
@@ -332,13 +364,15 @@ class FedEM(FederatedAlgorithm):
         upload. A device that trains honestly on poisoned traffic supports its attack components alone; they stay
         out of the fleet's model (that device keeps them as its own). Colluders whose attack records share a
         component with honest traffic (so that enough devices support it) still cannot make it theirs: a
-        component more than `mass_cap` of whose mass its heaviest devices hold stays out too. None while the
-        table holds no device (seeding without seed rows: every component shared)."""
+        component more than `mass_cap` of whose mass its heaviest devices hold stays out too (with
+        ``mass_share="bound"``, that share bounded from sums of masses and squared masses, as private mode must:
+        models.mixture.heaviest.mass_shares). None while the table holds no device (seeding without seed rows:
+        every component shared)."""
         devices, counts = control.devices_and_support(server) if "rows" in server else (0, None)
         if not devices or counts is None:
             return None
-        return SupportView(counts, devices, self.min_support, self.mass_cap,
-                           lambda m: control.heaviest_share(server, m))
+        share = control.bounded_share if self.mass_share == "bound" else control.heaviest_share
+        return SupportView(counts, devices, self.min_support, self.mass_cap, lambda m: share(server, m))
 
     def restrict(self, server: State, broadcast: State, shared: np.ndarray) -> State:
         broadcast = {**broadcast, "shared": np.asarray(shared, dtype=float)}
@@ -398,6 +432,27 @@ class FedEM(FederatedAlgorithm):
             out["temperature"] = np.array(self.temperature(0))
         return self.keep(server, out)
 
+    def _grow(self, server: State, ids: np.ndarray, R: np.ndarray, S1: np.ndarray, S2: np.ndarray, C: np.ndarray,
+              weight: np.ndarray) -> tuple[State, State]:
+        """A seeding step of ``seeding="grow"`` on the weighted sums of the round's uploads (models.mixture.growing,
+        private mode's step); once seeded, each device's last seeding upload (its statistics under the first
+        mixture's centres) is its first control-variate row."""
+        w = weight[:, None]
+        server["grow.R"], server["grow.C"] = (R * w).sum(axis=0), C.sum(axis=0)
+        server["grow.S1"], server["grow.S2"] = (S1 * w[..., None]).sum(axis=0), (S2 * w[..., None]).sum(axis=0)
+        K = self.components
+        done, centres = growing.step(server, K, K, least_records(self.min_cluster, self.n_features), MAX_SPLITS)
+        if done == "again":
+            return server, self.current(server)
+        if done == "next":
+            assert centres is not None
+            return self.keep(server, growing.grow_broadcast(K, centres))
+        for key in ("grow.R", "grow.S1", "grow.S2", "grow.rounds", "refined"):
+            server.pop(key, None)
+        control.write(server, ids, weight, (R, S1, S2), 0)
+        server["stage"] = np.array(1)
+        return self.keep(server, broadcast_of(self.aggregate(server), 2 if self.hard_rounds > 0 else 1))
+
     def merge_labels(self, R: np.ndarray, S1: np.ndarray, S2: np.ndarray, records: np.ndarray,
                      rng: np.random.Generator) -> np.ndarray:
         """The component each seeding cluster (weighted statistics, records) merges into: k-means on the
@@ -416,7 +471,11 @@ class FedEM(FederatedAlgorithm):
         return server, broadcast
 
     def current(self, server: State) -> State:
+        if "last.pi" not in server and "last.centres" in server:  # a seeding round of seeding="grow"
+            return {k[5:]: v for k, v in server.items() if k.startswith("last.")}
         if "last.pi" not in server:
+            if self.seeding == "grow":
+                return growing.grow_broadcast(self.components, np.zeros((1, self.n_features)))
             return broadcast_of(self.placeholder(), 0)
         return {k[5:]: v for k, v in server.items() if k.startswith("last.")}
 

@@ -123,3 +123,14 @@ def full_share(server: State, total: np.ndarray, m: int) -> np.ndarray:
 
 def ratio(top: np.ndarray, total: np.ndarray) -> np.ndarray:
     return np.where(total > 0, top / np.maximum(total, 1e-300), 0.0)
+
+
+def mass_shares(R: np.ndarray, Q: np.ndarray, m: int) -> np.ndarray:
+    """Per component, a bound on the share of its mass its m heaviest devices hold, from the sums of the devices'
+    masses (R) and squared masses (Q) alone: by Cauchy-Schwarz, m heaviest shares s_1..s_m add up to at most
+    sqrt(m sum_i s_i^2) = sqrt(m Q) / R. The mass share (models.core.pipeline.support_mask) keeps a component out
+    when it exceeds mass_cap: every component the exact share keeps out, and some it shares (a bound, not the
+    share). Private mode's (models.mixture.summed: it sees only sums), and plaintext FedEM's with
+    ``mass_share="bound"`` (to run private mode's rule)."""
+    R, Q = np.asarray(R, dtype=float), np.maximum(np.asarray(Q, dtype=float), 0.0)
+    return np.where(R > 0, np.minimum(np.sqrt(m * Q) / np.where(R > 0, R, 1.0), 1.0), 0.0)

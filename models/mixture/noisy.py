@@ -13,7 +13,8 @@ from __future__ import annotations
 import numpy as np
 
 from models.core.sampling import per_round
-from models.mixture.summed import REFINE, SummedFedEM, dp_clips, summed_scales
+from models.mixture.growing import REFINE
+from models.mixture.summed import SummedFedEM, dp_clips, summed_scales
 from models.private.dp import Ledger, Noise
 
 

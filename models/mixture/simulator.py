@@ -78,12 +78,15 @@ def simulate_mixture(
     private: bool = False,
     dropout: float = 0.0,
     dp: Budget | None = None,
+    clear: bool = False,
 ) -> dict[str, Any]:
     """Train a mixture on partitioned training records (federated, or "centralized": pooled EM) and
     evaluate it on labelled test records at the label-free threshold.
 
     private: the coordinator sees only each round's secure sum (models.mixture.summed, models.private.transport),
     with `dropout` of each round's devices vanishing after they uploaded.
+    clear: private mode's sums taken in the clear (float64, no masks, no fixed point): its computation without the
+    secure sum's rounding (benchmarks/private_same_model.py --rounding measures what that rounding moves).
 
     dp: differential privacy at this budget (models.private.dp): the summed FedEM's sums with Gaussian noise, each
     device's share added before masking in private mode, the whole noise added by the coordinator otherwise.
@@ -122,7 +125,7 @@ def simulate_mixture(
         assert isinstance(alg, SummedFedEM)
         transport = summed_transport(largest_weight(clients.caps, clients.claimed), seed, dropout,
                                      float(np.max(clients.claimed)), alg.splits)
-        transport.secure = private
+        transport.secure = private and not clear
         if dp is not None:  # noisy sums (models.mixture.noisy): no swaps, fewer seeding rounds, clipped uploads
             from models.mixture.noisy import noisy_scales
 
@@ -327,7 +330,7 @@ def run_mixture(alg: FedEM, X: list[np.ndarray], claimed: np.ndarray, rounds: in
             on_round(entry)
 
     hooks = Hooks(tamper=tamper, observe=observe, receive=transport)
-    if summed:
+    if summed or alg.seeding == "grow":  # seeding rounds of every device while the mixture grows
         simulate(loop, pool, claimed, rounds, hooks, everyone_while=lambda b: int(b["stage"]) == GROW)
     else:
         simulate(loop, pool, claimed, rounds, hooks, everyone_first=True)

@@ -38,7 +38,8 @@ class MixtureJobSpec(DetectorJobSpec):
                     "k-means rounds throughout)",
                     "seeding": "how the seeding round merges the devices' own clusters into the first mixture: merge "
                     "(k-means on their means, k-FED) or split (splitting the most spread group, from their summed "
-                    "statistics)",
+                    "statistics), or grow (no device's clusters: grown from the fleet's sums over several seeding "
+                    "rounds, as private mode seeds)",
                     "ridges": "further ridges (comma-separated): the server also takes the M-step of the same "
                     "statistics at each, and a record scores by its smallest tail probability across the mixtures "
                     "(models.mixture.ridges)",
@@ -51,6 +52,9 @@ class MixtureJobSpec(DetectorJobSpec):
                     "splits": "swaps in the k-means rounds, one every 5 rounds: the broadest component splits in "
                     "two and the two components cheapest to merge become one (models.mixture.swaps; none: as many "
                     "as end 1/fraction rounds before the job's last; 0: none)",
+                    "mass_share": "how the support rule reads the share of a component's mass its heaviest devices "
+                    "hold: exact (each device's, from the server's table) or bound (from sums of masses and squared "
+                    "masses, as private mode must)",
                     "seed_rows": "keep each device's seeding clusters as its first control-variate row (README)",
                     "min_support": "devices that must support a component for it to join the fleet's model; the "
                     "others stay personal (at most half a small fleet; 0 turns the rule off)"})
@@ -66,6 +70,9 @@ class MixtureJobSpec(DetectorJobSpec):
               "simulator only so far (fedsentry simulate --ridges); a job trains one ridge (reg)")
         check(not self.algorithm_params.get("component_ridges"), "algorithm_params.component_ridges", "a ridge per "
               "component runs in the simulator only so far (fedsentry simulate --component-ridges)")
+        check(self.algorithm_params.get("seeding") != "grow" or self.private, "algorithm_params.seeding", "grow "
+              "(several seeding rounds of every device) runs in the simulator only in plaintext (fedsentry simulate "
+              "--seeding grow); a private job grows its mixture so anyway")
         check(not self.algorithm_params.get("anneal"), "algorithm_params.anneal", "annealing runs in the simulator "
               "only so far (fedsentry simulate --anneal; measured, not adopted: benchmarks/results/detector-ideas.md)")
         check(0.05 <= self.holdout <= 0.5, "holdout", "must be in [0.05, 0.5] (the share of each device's records "

@@ -49,15 +49,16 @@ import numpy as np
 
 from models.core.federated import State, SupportView
 from models.core.pipeline import CAP_LEVEL, CAP_SCALE, cap_weights, support_mask
+from models.mixture import growing
 from models.mixture.control import SUPPORT_SHARE
 from models.mixture.fedem import FedEM, broadcast_of, mixture_of
-from models.mixture.gmm import Mixture, hard_stats, kmeans, m_step, nearest
-from models.mixture.splitting import MAX_SPLITS, least_records, split_centres, splittable
+from models.mixture.gmm import Mixture, hard_stats, m_step, nearest
+from models.mixture.growing import GROW
+from models.mixture.heaviest import mass_shares
+from models.mixture.splitting import MAX_SPLITS, least_records
 from models.mixture.swaps import hold_empty, merge_columns, plan, split_in_broadcast, swap_due
 from models.private.dp import clip_rows
 
-#: the broadcast stage of a seeding round (FedEM's own: 0 seeding, 1 EM, 2 k-means)
-GROW = 3
 #: statistics a device uploads, in this order (dN: its first contribution)
 DELTAS = ("dR", "dS1", "dS2", "dH", "dN")  # (a seeding round's also carries "dC", its records per centre)
 #: every upload name, as differential privacy's clips travel in the broadcast
@@ -65,9 +66,6 @@ DP_NAMES = (*DELTAS, "dC")
 #: the change of a device's squared weighted mass per component, uploaded while the support rule's mass share is on
 #: (`mass_shares`; not with differential privacy)
 SQUARES = "dQ"
-#: refinement rounds after the seeding's growth (the last one's centres are the first mixture's; the k-means rounds
-#: that follow refine further)
-REFINE = 1
 
 
 class SummedFedEM(FedEM):
@@ -98,14 +96,8 @@ class SummedFedEM(FedEM):
         return server, self.grow_broadcast(np.zeros((1, d)))
 
     def grow_broadcast(self, centres: np.ndarray, before: int = 1) -> State:
-        """A seeding round's broadcast: the centres in the first slots, `live` marking them, and the slots the
-        uploads cover (`span`: these and the `before` of the last seeding round, where the devices' contributions
-        sit)."""
-        K, d = self.components, self.n_features
-        slots = max(K * self.split_factor, 1)
-        means, live = np.zeros((slots, d)), np.zeros(slots)
-        means[: len(centres)], live[: len(centres)] = centres, 1.0
-        return {"stage": np.array(GROW), "centres": means, "live": live, "span": np.array(max(len(centres), before))}
+        """A seeding round's broadcast (models.mixture.growing.grow_broadcast), split_factor x K slots."""
+        return growing.grow_broadcast(max(self.components * self.split_factor, 1), centres, before)
 
     def init_clients(self, data: State, broadcast: State) -> State:
         n, K, d, p = len(data["X"]), self.components, self.n_features, self.packed
@@ -222,50 +214,21 @@ class SummedFedEM(FedEM):
         return split_in_broadcast(self.aggregate(server), s.covs, s.k, s.b)
 
     def grow(self, server: State) -> tuple[State, State]:
-        """One seeding step on the summed statistics of the broadcast centres (see the module): split while fewer
-        than split_factor x K centres live (at most MAX_SPLITS rounds), merge into K, refine, then seed."""
-        R, S1, S2 = server["grow.R"], server["grow.S1"], server["grow.S2"]
-        counts = server["grow.C"]
-        # a centre lives on if `least_records` records chose it (fewer: its records go to others next round), as
-        # k-FED uploads only clusters of min_cluster records: no component of a handful of records, whose tiny
-        # covariance would make ordinary traffic beside it look anomalous
-        least = self.least_records
-        live = (self.mass_floor < R) & (counts >= least - 0.5)
-        if not live.any():
-            live = self.mass_floor < R
-        if not live.any() and self.mass_floor > 0:  # noisy sums: the heaviest broadcast centre lives (no budget to
-            # ask again; a slot no centre was broadcast in holds no records, its sums are 0 and no centre)
-            shown = np.asarray(server.get("last.live", np.arange(len(R)) == 0), dtype=float)[: len(R)] > 0
-            live = np.arange(len(R)) == int(np.argmax(np.where(shown, R, -np.inf)))
-        if not live.any():  # no device had records: ask again
-            return server, self.current(server)
-        centres = S1[live] / R[live, None]
-        K = self.components
+        """One seeding step on the summed statistics of the broadcast centres (models.mixture.growing.step, plaintext
+        FedEM's with seeding="grow" too): the next seeding round's broadcast, or the first mixture's."""
         answered = int(np.sum(server["last.live"])) if "last.live" in server else 1  # where contributions now sit
-        server["grow.rounds"] = server.get("grow.rounds", np.zeros(())) + 1
-        refined = int(server["refined"])
-        growing = len(centres) > int(server.get("grow.live", 0))  # splits that left too few records die: no churn
-        server["grow.live"] = np.array(len(centres))
-        if refined == 0 and len(centres) < K * self.split_factor and int(server["grow.rounds"]) <= self.max_splits \
-                and splittable(counts[live], least) and growing:
-            room = K * self.split_factor - len(centres)
-            grown = split_centres(R[live], S1[live], S2[live], counts[live], least, room)
-            return self.keep(server, self.with_caps(server, self.grow_broadcast(grown, answered)))
-        if refined == 0 and len(centres) > K:  # merge into K: weighted k-means on the centres, groups' sums
-            labels = kmeans(centres, K, np.random.default_rng(int(server["seed"])), weights=R[live])[1]
-            centres = np.stack([S1[live][labels == j].sum(axis=0) / R[live][labels == j].sum()
-                                for j in range(K) if (labels == j).any()])
-        if refined < REFINE:
-            server["refined"] = np.array(refined + 1)
+        K = self.components
+        done, centres = growing.step(server, K, K * self.split_factor, self.least_records, self.max_splits,
+                                     self.mass_floor)
+        if done == "again":
+            return server, self.current(server)
+        if done == "next":
+            assert centres is not None
             return self.keep(server, self.with_caps(server, self.grow_broadcast(centres, answered)))
         # seeded: the last round's centres sat in the first K slots, where the devices' contributions now are
         for name in ("R", "S1", "S2", "H", "Q"):
             if f"grow.{name}" in server:
                 server["support" if name == "H" else name] = np.array(server.pop(f"grow.{name}")[:K], dtype=float)
-        for key in ("grow.C", "grow.live"):
-            server.pop(key, None)
-        for key in ("last.centres", "last.live", "last.span"):
-            server.pop(key, None)
         server["stage"] = np.array(1)
         m = self.aggregate(server)
         return self.keep(server, self.with_caps(server, broadcast_of(m, 2 if self.hard_rounds > 0 else 1)))
@@ -370,15 +333,6 @@ def merged(state: State, broadcast: State) -> tuple[State, int]:
         for a, b in pairs[start:]:
             merge_columns({k: state[k][i] for k in names}, int(a), int(b))
     return state, len(pairs)
-
-
-def mass_shares(R: np.ndarray, Q: np.ndarray, m: int) -> np.ndarray:
-    """Per component, a bound on the share of its mass its m heaviest devices hold, from the sums of the devices'
-    masses (R) and squared masses (Q) alone: by Cauchy-Schwarz, m heaviest shares s_1..s_m add up to at most
-    sqrt(m sum_i s_i^2) = sqrt(m Q) / R. The mass share (models.core.pipeline.support_mask) keeps a component out
-    when it exceeds mass_cap: every component plaintext keeps out, and some it shares (a bound, not the share)."""
-    R, Q = np.asarray(R, dtype=float), np.maximum(np.asarray(Q, dtype=float), 0.0)
-    return np.where(R > 0, np.minimum(np.sqrt(m * Q) / np.where(R > 0, R, 1.0), 1.0), 0.0)
 
 
 def _pad(a: np.ndarray, slots: int) -> np.ndarray:
