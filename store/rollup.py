@@ -23,6 +23,9 @@ EPOCH = datetime(1970, 1, 1)
 #: score bands (alert_bands, migration 0021) per unit of sign(x) log2(1 + |x|): 1/32 of an octave for scores well
 #: above 1, finer below, any finite score in one of about 65,000 bands (no scale of a detector's is assumed)
 BANDS = 32
+#: under a minimum score, fewer alerts than this reaching it are read from alerts (through the score index) rather
+#: than adding up a window of tallies and bands (a month: about 50,000 rows at 200 devices)
+FEW = 20_000
 
 
 def band_sql(score: str) -> str:
@@ -75,6 +78,21 @@ def grain_for(f: Filter, span: int = DAY, scored: bool = False) -> int | None:
     if f.min_score is not None and not (scored and f.device is None and not f.device_prefix and f.incident is None):
         return None
     return DAY if span % DAY == 0 else HOUR if span % HOUR == 0 else None
+
+
+def scored_grain(session: Session, f: Filter, span: int = DAY) -> int | None:
+    """grain_for(scored=True), but None (alerts alone, through the score index) where the bands say that fewer than
+    FEW alerts of the window's days reach the minimum score: reading those costs less than a window of tallies."""
+    grain = grain_for(f, span, scored=True)
+    if grain is None or f.min_score is None:
+        return grain
+    B = AlertBand
+    q = select(func.coalesce(func.sum(B.alerts), 0)).where(B.span == DAY, B.band >= _band(session, f.min_score))
+    q = f.apply(q, of=B, times=False, scores=False).where(
+        *([B.start >= _floor(f.since, DAY)] if f.since is not None else []),
+        *([B.start < _ceil(f.until, DAY)] if f.until is not None and f.until < datetime.max - timedelta(days=1)
+          else []))
+    return grain if (session.scalar(q) or 0) >= FEW else None
 
 
 def tallied(session: Session, f: Filter, grain: int | None, distinct: bool = True) -> Subquery:

@@ -214,6 +214,7 @@ def load(app: Any, fleet: Fleet, partitioned: bool = False) -> str:
         with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as c:
             c.execute(text("VACUUM ANALYZE alerts"))
             c.execute(text("VACUUM ANALYZE alert_tallies"))
+            c.execute(text("VACUUM ANALYZE alert_bands"))
     print(f"stored {len(fleet.messages):,} alerts in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
     return key
 
