@@ -25,19 +25,15 @@ down_revision = '0020'
 branch_labels = None
 depends_on = None
 
-KEY = "span, start, device_id, job_id, incident_id, acknowledged"
+BEFORE = import_module("store.migrations.versions.0013_alert_tallies")  # the tallies, their key and their triggers
+KEY, SPANS, _pg_start = BEFORE.KEY, BEFORE.SPANS, BEFORE._pg_start
 BAND_KEY = "span, start, job_id, acknowledged, band"
-SPANS = "(SELECT 3600 AS span UNION ALL SELECT 86400) AS s"
 #: a tally's top: raised by an alert added (NULL: none added)
 RAISE = "CASE WHEN excluded.top IS NULL OR alert_tallies.top >= excluded.top THEN alert_tallies.top ELSE excluded.top END"
 UPSERT = (f"ON CONFLICT ({KEY}) DO UPDATE SET alerts = alert_tallies.alerts + excluded.alerts, "
           f"records = alert_tallies.records + excluded.records, top = {RAISE}")
 BAND_UPSERT = (f"ON CONFLICT ({BAND_KEY}) DO UPDATE SET alerts = alert_bands.alerts + excluded.alerts, "
                "records = alert_bands.records + excluded.records")
-
-
-def _pg_start(ts: str) -> str:
-    return f"floor(extract(epoch FROM {ts}) / s.span)::bigint * s.span"
 
 
 def _sqlite_start(ts: str, span: str = "s.span") -> str:
@@ -154,7 +150,7 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
-    before = import_module("store.migrations.versions.0013_alert_tallies")
+    before = BEFORE
     postgresql = op.get_bind().dialect.name == "postgresql"
     if postgresql:
         for name, (_, _, rows) in before.PG_TRIGGERS.items():
@@ -166,6 +162,5 @@ def downgrade() -> None:
         for name, (when, body) in before.SQLITE_TRIGGERS.items():
             op.execute(f"DROP TRIGGER alert_tallies_{name}")
             op.execute(f"CREATE TRIGGER alert_tallies_{name} {when} BEGIN {body} END")
-    with op.batch_alter_table('alert_tallies') as batch:
-        batch.drop_column('top')
+    op.execute("ALTER TABLE alert_tallies DROP COLUMN top")  # (SQLite 3.35: a column outside the key)
     op.drop_table('alert_bands')
