@@ -3,8 +3,8 @@
 alert_bands adds up the alerts per hour and per day by job, acknowledgement and score band (store.rollup.band_sql,
 1/32 of an octave); alert_tallies gains `top`, the highest score of its alerts. The same statement triggers that
 keep the tallies keep both, in the transaction that changes alerts: an insert raises a top; a deletion or an update
-that takes away a tally's top alert reads that tally's alerts again for the next highest. Both are filled from the
-alerts already stored. store.rollup reads them: the whole hours and days of a window add up the bands above the
+that takes away a tally's top alert reads that hour's alerts again for the next highest, and the day's hours. Both are filled from the
+alerts already stored (a day's top from its hours'). store.rollup reads them: the whole hours and days of a window add up the bands above the
 score's own and that band's alerts at or above the score; tallies whose top reaches the score name the devices and
 incidents.
 
@@ -60,17 +60,29 @@ def _pg_changes(sources: str) -> str:
     return f"{tallies}; {bands}"
 
 
+def _day_top(t: str) -> str:
+    """A day tally's top: its 24 hour tallies' highest (read by their keys)."""
+    hours = ", ".join(f"{t}.start + {h * 3600}" for h in range(24))
+    return (f"(SELECT max(h.top) FROM alert_tallies AS h WHERE h.span = 3600 AND h.start IN ({hours}) "
+            f"AND h.device_id = {t}.device_id AND h.job_id = {t}.job_id AND h.incident_id = {t}.incident_id "
+            f"AND h.acknowledged = {t}.acknowledged AND h.alerts > 0)")
+
+
 def _pg_retop(gone: str) -> str:
-    """The tallies that lost their top alert (`gone`: the removed rows) take their alerts' highest score again."""
-    return ("UPDATE alert_tallies AS t SET top = (SELECT max(a.score) FROM alerts AS a WHERE a.device_id = t.device_id "
-            "AND a.job_id = t.job_id AND coalesce(a.incident_id, '') = t.incident_id "
-            "AND a.acknowledged = t.acknowledged AND a.ts >= timestamp '1970-01-01' + t.start * interval '1 second' "
-            "AND a.ts < timestamp '1970-01-01' + (t.start + t.span) * interval '1 second') "
-            f"FROM (SELECT s.span, {_pg_start('c.ts')} AS start, c.device_id, c.job_id, "
-            "coalesce(c.incident_id, '') AS incident_id, c.acknowledged, max(c.score) AS gone "
-            f"FROM {gone} AS c CROSS JOIN {SPANS} GROUP BY 1, 2, 3, 4, 5, 6) AS o "
-            "WHERE t.span = o.span AND t.start = o.start AND t.device_id = o.device_id AND t.job_id = o.job_id "
-            "AND t.incident_id = o.incident_id AND t.acknowledged = o.acknowledged AND o.gone >= t.top")
+    """The tallies that lost their top alert (`gone`: the removed rows) take their alerts' highest score again: the
+    hours from alerts, then the days from their hours."""
+    hour_top = ("(SELECT max(a.score) FROM alerts AS a WHERE a.device_id = t.device_id AND a.job_id = t.job_id "
+                "AND coalesce(a.incident_id, '') = t.incident_id AND a.acknowledged = t.acknowledged "
+                "AND a.ts >= timestamp '1970-01-01' + t.start * interval '1 second' "
+                "AND a.ts < timestamp '1970-01-01' + (t.start + 3600) * interval '1 second')")
+    return "; ".join(
+        f"UPDATE alert_tallies AS t SET top = {hour_top if span == 3600 else _day_top('t')} "
+        f"FROM (SELECT floor(extract(epoch FROM c.ts) / {span})::bigint * {span} AS start, c.device_id, c.job_id, "
+        "coalesce(c.incident_id, '') AS incident_id, c.acknowledged, max(c.score) AS gone "
+        f"FROM {gone} AS c GROUP BY 1, 2, 3, 4, 5) AS o "
+        f"WHERE t.span = {span} AND t.start = o.start AND t.device_id = o.device_id AND t.job_id = o.job_id "
+        "AND t.incident_id = o.incident_id AND t.acknowledged = o.acknowledged AND o.gone >= t.top"
+        for span in (3600, 86400))
 
 
 PG_TRIGGERS = {  # the functions of 0013's statement triggers: (changed rows, removed rows)
@@ -90,10 +102,12 @@ def _sqlite_change(row: str, sign: str) -> str:
              f"FROM {SPANS} WHERE true {BAND_UPSERT};")
     if not sign:
         return tallies + " " + bands
-    retop = "".join(  # one statement a span: its key is then the table's (a tally per span and start)
-        "UPDATE alert_tallies SET top = (SELECT max(a.score) FROM alerts AS a WHERE a.device_id = alert_tallies.device_id "
-        "AND a.job_id = alert_tallies.job_id AND coalesce(a.incident_id, '') = alert_tallies.incident_id "
-        f"AND a.acknowledged = alert_tallies.acknowledged AND {_sqlite_start('a.ts', str(span))} = alert_tallies.start) "
+    hour_top = ("(SELECT max(a.score) FROM alerts AS a WHERE a.device_id = alert_tallies.device_id "
+                "AND a.job_id = alert_tallies.job_id AND coalesce(a.incident_id, '') = alert_tallies.incident_id "
+                f"AND a.acknowledged = alert_tallies.acknowledged AND {_sqlite_start('a.ts', '3600')} = "
+                "alert_tallies.start)")
+    retop = "".join(  # the hour from alerts, then the day from its hours; one statement a span (the key is the table's)
+        f"UPDATE alert_tallies SET top = {hour_top if span == 3600 else _day_top('alert_tallies')} "
         f"WHERE span = {span} AND start = {_sqlite_start(row + '.ts', str(span))} AND device_id = {row}.device_id "
         f"AND job_id = {row}.job_id AND incident_id = coalesce({row}.incident_id, '') "
         f"AND acknowledged = {row}.acknowledged AND top <= {row}.score; " for span in (3600, 86400))
