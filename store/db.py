@@ -236,7 +236,28 @@ class AlertTally(Base):
     acknowledged: Mapped[bool] = mapped_column(Boolean)
     alerts: Mapped[int] = mapped_column(BigInteger, default=0)
     records: Mapped[int] = mapped_column(BigInteger, default=0)
+    # the highest score of its alerts (migration 0021; NULL: none), so that a count under a minimum score finds the
+    # devices and incidents with an alert at or above it here
+    top: Mapped[float | None] = mapped_column(Float, nullable=True)
     __table_args__ = (PrimaryKeyConstraint("span", "start", "device_id", "job_id", "incident_id", "acknowledged",
+                                           postgresql_include=["alerts", "records", "top"]),
+                      {"sqlite_with_rowid": False})
+
+
+class AlertBand(Base):
+    """The alerts table added up per hour and per day by job, acknowledgement and score band (store.rollup.band_sql):
+    a count or a series under a minimum score adds up the bands above the score's own here, and reads that band's
+    alerts alone (migration 0021, kept by the tally triggers). No device nor incident: few rows a day."""
+
+    __tablename__ = "alert_bands"
+    span: Mapped[int] = mapped_column(Integer)
+    start: Mapped[int] = mapped_column(BigInteger)
+    job_id: Mapped[str] = mapped_column(String(64))
+    acknowledged: Mapped[bool] = mapped_column(Boolean)
+    band: Mapped[int] = mapped_column(Integer)
+    alerts: Mapped[int] = mapped_column(BigInteger, default=0)
+    records: Mapped[int] = mapped_column(BigInteger, default=0)
+    __table_args__ = (PrimaryKeyConstraint("span", "start", "job_id", "acknowledged", "band",
                                            postgresql_include=["alerts", "records"]), {"sqlite_with_rowid": False})
 
 

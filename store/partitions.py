@@ -103,16 +103,17 @@ def make_ahead(conn: Connection, now: datetime, ahead: int = AHEAD) -> list[date
 
 
 def drop_before(conn: Connection, cutoff: datetime) -> list[date]:
-    """Drop the partitions of the days wholly before `cutoff`, with their hourly and daily tallies (every alert of
-    such a day is in its partition); the days dropped. Alerts older than the cutoff in the day it falls in, or in
-    alerts_default, are the caller's to delete."""
+    """Drop the partitions of the days wholly before `cutoff`, with their hourly and daily tallies and bands
+    (every alert of such a day is in its partition); the days dropped. Alerts older than the cutoff in the day it
+    falls in, or in alerts_default, are the caller's to delete."""
     gone = [d for d in days(conn) if _start(d + timedelta(days=1)) <= cutoff]
     if gone:
         conn.execute(text(f"SET LOCAL lock_timeout = '{LOCK_TIMEOUT}'"))
     for d in gone:
         lo = int((_start(d) - EPOCH).total_seconds())
-        conn.execute(text("DELETE FROM alert_tallies WHERE span IN (:hour, :day) AND start >= :lo AND start < :hi"),
-                     {"hour": HOUR, "day": DAY, "lo": lo, "hi": lo + DAY})
+        for rollup in ("alert_tallies", "alert_bands"):
+            conn.execute(text(f"DELETE FROM {rollup} WHERE span IN (:hour, :day) AND start >= :lo AND start < :hi"),
+                         {"hour": HOUR, "day": DAY, "lo": lo, "hi": lo + DAY})
         conn.execute(text(f"DROP TABLE {name(d)}"))
     return gone
 

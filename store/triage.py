@@ -19,7 +19,7 @@ from sqlalchemy.sql.expression import Subquery
 from store.alerts import EARLIEST, incident_problem
 from store.db import Alert, utcnow
 from store.keyset import latest_first
-from store.rollup import grain_for, tallied
+from store.rollup import grain_for, scored_grain, tallied
 
 log = logging.getLogger("fedsentry.triage")
 #: acknowledgements changed by one call at most (a bulk acknowledgement names its alerts)
@@ -45,9 +45,10 @@ class AlertFilter:
     acknowledged: bool | None = None
     incident: str | None = None
 
-    def apply(self, q: Select, of: Any = Alert, times: bool = True) -> Select:
+    def apply(self, q: Select, of: Any = Alert, times: bool = True, scores: bool = True) -> Select:
         """q with these conditions on the columns of `of` (Alert, or store.db.AlertTally: no time nor score);
-        `times` False: without since and until (store.rollup cuts the window itself)."""
+        `times` False: without since and until (store.rollup cuts the window itself); `scores` False: without
+        min_score (store.rollup: tallies and bands)."""
         if self.device:
             q = q.where(of.device_id == self.device)
         if self.device_prefix:
@@ -58,7 +59,7 @@ class AlertFilter:
             q = q.where(of.ts >= self.since)
         if self.until and times:
             q = q.where(of.ts < self.until)
-        if self.min_score is not None:
+        if self.min_score is not None and scores:
             q = q.where(of.score >= self.min_score)
         if self.acknowledged is not None:
             q = q.where(of.acknowledged.is_(self.acknowledged))
@@ -110,7 +111,7 @@ def flagged_counts(session: Session, f: AlertFilter, buckets: int = 48, rollups:
     [since, until) (defaults: the 24 hours up to now), each of a round length (SPANS) starting on a multiple of
     it."""
     window = _window(f)
-    grain = grain_for(window) if rollups else None
+    grain = scored_grain(session, window) if rollups else None
     totals = session.execute(_totals(tallied(session, window, grain), grouped=grain is None)).one()
     span, series = flagged_series(session, window, buckets, rollups)
     return {"since": window.since, "until": window.until, "alerts": int(totals[0]), "records": int(totals[1]),
@@ -155,7 +156,7 @@ def flagged_series(session: Session, f: AlertFilter, buckets: int = 48, rollups:
         return _span((window.until - window.since).total_seconds() / buckets), []
     span = _span((window.until - first).total_seconds() / buckets)
     start = math.floor(_unix(first) / span) * span
-    rows = tallied(session, window, grain_for(window, span) if rollups else None)
+    rows = tallied(session, window, scored_grain(session, window, span) if rollups else None, distinct=False)
     slot = (rows.c.t - start) // span
     per = dict(session.execute(select(slot, func.sum(rows.c.records)).group_by(slot)).all())
     n = math.ceil((_unix(window.until) - start) / span)

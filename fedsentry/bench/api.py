@@ -51,9 +51,10 @@ def device_ids(n: int) -> list[str]:
 class Fleet:
     """The alerts as agents would send them (seeded), and what the API should report about them."""
 
-    def __init__(self, alerts: int, devices: int, seed: int = 2026, span: timedelta = SPAN):
+    def __init__(self, alerts: int, devices: int, seed: int = 2026, span: timedelta = SPAN,
+                 end: float | None = None):
         self.rng = rng = random.Random(seed)
-        self.end = time.time() - 60
+        self.end = time.time() - 60 if end is None else end
         self.devices = device_ids(devices)
         weights = [rng.lognormvariate(0, 1) for _ in self.devices]  # some devices are noisier than others
         n_updates = min(alerts - 1, int(alerts * UPDATE_SHARE)) if alerts > 1 else 0
@@ -156,6 +157,27 @@ def database(spec: str, scratch_server: bool) -> Iterator[str]:
         admin.dispose()
 
 
+#: in a database `--reuse` may time again: the fleet its alerts are (the alerts, the devices, their end in Unix seconds)
+FLEET_TABLE = "bench_api_fleet"
+
+
+def stored_fleet(url: str) -> tuple[int, int, float] | None:
+    """The fleet an earlier run stored in this database (alerts, devices, end), or None."""
+    from sqlalchemy import create_engine, inspect, text
+
+    from store.db import db_url
+
+    engine = create_engine(db_url(url))
+    try:
+        with engine.connect() as c:
+            if not inspect(c).has_table(FLEET_TABLE):
+                return None
+            row = c.execute(text(f"SELECT alerts, devices, end_unix FROM {FLEET_TABLE}")).one_or_none()
+            return None if row is None else (int(row[0]), int(row[1]), float(row[2]))
+    finally:
+        engine.dispose()
+
+
 def load(app: Any, fleet: Fleet, partitioned: bool = False) -> str:
     """Store the fleet's alerts as the coordinator does, acknowledge some as an analyst does; an API key. With
     `partitioned` (PostgreSQL), the fresh database's alerts are partitioned by day first (store.partitions, as
@@ -184,23 +206,36 @@ def load(app: Any, fleet: Fleet, partitioned: bool = False) -> str:
         for i in range(0, len(ids), MAX_BULK):
             acknowledge(s, ACKED_BY, "reviewed" if i % 3 else None, ids=ids[i:i + MAX_BULK])
         key = create_key(s, "viewer")
+    with engine.begin() as c:  # for --reuse
+        c.execute(text(f"CREATE TABLE {FLEET_TABLE} (alerts integer, devices integer, end_unix float)"))
+        c.execute(text(f"INSERT INTO {FLEET_TABLE} VALUES (:a, :d, :e)"),
+                  {"a": len(fleet.messages), "d": len(fleet.devices), "e": fleet.end})
     if engine.dialect.name == "postgresql":  # what autovacuum does within a minute of the load (if it is on)
         with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as c:
             c.execute(text("VACUUM ANALYZE alerts"))
             c.execute(text("VACUUM ANALYZE alert_tallies"))
+            c.execute(text("VACUUM ANALYZE alert_bands"))
     print(f"stored {len(fleet.messages):,} alerts in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
     return key
 
 
-def measure(url: str, fleet: Fleet, repeat: int, partitioned: bool = False) -> dict[str, dict[str, Any]]:
+def measure(url: str, fleet: Fleet, repeat: int, partitioned: bool = False, stored: bool = False
+            ) -> dict[str, dict[str, Any]]:
+    """Fill the database with the fleet's alerts (`stored`: there already) and time the requests."""
     from fastapi.testclient import TestClient
 
     from api.app import create_app
+    from api.security import create_key
     from api.settings import Settings
 
     app = create_app(Settings(db_url=url))
     try:
-        client = TestClient(app, headers={"Authorization": f"Bearer {load(app, fleet, partitioned)}"})
+        if stored:
+            with app.state.sessions.begin() as s:
+                key = create_key(s, "viewer")
+        else:
+            key = load(app, fleet, partitioned)
+        client = TestClient(app, headers={"Authorization": f"Bearer {key}"})
         return Requests(client, fleet, repeat).run()
     finally:
         app.state.sessions.kw["bind"].dispose()
@@ -327,7 +362,9 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("--partitioned: alerts are partitioned on PostgreSQL only (give --db or --postgres a "
                          "PostgreSQL URL)")
     logging.getLogger("httpx").setLevel(logging.WARNING)  # not a line per request
-    fleet = Fleet(args.alerts, args.devices)
+    if args.reuse and (args.postgres or not args.db or "sqlite" in args.db):
+        raise UsageError("--reuse: only a --db URL outlives a run (not sqlite, not --postgres)")
+    fleet: Fleet | None = None
     runs: dict[str, dict[str, dict[str, Any]]] = {}
     for (spec, scratch), convert in zip(specs, postgres):
         convert = convert and args.partitioned
@@ -336,11 +373,18 @@ def run(args: argparse.Namespace) -> int:
                 name = url.split(":")[0].split("+")[0] + (" partitioned" if convert else "")
                 name = name if name not in runs else f"{name} ({len(runs) + 1})"
                 print(f"{name}:", file=sys.stderr)
-                runs[name] = measure(url, fleet, args.repeat, convert)
+                stored = stored_fleet(url) if args.reuse else None
+                if stored is not None and stored[:2] != (args.alerts, args.devices):
+                    raise UsageError(f"--reuse: {spec} holds {stored[0]} alerts of {stored[1]} devices, not "
+                                     f"{args.alerts} of {args.devices}")
+                if fleet is None or (stored is not None and fleet.end != stored[2]):
+                    fleet = Fleet(args.alerts, args.devices, end=None if stored is None else stored[2])
+                runs[name] = measure(url, fleet, args.repeat, convert, stored=stored is not None)
         except (ArgumentError, OperationalError) as e:
             raise database_error("--postgres" if scratch else "--db", e) from None
         except ShapeError as e:  # (--db given a database partitioned already)
             raise UsageError(f"--partitioned: {e}; --db must be an empty database") from None
+    assert fleet is not None
     out = {"command": shlex.join(["fedsentry", *sys.argv[1:]]), "alerts": args.alerts, "devices": args.devices,
            "incidents": len(fleet.incidents), "incident_updates": sum(len(u) for _, u in fleet.incidents),
            "records": fleet.records, "repeat": args.repeat, "partitioned": args.partitioned, "databases": runs}

@@ -63,3 +63,29 @@ def test_bench_api_partitioned_times_alerts_partitioned_by_day(postgres_url, tmp
         assert partitions.partitioned(c) and len(partitions.days(c)) > 25
         assert c.execute(text("SELECT count(*) FROM alerts")).scalar() > 0
     engine.dispose()
+
+
+def test_bench_api_reuse_times_the_alerts_a_run_left(postgres_url, tmp_path, capsys):
+    """--reuse times a database an earlier run filled, storing nothing more; another fleet's size is refused, and
+    so is a database that outlives no run."""
+    import json
+
+    from sqlalchemy import text
+
+    from store.db import make_engine
+
+    args = ["bench", "api", "--alerts", "300", "--devices", "10", "--repeat", "1", "--db", postgres_url,
+            "--out", str(tmp_path)]
+    assert main([*args, "--json", str(tmp_path / "first.json")]) == 0
+    assert "stored 300 alerts" in capsys.readouterr().err
+    assert main([*args, "--reuse", "--json", str(tmp_path / "again.json")]) == 0  # its checks held: the same fleet
+    assert "stored 300 alerts" not in capsys.readouterr().err
+    assert json.loads((tmp_path / "again.json").read_text())["databases"]["postgresql"]
+    engine = make_engine(postgres_url)
+    with engine.connect() as c:
+        assert c.execute(text("SELECT count(*) FROM alerts")).scalar() == 300
+    engine.dispose()
+    assert main([*args[:2], "--alerts", "200", *args[4:], "--reuse"]) == 2
+    assert "holds 300 alerts of 10 devices, not 200 of 10" in capsys.readouterr().err
+    assert main(["bench", "api", "--alerts", "10", "--reuse"]) == 2
+    assert "--reuse: only a --db URL outlives a run" in capsys.readouterr().err

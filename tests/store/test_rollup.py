@@ -11,11 +11,11 @@ from dataclasses import replace
 from datetime import datetime, timedelta
 
 import pytest
-from sqlalchemy import delete, func, select, text
+from sqlalchemy import delete, func, literal_column, select, text
 
 from store.alerts import alert_row, store_alerts
-from store.db import Alert, AlertTally, make_engine, migrate, session_factory, utcnow
-from store.rollup import DAY, HOUR, pieces
+from store.db import Alert, AlertBand, AlertTally, make_engine, migrate, session_factory, utcnow
+from store.rollup import BANDS, DAY, HOUR, band_sql, pieces
 from store.suppress import Match, apply_retroactive, create
 from store.triage import (
     AlertFilter,
@@ -62,7 +62,7 @@ def _alerts(rng: random.Random, n: int) -> list[dict]:
         if rng.random() < 0.3:
             window = 1.79e9 + rng.randrange(4) * 60
             incident = {"key": rng.choice(("a+b", "c")), "window": window, "first": window + 1, "last": window + 2}
-        m = {"id": f"a{i}-{rng.getrandbits(32):x}", "ts": 1.79e9, "score": rng.uniform(3, 9), "threshold": 3.0,
+        m = {"id": f"a{i}-{rng.getrandbits(32):x}", "ts": 1.79e9, "score": _score(rng), "threshold": 3.0,
              "count": rng.randint(2, 50) if incident else 1, "explanation": [], "flow": {"uid": f"C{i}"},
              "incident": incident}
         row = alert_row(device, rng.choice(("j1", "j2")), 1, m, NOW)
@@ -71,7 +71,22 @@ def _alerts(rng: random.Random, n: int) -> list[dict]:
     return rows
 
 
-def _filter(rng: random.Random, ids: list[str]) -> AlertFilter:
+#: minimum scores besides the alerts' own: band edges (store.rollup.BANDS a unit of log2(1 + |x|)), 0, negative, huge
+EDGES = (0.0, 2 ** (1 / BANDS) - 1, 1.0, 2 ** (65 / BANDS) - 1, 3.0, 2 ** (80 / BANDS) - 1, 6.0, -1.0,
+         1 - 2 ** (3 / BANDS), 1e300, -1e300, 1.7e308, -1.7e308)
+
+
+def _score(rng: random.Random) -> float:
+    """Mostly between 3 and 9; some on band edges, 0, negative, huge."""
+    r = rng.random()
+    if r < 0.8:
+        return rng.uniform(3, 9)
+    if r < 0.9:
+        return rng.choice(EDGES)
+    return rng.choice((rng.uniform(-5, 1), rng.uniform(1e10, 1e300), -rng.uniform(1e10, 1e300)))
+
+
+def _filter(rng: random.Random, ids: list[str], scores: list[float] = ()) -> AlertFilter:
     def when() -> datetime | None:
         r = rng.random()
         t = NOW - timedelta(seconds=rng.uniform(-3600, 7 * 86400))
@@ -90,35 +105,53 @@ def _filter(rng: random.Random, ids: list[str]) -> AlertFilter:
     return AlertFilter(device=rng.choice(DEVICES) if pick < 0.15 else None,
                        device_prefix=rng.choice(("cam-", "cam_", "gw")) if 0.15 <= pick < 0.3 else None,
                        job="j1" if 0.3 <= pick < 0.4 else None, since=since, until=until,
-                       min_score=6.0 if 0.4 <= pick < 0.45 else None,
+                       min_score=_min_score(rng, scores) if 0.4 <= pick < 0.45 or rng.random() < 0.3 else None,
                        acknowledged=rng.choice((True, False)) if 0.45 <= pick < 0.6 else None,
                        incident=rng.choice(ids) if 0.6 <= pick < 0.65 and ids else None)
 
 
+def _min_score(rng: random.Random, scores: list[float]) -> float:
+    """A stored alert's own score (the band's alerts at the score count), a band edge, or any."""
+    r = rng.random()
+    if r < 0.4 and scores:
+        return rng.choice(scores)
+    return rng.choice(EDGES) if r < 0.7 else rng.uniform(2.5, 9.5)
+
+
 def _agree(s, rng: random.Random, windows: int = 25) -> None:
-    """Every answer read through the tallies equals the direct one, and the tallies the alerts added up afresh."""
+    """Every answer read through the tallies equals the direct one, and the tallies (their tops too) and the bands
+    the alerts added up afresh."""
     ids = [i for i in s.scalars(select(Alert.incident_id).where(Alert.incident_id.is_not(None)).distinct())]
+    scores = list(s.scalars(select(Alert.score)))
     for _ in range(windows):
-        f = _filter(rng, ids)
+        f = _filter(rng, ids, scores)
         assert records_per_device(s, f) == records_per_device(s, f, rollups=False), f
         f = replace(f, until=f.until or NOW + timedelta(hours=1))  # the counts' default end is the clock's
         buckets = rng.choice((2, 7, 24, 48, 200))
         assert flagged_counts(s, f, buckets) == flagged_counts(s, f, buckets, rollups=False), f
         assert flagged_series(s, f, buckets) == flagged_series(s, f, buckets, rollups=False), f
-    fresh = {}
-    for a in s.scalars(select(Alert)):
+    fresh: dict[tuple, tuple] = {}
+    bands: dict[tuple, tuple[int, int]] = {}
+    band = literal_column(band_sql("alerts.score"))  # as the database puts a score in a band
+    for a, b in s.execute(select(Alert, band)):
         for span in (HOUR, DAY):
             start = (a.ts - datetime(1970, 1, 1)) // timedelta(seconds=span) * span
             key = (span, start, a.device_id, a.job_id, a.incident_id or "", bool(a.acknowledged))
-            alerts, records = fresh.get(key, (0, 0))
-            fresh[key] = (alerts + 1, records + a.count)
-    kept = {(t.span, t.start, t.device_id, t.job_id, t.incident_id, bool(t.acknowledged)): (t.alerts, t.records)
+            alerts, records, top = fresh.get(key, (0, 0, a.score))
+            fresh[key] = (alerts + 1, records + a.count, max(top, a.score))
+            key = (span, start, a.job_id, bool(a.acknowledged), b)
+            alerts, records = bands.get(key, (0, 0))
+            bands[key] = (alerts + 1, records + a.count)
+    kept = {(t.span, t.start, t.device_id, t.job_id, t.incident_id, bool(t.acknowledged)): (t.alerts, t.records, t.top)
             for t in s.scalars(select(AlertTally)) if t.alerts or t.records}
     assert kept == fresh
+    assert {(b.span, b.start, b.job_id, bool(b.acknowledged), b.band): (b.alerts, b.records)
+            for b in s.scalars(select(AlertBand)) if b.alerts or b.records} == bands
 
 
 @pytest.mark.parametrize("seed", [1, 2])
-def test_rollups_answer_as_the_alerts_table_does(sessions, seed):
+def test_rollups_answer_as_the_alerts_table_does(sessions, seed, monkeypatch):
+    monkeypatch.setattr("store.rollup.FEW", 1)  # under a minimum score, the bands whenever an alert reaches it
     rng = random.Random(seed)
     rows = _alerts(rng, 400)
     with sessions.begin() as s:
@@ -156,12 +189,34 @@ def test_migration_adds_up_what_is_stored(sessions):
     with sessions.begin() as s:
         store_alerts(s, _alerts(random.Random(3), 200))
         acknowledge(s, "analyst", ids=[a for a in s.scalars(select(Alert.id).limit(50))])
-        live = select(AlertTally.__table__).where(AlertTally.alerts != 0)  # emptied ones stay, at 0
+        kept = [c for c in AlertTally.__table__.c if c.name != "top"]  # (0021 fills top: its own test)
+        live = select(*kept).where(AlertTally.alerts != 0)  # emptied ones stay, at 0
         before = sorted(tuple(r) for r in s.execute(live))
         s.execute(delete(AlertTally))
         postgresql = s.get_bind().dialect.name == "postgresql"
         s.execute(text(m._pg_changes(m._rows("alerts", 1)) if postgresql else m._sqlite_backfill()))
         assert sorted(tuple(r) for r in s.execute(live)) == before
+
+
+def test_migration_adds_up_bands_and_tops_of_what_is_stored(sessions):
+    """0021 fills the bands and the tallies' tops from the alerts stored before it: emptied and filled again by its
+    own statements, they hold what the triggers had kept (acknowledgements and deletions included)."""
+    from importlib import import_module
+
+    m = import_module("store.migrations.versions.0021_alert_bands")
+    rng = random.Random(7)
+    with sessions.begin() as s:
+        store_alerts(s, _alerts(rng, 300))
+        acknowledge(s, "analyst", ids=[a for a in s.scalars(select(Alert.id).limit(80))])
+        s.execute(delete(Alert).where(Alert.id.in_(select(Alert.id).order_by(Alert.score.desc()).limit(30))))
+        tallies = select(AlertTally.__table__).where(AlertTally.alerts != 0)
+        bands = select(AlertBand.__table__).where(AlertBand.alerts != 0)
+        before = sorted(tuple(r) for r in s.execute(tallies)), sorted(tuple(r) for r in s.execute(bands))
+        s.execute(delete(AlertBand))
+        s.execute(AlertTally.__table__.update().values(top=None))
+        for statement in m.backfill(s.get_bind().dialect.name == "postgresql"):
+            s.execute(text(statement))
+        assert (sorted(tuple(r) for r in s.execute(tallies)), sorted(tuple(r) for r in s.execute(bands))) == before
 
 
 @pytest.mark.parametrize("since, until, grain, expected", [
