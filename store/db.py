@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import io
 import logging
+import math
 import os
+import sqlite3
 import stat
 from datetime import datetime, timezone
 from pathlib import Path
@@ -450,7 +452,35 @@ def make_engine(url: str | None = None) -> Engine:
             # LIKE as PostgreSQL's: case-sensitive (a device prefix `cam` must not match `Cam-1` on SQLite only)
             cur.execute("PRAGMA case_sensitive_like=ON")
             cur.close()
+            sqlite_math(dbapi_conn)
     return engine
+
+
+def sqlite_math(dbapi_conn: Any, force: bool = False) -> None:
+    """Give a SQLite connection the math functions the score bands use (store.rollup.band_sql: ln, sign, floor)
+    where its library was built without them (SQLite before 3.35, or built without SQLITE_ENABLE_MATH_FUNCTIONS):
+    Python's, with SQLite's answers (NULL where SQLite's are). `force` installs them anyway (the test of their
+    equality)."""
+    if not force:
+        try:
+            dbapi_conn.execute("SELECT ln(2), sign(-1), floor(1.5)").fetchone()
+            return
+        except sqlite3.OperationalError:
+            pass
+
+    def ln(x: Any) -> float | None:
+        return math.log(x) if isinstance(x, (int, float)) and x > 0 else None
+
+    def sign(x: Any) -> int | None:
+        return None if not isinstance(x, (int, float)) or math.isnan(x) else (x > 0) - (x < 0)
+
+    def floor(x: Any) -> float | int | None:
+        if isinstance(x, int) or not isinstance(x, float):
+            return x if isinstance(x, int) else None
+        return float(math.floor(x)) if math.isfinite(x) else x
+
+    for name, fn in (("ln", ln), ("sign", sign), ("floor", floor)):
+        dbapi_conn.create_function(name, 1, fn, deterministic=True)
 
 
 def migrate(engine: Engine) -> None:

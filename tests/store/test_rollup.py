@@ -293,3 +293,24 @@ def test_a_count_above_a_score_reads_the_score_index(postgres_url):
         plan = "\n".join(s.scalars(text("EXPLAIN " + sql)))
     engine.dispose()
     assert "Index Only Scan using ix_alerts_score_tally" in plan, plan
+
+
+def test_bands_are_the_same_where_sqlite_lacks_its_math_functions():
+    """A SQLite library built without its math functions gets Python's (store.db.sqlite_math): every score falls in
+    the band the built-in functions put it in, so a database's bands do not depend on how its library was built."""
+    import sqlite3
+
+    from store.db import sqlite_math
+    from store.rollup import BANDS, band_sql
+
+    scores = [0, 0.0, -0.0, 1, -1, 2**0.5, 1e-300, -1e-300, 1e300, -1e300, 1.7e308, -1.7e308, 3, 4.39, 12.21, -7]
+    scores += [2 ** (j / BANDS) - 1 for j in range(-40, 200, 7)]
+    scores += [-(2 ** (j / BANDS) - 1) for j in range(1, 200, 13)]
+    query = "SELECT " + band_sql("?")
+    built_in, python = sqlite3.connect(":memory:"), sqlite3.connect(":memory:")
+    sqlite_math(python, force=True)
+    for s in scores:
+        args = (s,) * band_sql("?").count("?")
+        assert python.execute(query, args).fetchone() == built_in.execute(query, args).fetchone(), s
+    assert python.execute("SELECT ln(0), ln(-1), sign(NULL), floor(NULL), floor(3)").fetchone() == \
+        built_in.execute("SELECT ln(0), ln(-1), sign(NULL), floor(NULL), floor(3)").fetchone()
