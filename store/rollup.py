@@ -9,6 +9,7 @@ score index (migration 0017) when few pass, so the cost follows the alerts at or
 
 from __future__ import annotations
 
+import sys
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 
@@ -26,12 +27,19 @@ BANDS = 32
 #: under a minimum score, fewer alerts than this reaching it are read from alerts (through the score index) rather
 #: than adding up a window of tallies and bands (a month: about 50,000 rows at 200 devices)
 FEW = 20_000
+#: scores that are no finite number, stored by older versions or written by hand (the API serves them as null): +inf
+#: (and PostgreSQL's NaN, which it sorts above every number) in a band above every finite score's, -inf below them
+#: (SQLite keeps a NaN as NULL, which the score column refuses)
+LARGEST = sys.float_info.max
+TOP_BAND = BANDS * 1025
 
 
 def band_sql(score: str) -> str:
     """The band of a score as SQL (the same text in the triggers and the queries, so that a database puts a score
     and a minimum equal to it in the same band; non-decreasing in the score)."""
-    return f"CAST(floor({BANDS} * sign({score}) * ln(1 + abs({score})) / ln(2)) AS INTEGER)"
+    return (f"CASE WHEN {score} > {LARGEST!r} THEN {TOP_BAND} "
+            f"WHEN {score} < -{LARGEST!r} THEN -{TOP_BAND} "
+            f"ELSE CAST(floor({BANDS} * sign({score}) * ln(1 + abs({score})) / ln(2)) AS INTEGER) END")
 
 
 def band_top(band: int) -> float | None:

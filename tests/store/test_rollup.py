@@ -314,3 +314,30 @@ def test_bands_are_the_same_where_sqlite_lacks_its_math_functions():
         assert python.execute(query, args).fetchone() == built_in.execute(query, args).fetchone(), s
     assert python.execute("SELECT ln(0), ln(-1), sign(NULL), floor(NULL), floor(3)").fetchone() == \
         built_in.execute("SELECT ln(0), ln(-1), sign(NULL), floor(NULL), floor(3)").fetchone()
+
+
+def test_scores_that_are_no_finite_number_have_bands_and_counts_as_the_alerts_table(sessions):
+    """Rows an older version or a hand stored with a score of +-inf or NaN (PostgreSQL only: SQLite keeps NaN as NULL,
+    which the column refuses; the API serves them as null) are stored and counted: +inf (and PostgreSQL's NaN, above
+    every number there) in the band above every finite score's, -inf below them; every count under a minimum equals
+    the alerts table's."""
+    import math
+
+    from store.rollup import TOP_BAND
+
+    rng = random.Random(7)
+    with sessions.begin() as s:
+        store_alerts(s, _alerts(rng, 60))
+        nan = (math.nan,) if s.get_bind().dialect.name == "postgresql" else ()
+        for i, score in enumerate((math.inf, -math.inf, *nan, math.inf, 5.0)):
+            s.add(Alert(id=f"odd-{i}", device_id="cam-1", job_id="j1", model_version=1, ts=NOW - timedelta(hours=30),
+                        score=score, threshold=3.0, explanation=[]))
+    with sessions.begin() as s:
+        postgresql = s.get_bind().dialect.name == "postgresql"
+        got = {b: n for b, n in s.execute(select(AlertBand.band, func.sum(AlertBand.alerts))
+                                          .where(AlertBand.span == DAY).group_by(AlertBand.band))}
+        assert got[TOP_BAND] == (3 if postgresql else 2) and got[-TOP_BAND] == 1
+        for minimum in (None, -1e300, 0.0, 4.0, 1e300, 1.7e308, math.inf, -math.inf):
+            f = AlertFilter(since=NOW - timedelta(days=7), until=NOW + timedelta(hours=1), min_score=minimum)
+            assert flagged_counts(s, f, 24) == flagged_counts(s, f, 24, rollups=False), minimum
+            assert flagged_series(s, f, 24) == flagged_series(s, f, 24, rollups=False), minimum
