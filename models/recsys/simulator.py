@@ -16,6 +16,7 @@ import numpy as np
 
 from models.core.federated import State
 from models.core.rounds import Hooks, ListPool, RoundResult, Rounds, simulate
+from models.core.sampling import per_round
 from models.recsys import FEDERATED, make_algorithm
 from models.recsys.base import RecsysAlgorithm
 from models.recsys.centralized import ALS, run_centralized
@@ -121,6 +122,10 @@ def simulate_recsys(
         alg = make_algorithm(algorithm, train.n_items, rank, **params)
         summed = None
         if private:
+            asked = per_round(clients.n_clients, fraction)
+            if asked < 2:
+                raise ValueError(f"private mode sums at least 2 devices a round; {clients.n_clients} clients at "
+                                 f"fraction {fraction:g} sample {asked} (raise --fraction or --clients)")
             from models.recsys.private import SummedRecsys
 
             summed = SummedRecsys(alg, max(len(p) for p in parts), dropout, seed)

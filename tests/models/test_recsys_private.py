@@ -88,6 +88,8 @@ def test_what_cannot_be_private_is_refused_by_name(small):
     train, test, parts = small
     with pytest.raises(ValueError, match="private mode: centralized is not federated"):
         simulate_recsys(train, test, parts, "centralized", 3, 2, private=True)
+    with pytest.raises(ValueError, match=r"12 clients at fraction 0\.05 sample 1"):
+        simulate_recsys(train, test, parts, "fedmavg", 3, 2, 0.05, private=True)
     alg = make_algorithm("fedmavg", train.n_items, 3)
     alg.summed = {}
     with pytest.raises(ValueError, match="fedmavg has no summable uploads"):
