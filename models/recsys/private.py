@@ -90,9 +90,14 @@ class SummedRecsys:
         self.alg = alg
         self.transport = SecureTransport(scales(alg, most), 1.0, dropout, seed, secure=secure)
         self.device_rounds = 0
+        self.largest: dict[str, float] = {}  # per name, the largest |value| a device sent over its bound
 
     def __call__(self, ids: np.ndarray, uploads: State) -> State:
-        total = self.transport(ids, dense(self.alg, uploads))
+        rows = dense(self.alg, uploads)
+        for k, v in rows.items():
+            top = float(np.abs(v).max(initial=0.0)) / self.transport.scales[k]
+            self.largest[k] = max(self.largest.get(k, 0.0), top)
+        total = self.transport(ids, rows)
         self.device_rounds += len(ids)
         return as_upload(total, self.alg.n_items)
 
@@ -104,4 +109,5 @@ class SummedRecsys:
                 "secure_sum": {"device_cpu_seconds_max": float(max(t.device_cpu, default=0.0)),
                                "coordinator_cpu_seconds_median": float(np.median(t.server_cpu)) if t.server_cpu
                                else 0.0, "dropout": t.dropout, "clipped_values": t.clipped, "sums": t.sums,
-                               "failed_sums": t.failures}}
+                               "failed_sums": t.failures,
+                               "largest_of_bound": {k: round(v, 6) for k, v in sorted(self.largest.items())}}}

@@ -65,7 +65,7 @@ def test_values_beyond_the_bound_are_clipped_not_wrapped(small):
     delta[0, 0, 0] = 10 * VALUE_BOUND  # an honest device far beyond the announced bound
     delta[1, 1, 1] = -0.25
     total = summed(np.array([3, 7]), {"items": items, "item_mask": np.ones((2, 3), dtype=bool), "delta": delta})
-    assert summed.transport.clipped == 1
+    assert summed.transport.clipped == 1 and summed.largest["delta"] == 10.0  # reported: the device is 10x beyond
     assert total["delta"].shape == (1, train.n_items, 4)
     assert total["delta"][0, 0, 0] == pytest.approx(VALUE_BOUND, abs=1e-6)  # clipped to the bound
     assert total["delta"][0, 2, 1] == pytest.approx(-0.25, abs=1e-6)
