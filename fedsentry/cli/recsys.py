@@ -9,11 +9,12 @@ from typing import Any
 
 import numpy as np
 
-from fedsentry.cli.common import add_clients_arg, add_rating_columns, positive_float, positive_int, unit_open
+from fedsentry.cli.common import add_clients_arg, add_rating_columns, positive_float, positive_int, share, unit_open
 from fedsentry.cli.simulate_flags import add_simulate_flags, check_simulated, family_of
 from fedsentry.data import ratings as ratings_io
 from fedsentry.errors import UsageError
 from fedsentry.output import write_json
+from fedsentry.runs.params import private_settings
 from fedsentry.runs.recsys import prepare, simulate
 from models.families import simulated
 from models.recsys.data import CLIENT_SPLITS, Ratings
@@ -38,6 +39,8 @@ def register(groups: dict[str, Any], verbs: Any) -> None:
                      "known user, computed on the client that holds the user")
     sim.add_argument("--fold-in", metavar="ITEM=RATING,...", help="after training, the top-N items for a new user "
                      "given only these ratings (nothing stored)")
+    sim.add_argument("--private-dropout", type=share, metavar="SHARE", help="with --private: the share of each "
+                     "round's devices that vanish after uploading (the secure sum still completes; at most 1/3)")
     sim.add_argument("--top", type=positive_int, default=10, help="length of the recommendation lists (default 10)")
     sim.add_argument("--json", metavar="PATH", help="write the result as JSON (- for stdout)")
     sim.set_defaults(func=run_simulate)
@@ -130,6 +133,8 @@ def run_simulate(args: argparse.Namespace) -> int:
         raise UsageError(f"--regularizer l1 is a fedmc-admm option; {args.algorithm} uses l2")
     prep = prepare(args, [args.rank])
     queries = parse_queries(args, prep.ratings)
+    private, dropout = private_settings(args)
+    queries.update(private=private, dropout=dropout)
     result = simulate(args, prep, args.algorithm, args.rank, queries)
     if "recommendations" in result:
         for entry in result["recommendations"].values():

@@ -114,24 +114,6 @@ def simulate(args: argparse.Namespace, algorithm: str, data, split, parts, param
     return result
 
 
-
-
-
-def private_settings(args: argparse.Namespace) -> tuple[bool, float]:
-    """--private and --private-dropout, checked: (private mode, the share of devices gone after each upload)."""
-    private, dropout = bool(getattr(args, "private", False)), getattr(args, "private_dropout", None)
-    if dropout is not None and not private:
-        raise UsageError("--private-dropout is private mode's: add --private")
-    if dropout is not None and dropout > 1 / 3:
-        raise UsageError(f"--private-dropout {dropout:g}: the secure sum survives at most a third of a round dropping")
-    if private:
-        try:
-            import cryptography  # noqa: F401  (the `private` extra)
-        except ImportError:
-            raise UsageError("--private needs the private extra: pip install 'fedsentry[private]'") from None
-    return private, dropout or 0.0
-
-
 def dp_budget(args: argparse.Namespace) -> Any:
     """--dp-epsilon and --dp-delta, checked: the privacy budget (a models.private.accounting.Budget), or None."""
     epsilon, delta = getattr(args, "dp_epsilon", None), getattr(args, "dp_delta", None)

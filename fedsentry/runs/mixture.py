@@ -13,10 +13,9 @@ from fedsentry.runs.detection import (
     algorithm_class,
     algorithm_params,
     dp_budget,
-    private_settings,
     simulating,
 )
-from fedsentry.runs.params import flag_params
+from fedsentry.runs.params import flag_params, private_settings
 from models.mixture.spec import MixtureJobSpec
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 from collections.abc import Mapping
 from typing import Any
 
@@ -48,3 +49,18 @@ def flag_params(cls: type | None, given: Mapping[str, Any], algorithm: str, stri
             name = next((k for k in chosen if str(e).startswith(k)), None)
             raise UsageError(f"--{name.replace('_', '-')}: {e}" if name else str(e)) from None
     return chosen
+
+
+def private_settings(args: argparse.Namespace) -> tuple[bool, float]:
+    """--private and --private-dropout, checked: (private mode, the share of devices gone after each upload)."""
+    private, dropout = bool(getattr(args, "private", False)), getattr(args, "private_dropout", None)
+    if dropout is not None and not private:
+        raise UsageError("--private-dropout is private mode's: add --private")
+    if dropout is not None and dropout > 1 / 3:
+        raise UsageError(f"--private-dropout {dropout:g}: the secure sum survives at most a third of a round dropping")
+    if private:
+        try:
+            import cryptography  # noqa: F401  (the `private` extra)
+        except ImportError:
+            raise UsageError("--private needs the private extra: pip install 'fedsentry[private]'") from None
+    return private, dropout or 0.0

@@ -7,8 +7,8 @@ import argparse
 from typing import Any
 
 from fedsentry.output import progress
-from fedsentry.runs.detection import adversaries, algorithm_params, dp_budget, private_settings, simulating
-from fedsentry.runs.params import flag_params
+from fedsentry.runs.detection import adversaries, algorithm_params, dp_budget, simulating
+from fedsentry.runs.params import flag_params, private_settings
 from models.pca import FEDERATED
 from models.pca.spec import PCAJobSpec
 

@@ -76,11 +76,11 @@ class ConsensusSum:
     total: np.ndarray  # (coordinates, ...) S
     count: np.ndarray  # (coordinates,) n
 
-    def add(self, rows: np.ndarray, change: np.ndarray, new: bool) -> None:
-        """One client's change of message on its (distinct) coordinates; `new`: its first message."""
+    def add(self, rows: np.ndarray, change: np.ndarray, new: bool | np.ndarray) -> None:
+        """One client's change of message on its (distinct) coordinates; `new`: its first message (or, for a sum of
+        clients' changes, how many of them join each coordinate)."""
         self.total[rows] += change  # rows are distinct within one client, so += is a scatter-add
-        if new:
-            self.count[rows] += 1.0
+        self.count[rows] += np.asarray(new, dtype=float)
 
     def z(self, rows: np.ndarray, rho: float, regularizer: str = "none", gamma: float = 0.0) -> np.ndarray:
         """The consensus of these coordinates (all held by at least one client)."""

@@ -25,6 +25,8 @@ Added, because real ratings are not an exactly low-rank, noiseless matrix observ
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import numpy as np
 
 from models.core.federated import State, step_count
@@ -36,6 +38,8 @@ from models.recsys.factors import ridge_solve
 
 class AltGDMin(RecsysAlgorithm):
     name = "altgdmin"
+    summed: ClassVar[dict[str, str]] = {"gradient": "raters", "bias_delta": "raters", "bias_count": "count",
+                                        "power": "raters", "ratings": "catalogue", "users": "count"}
 
     def __init__(self, n_items: int, rank: int = 10, lam: float = 1.5, gamma: float = 2.0, lr: float = 1.0,
                  power_iterations: int = 10):

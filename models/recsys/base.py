@@ -13,6 +13,8 @@ calls `client_setup` and the server `server_setup`, before round 1 (AltGDMin's s
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import numpy as np
 
 from models.core.federated import FederatedAlgorithm, State
@@ -24,6 +26,9 @@ REGULARIZERS = ("l2", "l1")
 class RecsysAlgorithm(FederatedAlgorithm):
     #: rounds with every client before round 1 (spectral initialisations); 0 for most algorithms
     setup_rounds: int = 0
+    #: the uploads (training and setup) whose server aggregate is a sum over the devices, and the kind of bound
+    #: each is clipped to in private mode (models.recsys.private); empty: the algorithm cannot run in private mode
+    summed: ClassVar[dict[str, str]] = {}
 
     def __init__(self, n_items: int, rank: int = 10, lam: float = 10.0, gamma: float = 10.0,
                  regularizer: str = "l2", init_scale: float = 0.1):

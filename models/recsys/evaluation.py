@@ -94,3 +94,5 @@ class RecsysRun:
     upload_bytes_per_client_round: float
     setup_seconds: float = 0.0
     states: list[State] | None = None  # each client's final state (federated runs)
+    #: mean plaintext upload per device and round, setup rounds included (federated runs)
+    upload_bytes_per_device_round: float | None = None

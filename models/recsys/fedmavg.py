@@ -14,6 +14,8 @@ baseline). The server keeps nothing but V.
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import numpy as np
 
 from models.core.federated import State, step_count
@@ -24,6 +26,7 @@ from models.recsys.factors import largest_eigenvalue, prox_step
 
 class FedMAvg(RecsysAlgorithm):
     name = "fedmavg"
+    summed: ClassVar[dict[str, str]] = {"delta": "factor"}
 
     def __init__(self, n_items: int, rank: int = 10, lam: float = 10.0, gamma: float = 10.0,
                  local_steps: int = 10, step_factor: float = 5.0, init_scale: float = 0.1):

@@ -60,6 +60,8 @@ Differences from the paper, and why:
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import numpy as np
 
 from models.core.consensus import ConsensusSum, consensus, dual_step, message
@@ -77,6 +79,7 @@ DEFAULT_WEIGHT = {"l2": 10.0, "l1": 1.0}
 
 class FedMCADMM(RecsysAlgorithm):
     name = "fedmc-admm"
+    summed: ClassVar[dict[str, str]] = {"delta": "raters", "new": "flag"}
 
     def __init__(self, n_items: int, rank: int = 10, rho: float = 0.5, lam: float | None = None,
                  gamma: float | None = None, local_steps: int = 3, regularizer: str = "l2",
@@ -167,8 +170,12 @@ class FedMCADMM(RecsysAlgorithm):
         V = server["item_factors"].copy()
         touched = []
         for c, new in enumerate(uploads["new"]):
-            items, delta = held(uploads, c, "delta")
-            sums.add(items, delta, bool(new))
+            if np.ndim(new):  # a summed upload (models.recsys.private): how many devices join each item
+                items, delta, joined = held(uploads, c, "delta", "new")
+                sums.add(items, delta, joined)
+            else:
+                items, delta = held(uploads, c, "delta")
+                sums.add(items, delta, bool(new))
             touched.append(items)
         rows = np.unique(np.concatenate(touched)) if touched else np.zeros(0, dtype=np.int64)
         V[rows] = sums.z(rows, self.rho, self.regularizer, self.gamma)  # (68) / (73)

@@ -16,7 +16,8 @@ import numpy as np
 
 from models.core.federated import State
 from models.core.rounds import Hooks, ListPool, RoundResult, Rounds, simulate
-from models.recsys import make_algorithm
+from models.core.sampling import per_round
+from models.recsys import FEDERATED, make_algorithm
 from models.recsys.base import RecsysAlgorithm
 from models.recsys.centralized import ALS, run_centralized
 from models.recsys.data import Ratings, count_distinct, stack, unstack
@@ -41,20 +42,26 @@ def run_federated(
     fraction: float,
     seed: int = 0,
     on_round: Callable[[dict[str, float]], None] | None = None,
+    receive: Callable[[np.ndarray, State], State] | None = None,
 ) -> RecsysRun:
-    """Drive an algorithm for `rounds` rounds with a fraction of the clients sampled each round."""
+    """Drive an algorithm for `rounds` rounds with a fraction of the clients sampled each round. `receive`: what
+    the server gets of each round's uploads, setup rounds included (private mode: their secure sum)."""
     rng = np.random.default_rng(seed)
     data = clients.data
     evaluate = Evaluator(clients, test)
     t0 = time.perf_counter()
     loop = Rounds.start(algorithm, clients.n_clients, fraction, rng)
     pool = ListPool(data, [algorithm.init_clients(d, loop.broadcast) for d in data], stack, unstack)
+    sent: list[float] = []  # training rounds' plaintext uploads, per device
+    setup_sent: list[float] = []  # the setup rounds'
+    everyone = np.arange(clients.n_clients)
     for _ in range(algorithm.setup_rounds):
         uploads = algorithm.client_setup(stack(pool.states), stack(data), loop.broadcast)
-        loop.server, loop.broadcast = algorithm.server_setup(loop.server, uploads)
+        setup_sent.extend(algorithm.payload_bytes(uploads).tolist())
+        received = receive(everyone, uploads) if receive is not None else uploads
+        loop.server, loop.broadcast = algorithm.server_setup(loop.server, received)
     setup_seconds = time.perf_counter() - t0
     history: list[dict[str, float]] = []
-    sent: list[float] = []
 
     def observe(idx: np.ndarray, done: RoundResult) -> None:  # evaluation: not timed
         sent.extend(algorithm.payload_bytes(done.uploads).tolist())
@@ -65,10 +72,12 @@ def run_federated(
         if on_round:
             on_round(entry)
 
-    hooks = simulate(loop, pool, clients.weight, rounds, Hooks(observe=observe))
+    hooks = simulate(loop, pool, clients.weight, rounds, Hooks(observe=observe, receive=receive))
     P = gather_users(data, pool.states, clients.train.n_users)
+    # per device and round, setup rounds included: what every device sent over the device-rounds it answered
+    device_round = float(np.mean(sent + setup_sent)) if sent or setup_sent else 0.0
     return RecsysRun(P, algorithm.item_factors(loop.broadcast), history, sum(hooks.seconds) / max(rounds, 1),
-                     float(np.mean(sent)) if sent else 0.0, setup_seconds, pool.states)
+                     float(np.mean(sent)) if sent else 0.0, setup_seconds, pool.states, device_round)
 
 
 def simulate_recsys(
@@ -85,8 +94,13 @@ def simulate_recsys(
     recommend_user: int | None = None,
     fold_in_pairs: tuple[np.ndarray, np.ndarray] | None = None,
     top: int = 10,
+    private: bool = False,
+    dropout: float = 0.0,
 ) -> dict[str, Any]:
     """Train one algorithm on the clients' training ratings and evaluate it on the test ratings.
+
+    private: the server step receives only the secure sum of each round's uploads (models.recsys.private), with
+    `dropout` of each round's devices vanishing after they uploaded.
 
     recommend_user (a user index) and fold_in_pairs ((item ids, ratings) of a new user) add top-`top`
     lists computed as a deployment would: on the user's client, and at the server without storing."""
@@ -98,16 +112,31 @@ def simulate_recsys(
     params = dict(params or {})
     out: dict[str, Any] = {"algorithm": algorithm, "rank": rank, "rounds": rounds}
     if algorithm == "centralized":
-
+        if private:
+            raise ValueError("private mode: centralized is not federated (every rating goes to the server); choose "
+                             f"one of {', '.join(FEDERATED)}")
         run = run_centralized(clients, test, rank, rounds, seed, params, on_round)
         lam = ALS(rank, **{k: v for k, v in params.items() if k in ("lam", "gamma") and v is not None}).lam
         out["upload_bytes_per_client_round"] = None
     else:
         alg = make_algorithm(algorithm, train.n_items, rank, **params)
-        run = run_federated(alg, clients, test, rounds, fraction, seed, on_round)
+        summed = None
+        if private:
+            asked = per_round(clients.n_clients, fraction)
+            if asked < 2:
+                raise ValueError(f"private mode sums at least 2 devices a round; {clients.n_clients} clients at "
+                                 f"fraction {fraction:g} sample {asked} (raise --fraction or --clients)")
+            from models.recsys.private import SummedRecsys
+
+            summed = SummedRecsys(alg, max(len(p) for p in parts), dropout, seed)
+        run = run_federated(alg, clients, test, rounds, fraction, seed, on_round, summed)
         lam = alg.lam
         out.update(alg.describe())
+        out["private"] = private
         out["upload_bytes_per_client_round"] = run.upload_bytes_per_client_round
+        out["upload_bytes_per_device_round"] = run.upload_bytes_per_device_round
+        if summed is not None:  # the private run's own bytes, the plaintext's beside them
+            out.update(summed.report(), plaintext_upload_bytes_per_device_round=run.upload_bytes_per_device_round)
     last = run.history[-1]
     out.update(test_rmse=last["test_rmse"], test_mae=last["test_mae"], train_rmse=last["train_rmse"],
                seconds_per_round=run.seconds_per_round, setup_seconds=run.setup_seconds, global_mean=clients.mean,

@@ -19,7 +19,7 @@ class RecsysJobSpec(JobSpec):
     required: ClassVar[dict[str, str]] = {"items": "the item catalogue"}
     # the ratings and their scale are the simulation's data (its --ratings, --rating-min, --rating-max flags)
     simulation: ClassVar = Simulation(
-        settings=("rank", "rounds", "fraction", "seed"), algorithms=ALGORITHMS,
+        settings=("rank", "rounds", "fraction", "seed", "private"), algorithms=ALGORITHMS,
         choices={"regularizer": REGULARIZERS, "user_solver": USER_SOLVERS, "user_items": USER_ITEMS},
         parameters={"regularizer": "the penalty on the factors", "rho": "ADMM penalty, the paper's beta",
                     "lam": "ridge weight of user factors (fedmc-admm: none, by the regularizer)",
@@ -34,9 +34,17 @@ class RecsysJobSpec(JobSpec):
     items: list[int | str] = setting(factory=list, help="the item catalogue (ids)")
     rating_min: float = setting(0.5, help="lowest valid rating")
     rating_max: float = setting(5.0, help="highest valid rating")
+    private: bool = setting(False, help="private mode: the server step receives only the secure sum of each round's "
+                            "item rows (SecAgg+; every federated algorithm; simulator only so far)")
 
     def problem(self) -> dict[str, int]:
         return {"n_items": len(self.items), "rank": self.rank}
+
+    def validate(self) -> None:
+        super().validate()
+        # the simulator runs private mode (models.recsys.private); the MQTT job's secure sums are not built yet
+        check(not self.private, "private", "private mode for recommendation jobs runs in the simulator only "
+              "(fedsentry simulate recsys --private); a recsys job over MQTT cannot be private yet")
 
     def check_family(self) -> None:
         check(2 <= len(self.items) <= 1_000_000, "items", "a recsys job needs an item catalogue of 2 to 1000000 ids")

@@ -279,3 +279,12 @@ def test_no_date_any_parameter_takes_sends_the_api_to_a_5xx(any_app, api):
             if r.status_code >= 400:
                 assert any(d["field"] == f"query.{name}" for d in r.json()["detail"]), r.text
     check()
+
+
+def test_a_private_recsys_job_is_422_until_its_secure_sums_run_over_mqtt(api):
+    """The simulator's private mode (models.recsys.private) has no MQTT side yet: a job asking for it is refused by
+    name, not run in plaintext."""
+    r = api.post("/api/v1/jobs", json={**RECSYS, "private": True})
+    assert r.status_code == 422 and not wrong(r, (422,), "body.private"), r.text
+    assert "simulator only" in r.text
+    assert api.post("/api/v1/jobs", json={**RECSYS, "private": False}).status_code == 201

@@ -61,6 +61,25 @@ def test_every_algorithm_runs(capsys, tmp_path, algorithm):
     assert r["algorithm"] == algorithm and r["test_rmse"] < r["global_mean_test_rmse"]
 
 
+def test_private_runs_beside_plaintext_and_refuses_what_it_cannot(capsys, tmp_path):
+    """--private: the same model to fixed-point error, both byte counts in the JSON; refusals name the flag."""
+    results = {}
+    for mode in ([], ["--private", "--private-dropout", "0.3"]):
+        code, _, err = run(capsys, "simulate", "recsys", *FAST, *mode, "--json", str(tmp_path / "r.json"))
+        assert code == 0, err
+        results[bool(mode)] = json.loads((tmp_path / "r.json").read_text())
+    plain, private = results[False], results[True]
+    assert plain["private"] is False and private["private"] is True
+    assert abs(plain["test_rmse"] - private["test_rmse"]) < 1e-6
+    assert private["plaintext_upload_bytes_per_device_round"] == plain["upload_bytes_per_device_round"] > 0
+    assert private["upload_bytes_per_device_round"] > 0 and private["secure_sum"]["dropout"] == 0.3
+    assert "--private-dropout 0.4" in error_line(capsys, "simulate", "recsys", *FAST, "--private",
+                                                  "--private-dropout", "0.4")
+    assert "add --private" in error_line(capsys, "simulate", "recsys", *FAST, "--private-dropout", "0.1")
+    assert "centralized is not federated" in error_line(capsys, "simulate", "recsys", *FAST, "--private",
+                                                        "--algorithm", "centralized")
+
+
 @pytest.mark.alone  # a wall-clock bound
 def test_any_ratings_csv_with_named_columns_and_recommendations(capsys, tmp_path):
     r = generate_ratings(n_users=60, n_items=80, mean_ratings=20, seed=4)
