@@ -18,7 +18,8 @@ from typing import Any, ClassVar, cast
 
 import numpy as np
 
-from coordinator.job_runner import JobRunner, Phase
+from coordinator.job_runner import Phase
+from coordinator.private_recsys import PrivateRecsys
 from models.core.messages import MessageType, Upload
 from models.core.pipeline import close_round
 from models.recsys import RecsysAlgorithm
@@ -31,9 +32,11 @@ from wire.protocol import ProtocolError
 log = logging.getLogger("fedsentry.coordinator")
 
 MAX_UPLOAD_NORM = 1e9
+#: the most users one device may say it holds (private mode's clip is in units of it)
+MAX_USERS = 10_000_000
 
 
-class RecsysJob(JobRunner):
+class RecsysJob(PrivateRecsys):
     type = "recsys"
     replies: ClassVar[dict[str, MessageType]] = {"stats": RatingSums, "setup": SetupStep, "train": Upload,
                                                    "eval": Evaluation}
@@ -47,13 +50,23 @@ class RecsysJob(JobRunner):
     def setup_rounds(self) -> int:
         return int(self.algorithm().setup_rounds)
 
+    def reply_type(self, phase: str) -> MessageType | None:
+        return self.private_reply(phase) if self.spec.private else super().reply_type(phase)
+
+    def follow(self) -> None:
+        if self.spec.private:
+            self.private_follow()
+        else:
+            super().follow()
+
     def content(self, phase: str, header: dict[str, Any]) -> RecsysRound:
         common = {**header, "rank": self.spec.rank, "params": self.spec.algorithm_params,
-                  "n_items": len(self.spec.items)}
+                  "n_items": len(self.spec.items), **(self.private_fields(phase) if self.spec.private else {})}
         if phase == "stats":
             return RecsysRound(**common, items=self.spec.items)
-        # the initial state, until every participant has initialised its own
-        init = unpack(bytes.fromhex(self.info["init_blob"])) if self.round <= self.setup_rounds + 1 else {}
+        # the initial state, until every participant has initialised its own (private: until the first sum is done)
+        first = not self.info.get("sums") if self.spec.private else self.round <= self.setup_rounds + 1
+        init = unpack(bytes.fromhex(self.info["init_blob"])) if first else {}
         return RecsysRound(**common, broadcast=dict(self.broadcast), init=init, mean=self.info["mean"])
 
     def phase_table(self) -> list[Phase]:
@@ -65,10 +78,15 @@ class RecsysJob(JobRunner):
         if isinstance(msg, RatingSums):
             if msg.count.shape != (1,) or msg.sum.shape != (1,) or msg.count[0] < 0:
                 raise ProtocolError("shape", "stats need count (1,) >= 0 and sum (1,)")
+            if msg.users is not None and (msg.users.shape != (1,) or not 1 <= msg.users[0] <= MAX_USERS):
+                raise ProtocolError("value", f"users must be one count between 1 and {MAX_USERS}")
             return
         if isinstance(msg, Evaluation):
             if msg.sq_error.shape != (1,) or msg.count.shape != (1,) or msg.sq_error[0] < 0 or msg.count[0] < 0:
                 raise ProtocolError("shape", "eval needs sq_error (1,) >= 0 and count (1,) >= 0")
+            return
+        if self.spec.private:
+            self.validate_step(msg, sender)
             return
         a = msg.arrays
         items = a.get("items")
@@ -91,6 +109,8 @@ class RecsysJob(JobRunner):
             n = sum(int(self.pending[a].count[0]) for a in answered)
             self.info["test_rmse"] = float(np.sqrt(sq / n)) if n else None
             return {"test_rmse": self.info["test_rmse"], "test_ratings": n}
+        if self.spec.private:
+            return self.close_step(answered)
         if not answered:
             return {"item_change": 0.0}
         uploads = stack([{k: v[None] for k, v in self.pending[a].arrays.items()} for a in answered])
@@ -116,6 +136,8 @@ class RecsysJob(JobRunner):
         self.rng = np.random.default_rng(self.spec.seed)
         self.server, self.broadcast = self.algorithm().init_server(len(answered), self.rng)
         self.info["init_blob"] = pack(self.broadcast).hex()
+        if self.spec.private:
+            self.private_stats(answered)
         return {"ratings": int(counts.sum()), "mean": self.info["mean"]}
 
     def finish(self) -> None:

@@ -9,6 +9,11 @@ Phases (meta ``phase`` of the round message):
 - ``eval``: the squared error and count of its held-out ratings under its own user factors and the
   final item factors, so the coordinator can pool a test RMSE without seeing any rating.
 
+Private mode (coordinator.private_recsys): the statistics also say how many users the agent holds; each training
+round is a secure sum (``train:advertise`` .. ``train:unmask``, `edge_agent.participant`) of the client step's
+upload laid out over the catalogue (models.recsys.private.dense, the simulator's); the state that step made is kept
+aside until a later round says the sum's total holds it (`counted`).
+
 The round loop (train, idempotent replies, owed finishes) is `edge_agent.participant`.
 """
 
@@ -28,6 +33,9 @@ from models.recsys.messages import Evaluation, RatingSums, RecsysRound, SetupSte
 from wire.protocol import Envelope
 
 log = logging.getLogger("fedsentry.agent")
+
+#: the key of the secure sum a private job's pending state was made for
+PENDING = "__pending_label__"
 
 
 class RecsysParticipant(Participant):
@@ -90,8 +98,37 @@ class RecsysParticipant(Participant):
     def _stats(self, req: Request) -> Envelope:
         self._job(req)
         _, _, v = self._indexed(self.train, req.msg.items)
-        return req.reply(RatingSums(count=np.array([len(v)], dtype=np.int64), sum=np.array([float(v.sum())])),
-                         self.id)
+        users = np.array([len(self.users)], dtype=np.int64) if req.msg.private else None
+        return req.reply(RatingSums(count=np.array([len(v)], dtype=np.int64), sum=np.array([float(v.sum())]),
+                                    users=users), self.id)
+
+    def secure_values(self, name: str, req: Request) -> dict[str, np.ndarray]:
+        """A private job's training sum: the client step (the simulator's) and its upload as this device's rows over
+        the catalogue (models.recsys.private.dense, the simulator's); the new state kept aside until it counts."""
+        from models.recsys.private import dense
+
+        if name != "train":
+            raise ValueError(f"a recsys agent has no secure sum {name!r}")
+        alg, data = self.algorithm(req.msg), self.client_data(req)
+        state = self.counted_state(req)
+        if state is None:
+            state = alg.init_clients(data, req.msg.init or req.msg.broadcast)
+        new, upload = alg.client_update(state, data, req.msg.broadcast)
+        label = np.frombuffer(str((req.msg.secagg or {})["label"]).encode(), np.uint8)
+        self.store.save_arrays(f"pending-{req.job}", {**new, PENDING: label})
+        return {k: v[0] for k, v in dense(alg, upload).items()}
+
+    def counted_state(self, req: Request) -> dict[str, np.ndarray] | None:
+        """The job's state as the coordinator's sums hold it: the state made for the last sum whose total holds this
+        device's upload (the round message's `counted`) committed now, its finish owed; one whose upload did not
+        count is dropped."""
+        pending = self.store.load_arrays(f"pending-{req.job}")
+        if pending:
+            label = bytes(pending.pop(PENDING)).decode()
+            if (req.msg.counted or {}).get(self.id) == label:
+                self.save_state(req.job, pending, True)
+            self.store.save_arrays(f"pending-{req.job}", {})
+        return self.current_state(req)
 
     def _setup(self, req: Request) -> Envelope:
         """The algorithm's setup step, with every participant; the state starts here (as in the simulator)."""
@@ -106,7 +143,7 @@ class RecsysParticipant(Participant):
     def _eval(self, req: Request) -> Envelope:
         msg: RecsysRound = req.msg
         alg = self.algorithm(msg)
-        state = self.current_state(req)
+        state = self.counted_state(req) if msg.private else self.current_state(req)
         sq, n = 0.0, 0
         if self.test is not None and len(self.test):
             u, i, v = self._indexed(self.test, self._job(req)["items"])

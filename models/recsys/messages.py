@@ -20,6 +20,10 @@ class RecsysRound(RoundMessage):
     n_items: int
     items: list[int | str] | None = None
     mean: float | None = None
+    #: private mode (models.recsys.private): each round's upload is a secure sum; `counted` names, for each device
+    #: asked, the label of the last secure sum whose total holds its upload (the device keeps the state it made then)
+    private: bool = False
+    counted: dict[str, str] | None = None
 
 
 @dataclass(kw_only=True)
@@ -29,6 +33,7 @@ class RatingSums(Message):
     kind: ClassVar[str] = "stats"
     count: np.ndarray = array(kinds="iu")
     sum: np.ndarray = array(kinds="f")
+    users: np.ndarray | None = array(kinds="iu", default=None)  # private mode: how many users it holds (the clip)
 
 
 @dataclass(kw_only=True)

@@ -49,6 +49,16 @@ def scales(alg: RecsysAlgorithm, most: int) -> dict[str, float]:
     return {HELD: 1.0, **{k: unit[kind] for k, kind in alg.summed.items()}}
 
 
+def round_shapes(alg: RecsysAlgorithm) -> dict[str, tuple[int, ...]]:
+    """The shapes of one device's summable rows in a training round (`dense`), as a job over MQTT announces them:
+    a flag or count per item, an item row (factor, raters) per item. Only algorithms without setup rounds, whose
+    summed names are all a training round's."""
+    if alg.setup_rounds:
+        raise ValueError(f"{alg.name} has setup rounds: its private job over MQTT is not built")
+    row = {"flag": (), "count": (), "factor": (alg.width,), "raters": (alg.width,)}
+    return {HELD: (alg.n_items,), **{k: (alg.n_items, *row[kind]) for k, kind in alg.summed.items()}}
+
+
 def dense(alg: RecsysAlgorithm, uploads: State) -> State:
     """A batch of plaintext uploads as each device's summable rows over the catalogue (on the device)."""
     items, mask = np.asarray(uploads["items"]), np.asarray(uploads["item_mask"], dtype=bool)

@@ -35,16 +35,18 @@ class RecsysJobSpec(JobSpec):
     rating_min: float = setting(0.5, help="lowest valid rating")
     rating_max: float = setting(5.0, help="highest valid rating")
     private: bool = setting(False, help="private mode: the server step receives only the secure sum of each round's "
-                            "item rows (SecAgg+; every federated algorithm; simulator only so far)")
+                            "item rows (SecAgg+; every federated algorithm in the simulator, fedmavg and fedmc-admm "
+                            "in a job)")
 
     def problem(self) -> dict[str, int]:
         return {"n_items": len(self.items), "rank": self.rank}
 
     def validate(self) -> None:
         super().validate()
-        # the simulator runs private mode (models.recsys.private); the MQTT job's secure sums are not built yet
-        check(not self.private, "private", "private mode for recommendation jobs runs in the simulator only "
-              "(fedsentry simulate recsys --private); a recsys job over MQTT cannot be private yet")
+        # a job over MQTT sums training rounds only (coordinator.private_recsys); setup rounds' sums are not built
+        check(not self.private or not self.make_algorithm().setup_rounds, "private",
+              f"private mode over MQTT runs fedmavg and fedmc-admm; {self.algorithm}'s setup rounds are not summed "
+              "yet (fedsentry simulate recsys --private runs it)")
 
     def check_family(self) -> None:
         check(2 <= len(self.items) <= 1_000_000, "items", "a recsys job needs an item catalogue of 2 to 1000000 ids")

@@ -281,10 +281,11 @@ def test_no_date_any_parameter_takes_sends_the_api_to_a_5xx(any_app, api):
     check()
 
 
-def test_a_private_recsys_job_is_422_until_its_secure_sums_run_over_mqtt(api):
-    """The simulator's private mode (models.recsys.private) has no MQTT side yet: a job asking for it is refused by
-    name, not run in plaintext."""
-    r = api.post("/api/v1/jobs", json={**RECSYS, "private": True})
+def test_a_private_recsys_job_is_422_for_what_its_secure_sums_over_mqtt_do_not_run(api):
+    """A job's secure sums run training rounds (fedmavg, fedmc-admm: coordinator.private_recsys); AltGDMin's setup
+    rounds are not summed over MQTT yet: a job asking for it is refused by name, not run in plaintext."""
+    r = api.post("/api/v1/jobs", json={**RECSYS, "algorithm": "altgdmin", "private": True})
     assert r.status_code == 422 and not wrong(r, (422,), "body.private"), r.text
-    assert "simulator only" in r.text
-    assert api.post("/api/v1/jobs", json={**RECSYS, "private": False}).status_code == 201
+    assert "setup rounds are not summed" in r.text
+    for algorithm in ("fedmavg", "fedmc-admm"):
+        assert api.post("/api/v1/jobs", json={**RECSYS, "algorithm": algorithm, "private": True}).status_code == 201

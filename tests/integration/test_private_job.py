@@ -31,12 +31,12 @@ class PrivateLoopback:
     that do not answer a round of that phase (its deadline then closes it)."""
 
     def __init__(self, tmp, settings: dict, participants: list, silent=lambda phase: (), kind: str = "pca",
-                 without_extra: tuple[str, ...] = ()):
+                 without_extra: tuple[str, ...] = (), algorithm: str | None = None):
         engine = make_engine(f"sqlite:///{tmp}/loop.db")
         migrate(engine)
         self.sessions = session_factory(engine)
         self.kind = kind
-        create_job(self.sessions, "loop", job_spec(kind, {**settings, "algorithm": ALGORITHM[kind]}))
+        create_job(self.sessions, "loop", job_spec(kind, {**settings, "algorithm": algorithm or ALGORITHM[kind]}))
         self.participants, self.silent = {p.id: p for p in participants}, silent
         self.without_extra = without_extra  # devices without the `private` extra (cryptography)
         self.outbox: list[tuple[str, bytes]] = []

@@ -94,8 +94,8 @@ def test_what_cannot_be_private_is_refused_by_name(small):
     alg.summed = {}
     with pytest.raises(ValueError, match="fedmavg has no summable uploads"):
         SummedRecsys(alg, 4)
-    with pytest.raises(SettingError, match="simulator only") as e:
-        RecsysJobSpec.from_dict({"items": list(range(20)), "rank": 3, "private": True})
+    with pytest.raises(SettingError, match="altgdmin's setup rounds are not summed") as e:
+        RecsysJobSpec.from_dict({"items": list(range(20)), "rank": 3, "private": True, "algorithm": "altgdmin"})
     assert e.value.field == "private"
 
 
