@@ -97,13 +97,9 @@ class PrivateDetector(SecureSums, NoisyDetector):
     def private_follow(self) -> None:
         """The next step of the sum in progress, else a failed sum again, else the first step of the next sum, else the
         end."""
-        if self.retried():
+        if self.next_step():
             return
         at = step_of(self.phase)
-        if at is not None and at[1] in STEPS[:-1]:
-            phase = f"{at[0]}:{STEPS[STEPS.index(at[1]) + 1]}"
-            self.begin(phase, self.round + 1, self.asked(phase))
-            return
         nxt = self.next_sum(at[0] if at is not None else self.phase)
         if nxt is None:
             self.finish()

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from coordinator.secure_sums import SecureSums, step_of
+from coordinator.secure_sums import SecureSums
 from models.core.messages import MessageType
 from models.core.pipeline import close_round
 from models.core.sampling import sample
@@ -42,13 +42,9 @@ class PrivateRecsys(SecureSums):
         the evaluation, else the end."""
         from models.private.relay import STEPS
 
-        if self.retried():
+        if self.next_step():
             return
-        at = step_of(self.phase)
-        if at is not None and at[1] in STEPS[:-1]:
-            phase = f"{at[0]}:{STEPS[STEPS.index(at[1]) + 1]}"
-            self.begin(phase, self.round + 1, self.asked(phase))
-        elif self.phase == "eval":
+        if self.phase == "eval":
             self.finish()
         elif self.info.get("sums", {}).get(TRAIN, 0) < self.spec.rounds:
             assert self.rng is not None

@@ -226,6 +226,20 @@ class SecureSums(JobRunner):
         self.info["retry"] = {"name": name, "members": names}
         return {"failed": reason, "attempt": attempts[name]}
 
+    def next_step(self) -> bool:
+        """Begin a failed sum again, else the next step of the sum in progress; False if neither (the phase is a sum's
+        last step, or no sum's)."""
+        from models.private.relay import STEPS
+
+        if self.retried():
+            return True
+        at = step_of(self.phase)
+        if at is None or at[1] not in STEPS[:-1]:
+            return False
+        phase = f"{at[0]}:{STEPS[STEPS.index(at[1]) + 1]}"
+        self.begin(phase, self.round + 1, self.asked(phase))
+        return True
+
     def retried(self) -> bool:
         """Start a failed sum again (its advertise step) if one waits; True if so."""
         retry = self.info.pop("retry", None)

@@ -22,9 +22,6 @@ from models.mixture.fedem import FedEM, device_seed, shared_of
 from models.mixture.messages import MixtureHistogram, MixtureRound, MixtureStatistics
 from wire.protocol import Envelope
 
-#: the key of the sum a device's pending contribution was made for
-PENDING = "__pending_label__"
-
 
 class MixtureParticipant(DetectorParticipant[MixtureRound]):
     family = "gmm"
@@ -102,20 +99,14 @@ class MixtureParticipant(DetectorParticipant[MixtureRound]):
             state = alg.init_clients(data, req.msg.broadcast)
         new, upload = alg.client_update(state, data, req.msg.broadcast)
         # kept aside until a later sum says this one holds its change (`counted_state`)
-        label = np.frombuffer(str(self.announcement(req)["label"]).encode(), np.uint8)
-        self.store.save_arrays(f"pending-{req.job}", {**new, PENDING: label})
+        self.keep_pending(req.job, new, str(self.announcement(req)["label"]))
         return {k: v[0] for k, v in upload.items()}
 
     def counted_state(self, req: Request) -> dict[str, np.ndarray] | None:
         """This device's contribution as the coordinator's sums hold it: the one it made for the last sum whose
         total holds its change (the round message says which), committed now; one whose upload did not count is
         dropped (the device left before uploading, or the sum failed)."""
-        pending = self.store.load_arrays(f"pending-{req.job}")
-        if pending:
-            label = bytes(pending.pop(PENDING)).decode()
-            if (self.announcement(req).get("counted") or {}).get(self.id) == label:
-                self.save_state(req.job, pending, False)
-            self.store.save_arrays(f"pending-{req.job}", {})
+        self.commit_counted(req.job, self.announcement(req).get("counted"), False)
         state, _ = self.load_state(req.job)
         return state
 

@@ -35,6 +35,7 @@ from wire.protocol import Envelope, decode
 OWED = "__finish_owed__"  # the state's client_finish is still to be applied with the next broadcast
 REPLY = "__reply__"  # the upload this state produced (encoded envelope)
 REPLY_ROUND = "__reply_round__"
+PENDING = "__pending_label__"  # private mode: the label of the secure sum a state kept aside was made for
 
 
 @dataclass
@@ -176,6 +177,22 @@ class Participant(ABC):
         self.store.save_arrays(f"secagg-{env.job}", member.state())
         self.store.save_bytes(key, reply.encode())
         return reply
+
+    # -- private mode: the state a client step made for a sum, kept aside until the sum is known to hold it ------
+    def keep_pending(self, job: str, state: State, label: str) -> None:
+        """Keep the state this device's client step made for the sum `label` aside (`commit_counted`)."""
+        self.store.save_arrays(f"pending-{job}", {**state, PENDING: np.frombuffer(label.encode(), np.uint8)})
+
+    def commit_counted(self, job: str, counted: dict[str, str] | None, owed: bool) -> None:
+        """Commit the state kept aside if `counted` (the coordinator's: the label of the last sum whose total holds
+        each device's upload) names its sum for this device, with its finish `owed` or not; drop it otherwise (the
+        device left before uploading, or the sum failed)."""
+        pending = self.store.load_arrays(f"pending-{job}")
+        if pending:
+            label = bytes(pending.pop(PENDING)).decode()
+            if (counted or {}).get(self.id) == label:
+                self.save_state(job, pending, owed)
+            self.store.save_arrays(f"pending-{job}", {})
 
     # -- the algorithm and its state ----------------------------------------------------------------------
     def algorithm(self, msg: Any) -> FederatedAlgorithm:

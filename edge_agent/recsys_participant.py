@@ -34,9 +34,6 @@ from wire.protocol import Envelope
 
 log = logging.getLogger("fedsentry.agent")
 
-#: the key of the secure sum a private job's pending state was made for
-PENDING = "__pending_label__"
-
 
 class RecsysParticipant(Participant):
     family = "recsys"
@@ -114,20 +111,14 @@ class RecsysParticipant(Participant):
         if state is None:
             state = alg.init_clients(data, req.msg.init or req.msg.broadcast)
         new, upload = alg.client_update(state, data, req.msg.broadcast)
-        label = np.frombuffer(str((req.msg.secagg or {})["label"]).encode(), np.uint8)
-        self.store.save_arrays(f"pending-{req.job}", {**new, PENDING: label})
+        self.keep_pending(req.job, new, str((req.msg.secagg or {})["label"]))
         return {k: v[0] for k, v in dense(alg, upload).items()}
 
     def counted_state(self, req: Request) -> dict[str, np.ndarray] | None:
         """The job's state as the coordinator's sums hold it: the state made for the last sum whose total holds this
         device's upload (the round message's `counted`) committed now, its finish owed; one whose upload did not
         count is dropped."""
-        pending = self.store.load_arrays(f"pending-{req.job}")
-        if pending:
-            label = bytes(pending.pop(PENDING)).decode()
-            if (req.msg.counted or {}).get(self.id) == label:
-                self.save_state(req.job, pending, True)
-            self.store.save_arrays(f"pending-{req.job}", {})
+        self.commit_counted(req.job, req.msg.counted, True)
         return self.current_state(req)
 
     def _setup(self, req: Request) -> Envelope:

@@ -70,7 +70,8 @@ def test_a_private_recsys_job_equals_the_simulators_private_mode_through_dropout
     assert mv.info["test_rmse"] == pytest.approx(sim["test_rmse"], abs=1e-9)
 
 
-def simulated_items(ratings, algorithm: str) -> np.ndarray:
+def simulated_items(ratings, algorithm: str, rank: int = RANK, rounds: int = ROUNDS, fraction: float = FRACTION,
+                    seed: int = SEED) -> np.ndarray:
     """The simulator's private-mode item factors (simulate_recsys reports figures, not the factors)."""
     from models.recsys import make_algorithm
     from models.recsys.evaluation import prepare_clients
@@ -78,9 +79,9 @@ def simulated_items(ratings, algorithm: str) -> np.ndarray:
     from models.recsys.simulator import run_federated
 
     train, test, parts = ratings
-    alg = make_algorithm(algorithm, train.n_items, RANK)
-    run = run_federated(alg, prepare_clients(train, parts), test, ROUNDS, FRACTION, SEED,
-                        receive=SummedRecsys(alg, max(len(p) for p in parts), 0.0, SEED))
+    alg = make_algorithm(algorithm, train.n_items, rank)
+    run = run_federated(alg, prepare_clients(train, parts), test, rounds, fraction, seed,
+                        receive=SummedRecsys(alg, max(len(p) for p in parts), 0.0, seed))
     return run.item_factors
 
 

@@ -4,6 +4,8 @@ exactly what `simulate recsys` computes."""
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import numpy as np
 import pytest
@@ -27,11 +29,9 @@ def shard(r, users):
                         r.rating_max)
 
 
-@pytest.mark.parametrize("algorithm", ["fedmc-admm", "altgdmin"])
-def test_recsys_job_equals_the_simulator(broker, coordinator, tmp_path, algorithm):
-    data = generate_ratings(n_users=120, n_items=80, seed=2)
-    train, test = train_test_split(data, 0.2, seed=0)
-    parts = split_users(train.n_users, N, "random", np.random.default_rng(0))
+@contextmanager
+def rating_agents(broker, coordinator, tmp_path, train, test, parts) -> Iterator[list[Agent]]:
+    """One in-process agent per part of the users (ids rs-0, rs-1, ...), online; stopped on leaving."""
     threads, agents = [], []
     for i, users in enumerate(parts):
         a = Agent(AgentConfig(f"rs-{i}", broker.url, str(tmp_path / f"rs-{i}")),
@@ -41,7 +41,21 @@ def test_recsys_job_equals_the_simulator(broker, coordinator, tmp_path, algorith
         agents.append(a)
         threads.append(t)
     try:
-        wait_until(lambda: len(coordinator.online_devices("recsys")) == N, what="agents online")
+        wait_until(lambda: len(coordinator.online_devices("recsys")) == len(parts), what="agents online")
+        yield agents
+    finally:
+        for a in agents:
+            a.stop.set()
+        for t in threads:
+            t.join(timeout=10)
+
+
+@pytest.mark.parametrize("algorithm", ["fedmc-admm", "altgdmin"])
+def test_recsys_job_equals_the_simulator(broker, coordinator, tmp_path, algorithm):
+    data = generate_ratings(n_users=120, n_items=80, seed=2)
+    train, test = train_test_split(data, 0.2, seed=0)
+    parts = split_users(train.n_users, N, "random", np.random.default_rng(0))
+    with rating_agents(broker, coordinator, tmp_path, train, test, parts):
         coordinator.create_job("rs", "recsys", algorithm, {
             "items": train.item_ids.tolist(), "rank": 4, "rounds": 6, "fraction": 0.5, "seed": 0, "min_agents": N,
             "deadline": 10.0})
@@ -56,8 +70,3 @@ def test_recsys_job_equals_the_simulator(broker, coordinator, tmp_path, algorith
         setup = 10 if algorithm == "altgdmin" else 0
         assert phases == ["stats"] + ["setup"] * setup + ["train"] * 6 + ["eval"]
         assert V.shape == (train.n_items, 5) and mv.promoted
-    finally:
-        for a in agents:
-            a.stop.set()
-        for t in threads:
-            t.join(timeout=10)
