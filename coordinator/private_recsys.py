@@ -4,6 +4,8 @@ the server step only as the secure sum of its devices' uploads, as in the simula
 
     stats                  every participant sends its rating count and sum (the fleet's mean) and how many users it
                            holds (the clip's bound, `most`)
+    setup:advertise..unmask  per setup round (AltGDMin's power iterations), every participant's secure sum of its
+                           setup step's rows; the algorithm's setup step on the sum
     train:advertise..unmask  per training round, a seeded sample's secure sum of each device's rows over the catalogue
                            (`dense`); the algorithm's server step on the sum read as one upload (`as_upload`)
     eval                   as a plaintext job: each device's squared error and count of its held-out ratings
@@ -25,8 +27,8 @@ from models.core.pipeline import close_round
 from models.core.sampling import sample
 from models.recsys.messages import Evaluation, RatingSums
 
-#: the secure sum of a training round
-TRAIN = "train"
+#: the secure sums of a training round and of a setup round (AltGDMin's power iterations)
+TRAIN, SETUP = "train", "setup"
 
 
 class PrivateRecsys(SecureSums):
@@ -44,9 +46,12 @@ class PrivateRecsys(SecureSums):
 
         if self.next_step():
             return
+        done = self.info.get("sums", {})
         if self.phase == "eval":
             self.finish()
-        elif self.info.get("sums", {}).get(TRAIN, 0) < self.spec.rounds:
+        elif done.get(SETUP, 0) < self.algorithm().setup_rounds:  # every participant, as the simulator's setup
+            self.begin(f"{SETUP}:{STEPS[0]}", self.round + 1, self.participants)
+        elif done.get(TRAIN, 0) < self.spec.rounds:
             assert self.rng is not None
             members = [self.participants[i] for i in sample(self.rng, self.participants, self.spec.fraction)[0]]
             self.begin(f"{TRAIN}:{STEPS[0]}", self.round + 1, members)
@@ -71,7 +76,7 @@ class PrivateRecsys(SecureSums):
         from models.recsys.private import round_shapes, scales
 
         alg = self.algorithm()
-        shapes = round_shapes(alg)
+        shapes = round_shapes(alg, setup=name == SETUP)
         every = scales(alg, int(self.info["most"]))
         seed = int(np.random.default_rng([self.spec.seed, rnd]).integers(2**31))
         return Announced(f"{self.job_id}/{name}/{rnd}", tuple(members), shapes, {k: every[k] for k in shapes}, 1.0,
@@ -82,14 +87,17 @@ class PrivateRecsys(SecureSums):
         from models.recsys.private import as_upload
 
         alg = self.algorithm()
-        ids, weights = self.weights(members)
         before = self.broadcast["item_factors"]
-        self.server, self.broadcast = close_round(alg, self.server, ids, as_upload(total, alg.n_items), weights)
+        upload = as_upload(total, alg.n_items)
+        if name == SETUP:  # the setup step changes no device's state
+            self.server, self.broadcast = alg.server_setup(self.server, upload)
+            return {"item_change": item_change(before, self.broadcast["item_factors"])}
+        ids, weights = self.weights(members)
+        self.server, self.broadcast = close_round(alg, self.server, ids, upload, weights)
         counted = self.info.setdefault("counted", {})
         for m in members:  # the sum holds their uploads: each device keeps the state it made for it when told
             counted[m] = str(self.info["secagg"]["label"])
-        after = self.broadcast["item_factors"]
-        return {"item_change": float(np.linalg.norm(after - before) / max(np.linalg.norm(before), 1e-12))}
+        return {"item_change": item_change(before, self.broadcast["item_factors"])}
 
     def private_stats(self, answered: list[str]) -> None:
         """The most users a device holds (each device's claim, as the mixture's record counts): the clip's bound."""
@@ -101,3 +109,8 @@ class PrivateRecsys(SecureSums):
             self.fail(f"{len(answered)} agents answered the statistics phase; private mode sums at least 2")
             return
         self.info["most"] = max(int(u[0]) for u in users if u is not None)
+
+
+def item_change(before: np.ndarray, after: np.ndarray) -> float:
+    """The relative change of the item model (the convergence signal the coordinator can compute)."""
+    return float(np.linalg.norm(after - before) / max(np.linalg.norm(before), 1e-12))

@@ -19,7 +19,7 @@ from typing import Any, ClassVar, cast
 import numpy as np
 
 from coordinator.job_runner import Phase
-from coordinator.private_recsys import PrivateRecsys
+from coordinator.private_recsys import PrivateRecsys, item_change
 from models.core.messages import MessageType, Upload
 from models.core.pipeline import close_round
 from models.recsys import RecsysAlgorithm
@@ -65,7 +65,8 @@ class RecsysJob(PrivateRecsys):
         if phase == "stats":
             return RecsysRound(**common, items=self.spec.items)
         # the initial state, until every participant has initialised its own (private: until the first sum is done)
-        first = not self.info.get("sums") if self.spec.private else self.round <= self.setup_rounds + 1
+        first = not self.info.get("sums", {}).get("train") if self.spec.private else \
+            self.round <= self.setup_rounds + 1
         init = unpack(bytes.fromhex(self.info["init_blob"])) if first else {}
         return RecsysRound(**common, broadcast=dict(self.broadcast), init=init, mean=self.info["mean"])
 
@@ -121,8 +122,7 @@ class RecsysJob(PrivateRecsys):
             ids, weights = self.weights(answered)
             self.server, self.broadcast = close_round(self.algorithm(), self.server, ids, uploads, weights)
         after = self.broadcast["item_factors"]
-        # relative change of the item model: the convergence signal the coordinator can compute
-        return {"item_change": float(np.linalg.norm(after - before) / max(np.linalg.norm(before), 1e-12))}
+        return {"item_change": item_change(before, after)}
 
     def close_stats(self, answered: list[str]) -> dict[str, Any]:
         if not answered:

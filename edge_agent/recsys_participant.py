@@ -104,13 +104,15 @@ class RecsysParticipant(Participant):
         the catalogue (models.recsys.private.dense, the simulator's); the new state kept aside until it counts."""
         from models.recsys.private import dense
 
+        if name == "setup":  # the setup step (AltGDMin's power iteration): the state starts here, unchanged by it
+            alg, data = self.algorithm(req.msg), self.client_data(req)
+            return {k: v[0] for k, v in dense(alg, alg.client_setup(self.started(req, alg, data), data,
+                                                                    req.msg.broadcast)).items()}
         if name != "train":
             raise ValueError(f"a recsys agent has no secure sum {name!r}")
         alg, data = self.algorithm(req.msg), self.client_data(req)
-        state = self.counted_state(req)
-        if state is None:
-            state = alg.init_clients(data, req.msg.init or req.msg.broadcast)
-        new, upload = alg.client_update(state, data, req.msg.broadcast)
+        self.commit_counted(req.job, req.msg.counted, True)
+        new, upload = alg.client_update(self.started(req, alg, data), data, req.msg.broadcast)
         self.keep_pending(req.job, new, str((req.msg.secagg or {})["label"]))
         return {k: v[0] for k, v in dense(alg, upload).items()}
 
@@ -121,14 +123,18 @@ class RecsysParticipant(Participant):
         self.commit_counted(req.job, req.msg.counted, True)
         return self.current_state(req)
 
-    def _setup(self, req: Request) -> Envelope:
-        """The algorithm's setup step, with every participant; the state starts here (as in the simulator)."""
-        alg, data = self.algorithm(req.msg), self.client_data(req)
+    def started(self, req: Request, alg: RecsysAlgorithm, data: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """The job's state, started here if this device has none (as in the simulator)."""
         state = self.current_state(req)
         if state is None:
             state = alg.init_clients(data, req.msg.init or req.msg.broadcast)
             self.save_state(req.job, state, False)
-        uploads = alg.client_setup(state, data, req.msg.broadcast)
+        return state
+
+    def _setup(self, req: Request) -> Envelope:
+        """The algorithm's setup step, with every participant; the state starts here (as in the simulator)."""
+        alg, data = self.algorithm(req.msg), self.client_data(req)
+        uploads = alg.client_setup(self.started(req, alg, data), data, req.msg.broadcast)
         return req.reply(SetupStep(arrays={k: v[0] for k, v in uploads.items()}), self.id)
 
     def _eval(self, req: Request) -> Envelope:

@@ -49,14 +49,18 @@ def scales(alg: RecsysAlgorithm, most: int) -> dict[str, float]:
     return {HELD: 1.0, **{k: unit[kind] for k, kind in alg.summed.items()}}
 
 
-def round_shapes(alg: RecsysAlgorithm) -> dict[str, tuple[int, ...]]:
-    """The shapes of one device's summable rows in a training round (`dense`), as a job over MQTT announces them:
-    a flag or count per item, an item row (factor, raters) per item. Only algorithms without setup rounds, whose
-    summed names are all a training round's."""
-    if alg.setup_rounds:
-        raise ValueError(f"{alg.name} has setup rounds: its private job over MQTT is not built")
-    row = {"flag": (), "count": (), "factor": (alg.width,), "raters": (alg.width,)}
-    return {HELD: (alg.n_items,), **{k: (alg.n_items, *row[kind]) for k, kind in alg.summed.items()}}
+def round_shapes(alg: RecsysAlgorithm, setup: bool = False) -> dict[str, tuple[int, ...]]:
+    """The shapes of one device's summable rows (`dense`) in a training round or a setup round, as a job over MQTT
+    announces them: read off the algorithm's own step on a client of one rating (what the shapes do not depend on)."""
+    from models.recsys.data import Ratings, client_data
+
+    one = np.zeros(1, dtype=np.int64)
+    data = client_data(Ratings(one, one, np.ones(1), np.arange(1), np.arange(alg.n_items), 0.0, 1.0),
+                       [np.arange(1)], 0.5)[0]
+    _, broadcast = alg.init_server(1, np.random.default_rng(0))
+    state = alg.init_clients(data, broadcast)
+    uploads = alg.client_setup(state, data, broadcast) if setup else alg.client_update(state, data, broadcast)[1]
+    return {k: tuple(np.asarray(v).shape[1:]) for k, v in dense(alg, uploads).items()}
 
 
 def dense(alg: RecsysAlgorithm, uploads: State) -> State:

@@ -35,18 +35,17 @@ class RecsysJobSpec(JobSpec):
     rating_min: float = setting(0.5, help="lowest valid rating")
     rating_max: float = setting(5.0, help="highest valid rating")
     private: bool = setting(False, help="private mode: the server step receives only the secure sum of each round's "
-                            "item rows (SecAgg+; every federated algorithm in the simulator, fedmavg and fedmc-admm "
-                            "in a job)")
+                            "item rows (SecAgg+; every federated algorithm)")
 
     def problem(self) -> dict[str, int]:
         return {"n_items": len(self.items), "rank": self.rank}
 
     def validate(self) -> None:
         super().validate()
-        # a job over MQTT sums training rounds only (coordinator.private_recsys); setup rounds' sums are not built
-        check(not self.private or not self.make_algorithm().setup_rounds, "private",
-              f"private mode over MQTT runs fedmavg and fedmc-admm; {self.algorithm}'s setup rounds are not summed "
-              "yet (fedsentry simulate recsys --private runs it)")
+        # a job over MQTT sums every round's uploads (coordinator.private_recsys): an algorithm must have summable ones
+        check(not self.private or bool(self.make_algorithm().summed), "private",
+              f"private mode sums each round's uploads; {self.algorithm} has no summable uploads (an algorithm names "
+              "them in its `summed`)")
 
     def check_family(self) -> None:
         check(2 <= len(self.items) <= 1_000_000, "items", "a recsys job needs an item catalogue of 2 to 1000000 ids")

@@ -281,11 +281,14 @@ def test_no_date_any_parameter_takes_sends_the_api_to_a_5xx(any_app, api):
     check()
 
 
-def test_a_private_recsys_job_is_422_for_what_its_secure_sums_over_mqtt_do_not_run(api):
-    """A job's secure sums run training rounds (fedmavg, fedmc-admm: coordinator.private_recsys); AltGDMin's setup
-    rounds are not summed over MQTT yet: a job asking for it is refused by name, not run in plaintext."""
-    r = api.post("/api/v1/jobs", json={**RECSYS, "algorithm": "altgdmin", "private": True})
-    assert r.status_code == 422 and not wrong(r, (422,), "body.private"), r.text
-    assert "setup rounds are not summed" in r.text
-    for algorithm in ("fedmavg", "fedmc-admm"):
+def test_a_private_recsys_job_is_422_for_an_algorithm_without_summable_uploads(api, monkeypatch):
+    """A job's secure sums (coordinator.private_recsys) run every federated algorithm; one whose uploads are not
+    summable (none of its `summed`) is refused by name, not run in plaintext."""
+    from models.recsys.fedmavg import FedMAvg
+
+    for algorithm in ("fedmavg", "fedmc-admm", "altgdmin"):
         assert api.post("/api/v1/jobs", json={**RECSYS, "algorithm": algorithm, "private": True}).status_code == 201
+    monkeypatch.setattr(FedMAvg, "summed", {})
+    r = api.post("/api/v1/jobs", json={**RECSYS, "algorithm": "fedmavg", "private": True})
+    assert r.status_code == 422 and not wrong(r, (422,), "body.private"), r.text
+    assert "fedmavg has no summable uploads" in r.text

@@ -43,7 +43,7 @@ def settings(ratings) -> dict:
             "seed": SEED, "private": True}
 
 
-@pytest.mark.parametrize("algorithm", ["fedmavg", "fedmc-admm"])
+@pytest.mark.parametrize("algorithm", ["fedmavg", "fedmc-admm", "altgdmin"])
 def test_a_private_recsys_job_equals_the_simulators_private_mode_through_dropouts_and_a_restart(tmp_path, ratings,
                                                                                               algorithm):
     train, test, parts = ratings
@@ -53,11 +53,13 @@ def test_a_private_recsys_job_equals_the_simulators_private_mode_through_dropout
                                ":unmask") else ())
     # a coordinator restarted between the share and upload steps of a training sum
     assert loop.run(restart_after="train:share") == "finished", loop.error()
-    assert loop.phases[:5] == ["stats", "train:advertise", "train:share", "train:upload", "train:unmask"]
+    first = "setup" if algorithm == "altgdmin" else "train"
+    assert loop.phases[:5] == ["stats", f"{first}:advertise", f"{first}:share", f"{first}:upload", f"{first}:unmask"]
+    assert loop.phases.count("setup:unmask") == (10 if algorithm == "altgdmin" else 0)
     assert loop.phases.count("train:unmask") == ROUNDS and loop.phases[-1] == "eval"
     sim = simulate_recsys(train, test, parts, algorithm, RANK, ROUNDS, FRACTION, seed=SEED, private=True)
     mv = loop.model()
-    assert sim["secure_sum"]["sums"] == ROUNDS
+    assert sim["secure_sum"]["sums"] == ROUNDS + loop.phases.count("setup:unmask")
     with loop.sessions() as s:  # each sum decoded with one device fewer answering its unmask step than uploaded
         unmasked = [(r.metrics["survivors"], len(r.answered))
                     for r in s.query(Round).filter_by(job_id="loop", phase="train:unmask").order_by(Round.round)]
@@ -85,8 +87,12 @@ def simulated_items(ratings, algorithm: str, rank: int = RANK, rounds: int = ROU
     return run.item_factors
 
 
-def test_private_recsys_jobs_over_mqtt_refuse_what_is_not_built_naming_private(ratings):
+def test_a_private_recsys_job_of_an_algorithm_without_summable_uploads_is_refused_naming_private(ratings,
+                                                                                                  monkeypatch):
+    from models.recsys.fedmavg import FedMAvg
+
+    job_spec("recsys", {**settings(ratings), "algorithm": "fedmavg"})  # summable: accepted
+    monkeypatch.setattr(FedMAvg, "summed", {})
     with pytest.raises(SettingError) as e:
-        job_spec("recsys", {**settings(ratings), "algorithm": "altgdmin"})
-    assert e.value.field == "private" and "altgdmin" in str(e.value)
-    job_spec("recsys", {**settings(ratings), "algorithm": "fedmavg"})  # built: accepted
+        job_spec("recsys", {**settings(ratings), "algorithm": "fedmavg"})
+    assert e.value.field == "private" and "fedmavg has no summable uploads" in str(e.value)

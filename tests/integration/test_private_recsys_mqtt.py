@@ -25,8 +25,9 @@ N, RANK, ROUNDS, FRACTION, SEED = 5, 3, 3, 0.6, 2
 QUIET = "rs-1"  # misses the unmask step of the first sum it uploaded to
 
 
+@pytest.mark.parametrize("algorithm", ["fedmavg", "altgdmin"])
 def test_a_private_recsys_job_over_mqtt_equals_the_simulators_private_mode(broker, coordinator, tmp_path,
-                                                                           monkeypatch):
+                                                                           monkeypatch, algorithm):
     missed: list[int] = []
     on_round = RecsysParticipant.on_round
 
@@ -42,7 +43,7 @@ def test_a_private_recsys_job_over_mqtt_equals_the_simulators_private_mode(broke
     train, test = train_test_split(data, 0.2, seed=0)
     parts = split_users(train.n_users, N, "random", np.random.default_rng(0))
     with rating_agents(broker, coordinator, tmp_path, train, test, parts):
-        coordinator.create_job("prs", "recsys", "fedmavg", {
+        coordinator.create_job("prs", "recsys", algorithm, {
             "items": train.item_ids.tolist(), "rank": RANK, "rounds": ROUNDS, "fraction": FRACTION, "seed": SEED,
             "private": True, "min_agents": N, "deadline": 3.0})
         wait_until(lambda: coordinator.job_status("prs") in ("finished", "failed"), 90, "job")
@@ -52,12 +53,14 @@ def test_a_private_recsys_job_over_mqtt_equals_the_simulators_private_mode(broke
             mv = s.query(ModelVersion).filter_by(job_id="prs").one()
             V = unpack(mv.arrays)["item_factors"]
         phases = [r.phase for r in rounds]
-        assert phases == ["stats"] + ["train:advertise", "train:share", "train:upload", "train:unmask"] * ROUNDS + [
+        steps = ["advertise", "share", "upload", "unmask"]
+        setup = 10 if algorithm == "altgdmin" else 0  # its power iterations: a secure sum of every device each
+        assert phases == ["stats"] + [f"setup:{s}" for s in steps] * setup + [f"train:{s}" for s in steps] * ROUNDS + [
             "eval"]
         assert len(missed) == 1  # the quiet device's upload counted without its unmasking
         late = next(r for r in rounds if r.round == missed[0])
         assert QUIET not in late.answered and late.metrics["survivors"] == len(late.sampled)
-        sim = simulate_recsys(train, test, parts, "fedmavg", RANK, ROUNDS, FRACTION, seed=SEED, private=True)
-        np.testing.assert_allclose(V, simulated_items((train, test, parts), "fedmavg", RANK, ROUNDS, FRACTION, SEED),
+        sim = simulate_recsys(train, test, parts, algorithm, RANK, ROUNDS, FRACTION, seed=SEED, private=True)
+        np.testing.assert_allclose(V, simulated_items((train, test, parts), algorithm, RANK, ROUNDS, FRACTION, SEED),
                                    rtol=0, atol=1e-9)
         assert mv.info["test_rmse"] == pytest.approx(sim["test_rmse"], abs=1e-9) and mv.promoted
