@@ -96,3 +96,24 @@ def test_a_private_recsys_job_of_an_algorithm_without_summable_uploads_is_refuse
     with pytest.raises(SettingError) as e:
         job_spec("recsys", {**settings(ratings), "algorithm": "fedmavg"})
     assert e.value.field == "private" and "fedmavg has no summable uploads" in str(e.value)
+
+
+def test_a_sum_that_fails_starts_again_and_no_device_keeps_the_state_it_made_for_it(tmp_path, ratings):
+    """All but one device of the second training sum miss its upload step: the sum cannot be decoded and starts again
+    with fresh keys; each device's client step for the failed attempt is dropped (its upload counted nowhere), so
+    the model is still the simulator's."""
+    uploads: list[str] = []
+
+    def silent(phase):
+        if phase == "train:upload":
+            uploads.append(phase)
+            if len(uploads) == 2:
+                return loop.runner.sampled[1:]
+        return ()
+
+    loop = PrivateLoopback(tmp_path, settings(ratings), participants(tmp_path, ratings), kind="recsys",
+                           algorithm="fedmavg", silent=silent)
+    assert loop.run() == "finished", loop.error()
+    assert loop.phases.count("train:advertise") == ROUNDS + 1 and loop.phases.count("train:unmask") == ROUNDS
+    np.testing.assert_allclose(unpack(loop.model().arrays)["item_factors"], simulated_items(ratings, "fedmavg"),
+                               rtol=0, atol=1e-9)
