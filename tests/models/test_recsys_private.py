@@ -15,8 +15,6 @@ from models.recsys.private import HELD, VALUE_BOUND, SummedRecsys, as_upload, de
 from models.recsys.simulator import run_federated, simulate_recsys
 from models.recsys.synthetic import generate_ratings
 
-pytestmark = pytest.mark.filterwarnings("ignore")
-
 
 @pytest.fixture(scope="module")
 def small():
