@@ -101,7 +101,8 @@ class RabbitCluster:
     def add_user(self, name: str, admin: bool = False) -> str:
         """A user (the coordinator: `admin`, every topic) or a device: writes only under its own agent topics,
         reads rounds, models and its own acknowledgements and feedback (RabbitMQ's MQTT maps '/' to '.')."""
-        password = self.passwords[name] = secrets.token_urlsafe(16)
+        # hex: a url-safe token may start with '-', which rabbitmqctl reads as an option (1 password in 64 did)
+        password = self.passwords[name] = secrets.token_hex(16)
         self.ctl(0, "add_user", name, password)
         self.ctl(0, "set_permissions", "-p", "/", name, ".*", ".*", ".*")
         if not admin:
