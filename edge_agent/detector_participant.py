@@ -362,17 +362,18 @@ class DetectorParticipant(Participant, Generic[R]):
                 raise ValueError("the centred sum's round carries the fleet's mean")
             return {k: v[0] for k, v in centred_uploads(w, m1, m2, np.asarray(msg.mean)).items()}
         if name in ("window", "threshold"):
-            dense = dense_histograms([sparse_histogram(self.threshold_errors(msg, self.preprocessor(msg)))])
             extra = msg.secagg or {}
+            if name == "threshold":  # the announcement is checked before any work on the records
+                window, bounds = extra.get("window"), extra.get("bounds")
+                if window is None:
+                    raise ValueError("the threshold sum's announcement does not carry its window")
+                clip = None if bounds is None else np.asarray(bounds, dtype=float)
+                if clip is not None and (clip.shape != (COARSE_BINS,) or not np.all(clip > 0)):
+                    raise ValueError(f"the threshold sum's bounds must be {COARSE_BINS} positive shares")
+            dense = dense_histograms([sparse_histogram(self.threshold_errors(msg, self.preprocessor(msg)))])
             if name == "window":
                 q = extra.get("quantile")
                 return {k: v[0] for k, v in window_uploads(dense, w, None if q is None else float(q)).items()}
-            window, bounds = extra.get("window"), extra.get("bounds")
-            if window is None:
-                raise ValueError("the threshold sum's announcement does not carry its window")
-            clip = None if bounds is None else np.asarray(bounds, dtype=float)
-            if clip is not None and (clip.shape != (COARSE_BINS,) or not np.all(clip > 0)):
-                raise ValueError(f"the threshold sum's bounds must be {COARSE_BINS} positive shares")
             return {k: v[0] for k, v in tail_uploads(dense, w, (int(window[0]), int(window[1])), clip).items()}
         return self.secure_family_values(name, req, w)
 

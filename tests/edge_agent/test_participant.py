@@ -119,3 +119,27 @@ def test_an_agent_not_sampled_touches_no_disk_once_its_dual_update_is_applied(tm
     for r in (6, 7):
         reborn.on_round(round_msg(r, ["dev-9"], Z[1], Z[0]))
     assert store.touched - before == 1
+
+
+def test_a_threshold_sum_with_malformed_clip_bounds_is_refused_before_any_work(tmp_path, rng):
+    """Private mode's threshold sum (models.detection.tail_clip): the agent refuses an announcement whose clip
+    bounds are not one positive share per coarse point, by name, before it scores a record."""
+    import pytest
+
+    from edge_agent.participant import Request
+    from models.detection.private import COARSE_BINS
+    from models.pca.messages import PCARound
+
+    p, _ = make(tmp_path, rng)
+
+    def ask(extra):
+        msg = PCARound(phase="threshold", features=["a", "b", "c", "d"], sampled=["dev-1"], weights=np.ones(1),
+                       secagg=extra)
+        return p.secure_values("threshold", Request("j", 40, msg))
+
+    short = np.ones(COARSE_BINS - 1)
+    for bounds in (short, np.r_[short, 0.0], np.r_[short, -1.0], np.r_[short, np.nan]):
+        with pytest.raises(ValueError, match=f"bounds must be {COARSE_BINS} positive shares"):
+            ask({"window": [0, 3], "bounds": bounds.tolist()})
+    with pytest.raises(ValueError, match="does not carry its window"):
+        ask({"bounds": np.ones(COARSE_BINS).tolist()})
