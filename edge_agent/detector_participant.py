@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterator
-from typing import ClassVar, Generic, TypeVar
+from typing import Any, ClassVar, Generic, TypeVar
 
 import numpy as np
 
@@ -364,18 +364,24 @@ class DetectorParticipant(Participant, Generic[R]):
         if name in ("window", "threshold"):
             extra = msg.secagg or {}
             if name == "threshold":  # the announcement is checked before any work on the records
-                window, bounds = extra.get("window"), extra.get("bounds")
-                if window is None:
-                    raise ValueError("the threshold sum's announcement does not carry its window")
-                clip = None if bounds is None else np.asarray(bounds, dtype=float)
-                if clip is not None and (clip.shape != (COARSE_BINS,) or not np.all(clip > 0)):
-                    raise ValueError(f"the threshold sum's bounds must be {COARSE_BINS} positive shares")
+                window, clip = self.threshold_announcement(extra, COARSE_BINS)
             dense = dense_histograms([sparse_histogram(self.threshold_errors(msg, self.preprocessor(msg)))])
             if name == "window":
                 q = extra.get("quantile")
                 return {k: v[0] for k, v in window_uploads(dense, w, None if q is None else float(q)).items()}
-            return {k: v[0] for k, v in tail_uploads(dense, w, (int(window[0]), int(window[1])), clip).items()}
+            return {k: v[0] for k, v in tail_uploads(dense, w, window, clip).items()}
         return self.secure_family_values(name, req, w)
+
+    @staticmethod
+    def threshold_announcement(extra: dict[str, Any], coarse_bins: int) -> tuple[tuple[int, int], np.ndarray | None]:
+        """The private threshold sum's window and its clip bounds (models.detection.tail_clip), checked."""
+        window, bounds = extra.get("window"), extra.get("bounds")
+        if window is None:
+            raise ValueError("the threshold sum's announcement does not carry its window")
+        clip = None if bounds is None else np.asarray(bounds, dtype=float)
+        if clip is not None and (clip.shape != (coarse_bins,) or not np.all(clip > 0)):
+            raise ValueError(f"the threshold sum's bounds must be {coarse_bins} positive shares")
+        return (int(window[0]), int(window[1])), clip
 
     def secure_family_values(self, name: str, req: Request, w: np.ndarray) -> dict[str, np.ndarray]:
         """The family's own secure sums (PCA: the device's second moment)."""
