@@ -218,16 +218,18 @@ def run_federated(
 
 def support_phase(algorithm: PCAAlgorithm, server: State, broadcast: State, clients: ClientData, quantile: float,
                   adversaries: Adversaries = NO_ADVERSARIES) -> np.ndarray:
-    """Each device's second moment over the records the others' statistics explain (models.pca.support.kept): the
-    cap is the fleet's label-free threshold under the consensus so far, the statistics those the server holds
-    (`held`). Returns the new (N, d, d) second moments."""
+    """Each device's second moment with the records the others' statistics do not explain left out
+    (models.pca.support.kept): the sum over the records it keeps over all its records, so that what it keeps weighs
+    as before and its statistic stays below the one the statistics phase bounded. The cap is the fleet's label-free
+    threshold under the consensus so far, the statistics those the server holds (`held`). Returns the new (N, d, d)
+    second moments."""
     Z = algorithm.consensus(broadcast)
     cap = federated_threshold(clients, Z, quantile, adversaries=adversaries)
     ids, held, weight = algorithm.held(server)  # type: ignore[attr-defined]
     row = {int(c): r for r, c in enumerate(ids)}
     colluders = int(getattr(algorithm, "colluders", DEFAULT_GUARD.colluders))
-    return np.stack([second_moment(x[kept(x, held, weight, row.get(i), cap, algorithm.rank, colluders)])
-                     for i, x in enumerate(clients.X)])
+    masks = [kept(x, held, weight, row.get(i), cap, algorithm.rank, colluders) for i, x in enumerate(clients.X)]
+    return np.stack([second_moment(x[m]) * m.mean() for x, m in zip(clients.X, masks)])
 
 
 def _objective(pooled: np.ndarray, Z: np.ndarray) -> float:

@@ -82,3 +82,22 @@ def test_where_the_support_phase_cannot_run_it_is_refused_by_name():
     with pytest.raises(ValueError, match="support_trim needs each device's statistic on the server"):
         simulate_pca([X[:100], X[100:]], X, np.zeros(200), ["a", "b", "c"], "fedmm", rank=1,
                      params={"support_trim": True}, private=True)
+
+
+def test_what_a_device_leaves_out_weighs_nothing_and_what_it_keeps_weighs_as_before(rng):
+    """The support phase's statistic is the sum over the kept records over all of them: never above the device's own
+    second moment (so within what its statistics phase bounded), and the rogue's spike is gone from it."""
+    from models.pca import FedMM
+    from models.pca.simulator import prepare_clients, support_phase
+
+    X, _, _ = spiked(rng, rogues=1)
+    d = X[0].shape[1]
+    clients = prepare_clients(X, [f"f{j}" for j in range(d)], log_transform=False)
+    alg = FedMM(d, 2, support_trim=True)
+    server, broadcast = alg.init_server(len(X), rng)
+    ids = np.arange(len(X))
+    server, broadcast = alg.server_update(server, ids, {"S": clients.C @ broadcast["Q"]}, clients.weight)
+    after = support_phase(alg, server, broadcast, clients, 0.99)
+    assert min(np.linalg.eigvalsh(c - a)[0] for c, a in zip(clients.C, after)) > -1e-9
+    assert after[0][-1, -1] < 0.1 * clients.C[0][-1, -1]  # the spike (the last feature) left out
+    assert np.trace(after[3]) > 0.9 * np.trace(clients.C[3])  # an honest device keeps nearly everything
