@@ -27,7 +27,9 @@ honest device does, also O(clients) per round; it needs each device's statistic 
 
 Options: ``transport=False`` gives the plain scheme of DESIGN.md (Z = orth(sum_i w_i S_i) with
 Rayleigh-Ritz ordering); ``bits`` quantises uploads with error feedback; ``sa_step`` < 1 is the
-stochastic-approximation step of seed 003 Alg. 2 on the aggregated statistic.
+stochastic-approximation step of seed 003 Alg. 2 on the aggregated statistic. ``support_trim`` (issue 22,
+opt-in, the simulator only so far): after half the rounds each device keeps out of its statistic the records the
+other devices' statistics, which the server holds here, do not explain (models.pca.support).
 """
 
 from __future__ import annotations
@@ -108,7 +110,7 @@ class FedMM(PCAAlgorithm):
 
     def __init__(self, n_features: int, rank: int = 3, oversample: int = 6, transport: bool = True,
                  bits: int | None = None, sa_step: float = 1.0, aggregator: str = "mean", trim: float = 0.1,
-                 colluders: int = Guard.colluders):
+                 colluders: int = Guard.colluders, support_trim: bool = False):
         super().__init__(n_features, rank)
         if aggregator not in AGGREGATORS:
             raise ValueError(f"aggregator must be one of {', '.join(AGGREGATORS)}")
@@ -118,7 +120,12 @@ class FedMM(PCAAlgorithm):
             raise ValueError(f"colluders must be at least 0 (devices that may act together), got {colluders}")
         if aggregator == "capped" and not transport:
             raise ValueError("aggregator 'capped' caps the devices' transported statistics: it needs transport=True")
+        if support_trim and not transport:
+            raise ValueError("support_trim reads the devices' transported statistics: it needs transport=True")
         self.aggregator, self.trim, self.colluders = aggregator, float(trim), int(colluders)
+        #: issue 22 (opt-in, simulator only so far): after half the rounds each device keeps out of its statistic the
+        #: records the other devices' subspace does not explain (models.pca.support)
+        self.support_trim = bool(support_trim)
         if bits is not None and not 2 <= bits <= 16:
             raise ValueError("bits must be between 2 and 16")
         if not 0 < sa_step <= 1:
@@ -252,6 +259,13 @@ class FedMM(PCAAlgorithm):
         server["M"] = np.einsum("b,bij->ij", server["w_rows"][:n],
                                 completion(server["S_rows"][:n], server["Q_rows"][:n]))
         return server
+
+    def held(self, server: State) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The clients the server holds a statistic of, in order of their ids: (ids, their transported statistics,
+        their weights)."""
+        ids = np.flatnonzero(server["slot"] > 0)
+        rows = server["slot"][ids] - 1
+        return ids, completion(server["S_rows"][rows], server["Q_rows"][rows]), server["w_rows"][rows]
 
     def consensus(self, broadcast: State) -> np.ndarray:
         return broadcast["Q"][:, : self.rank]

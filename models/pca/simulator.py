@@ -36,6 +36,7 @@ from models.kernel import DEFAULT_COMPONENTS, KERNELS, RandomFourierFeatures
 from models.pca import PCAAlgorithm, make_algorithm
 from models.pca.baselines import centralized_pca, local_pca
 from models.pca.detector import PCADetector
+from models.pca.support import kept
 
 
 @dataclass
@@ -146,8 +147,13 @@ def run_federated(
     attack: str = "random",
     dropout: float = 0.0,
     adversaries: Adversaries = NO_ADVERSARIES,
+    quantile: float = 0.99,
 ) -> FederatedRun:
     """Drive an algorithm for `rounds` rounds with a fraction of the clients sampled each round.
+
+    An algorithm with `support_trim` (FedMM) runs half the rounds, then its support phase (`support_phase`, every
+    device; the cap is the fleet's label-free threshold at `quantile` under the consensus so far), then one round
+    with every device and the other half.
 
     byzantine: share of the clients (drawn at random) that send poisoned uploads (models.detection.attacks.poison, kind
     `attack`) every round they are sampled; adversaries: the first clients and their attack (models.detection.attacks);
@@ -156,8 +162,12 @@ def run_federated(
     chaos = np.random.default_rng(seed + 7919)  # attacks and dropouts do not disturb the sampling
     N = len(clients.X)
     residual_trim = trim > 0 and clients.keep is None
-    # only a residual trim rewrites C_i (a copy of a lifted C is N D^2 numbers: 800 MB for D = 1000)
-    data = {"C": adversaries.second_moments(clients.C.copy() if residual_trim else clients.C),
+    support = bool(getattr(algorithm, "support_trim", False))
+    if support and (trim > 0 or byzantine > 0):
+        raise ValueError("support_trim leaves records out itself: run it without --trim and without byzantine uploads")
+    # only a residual trim or the support phase rewrites C_i (a copy of a lifted C is N D^2 numbers: 800 MB for
+    # D = 1000)
+    data = {"C": adversaries.second_moments(clients.C.copy() if residual_trim or support else clients.C),
             "weight": clients.weight}
     C = data["C"]
     pooled = clients.pooled
@@ -194,10 +204,32 @@ def run_federated(
             on_round(entry)
 
     loop.server.update(clients.caps.state())  # the answers' claimed records become capped weights in the pipeline
-    hooks = simulate(loop, pool, clients.claimed, rounds, Hooks(answering if dropout > 0 else None,
-                                                                before if residual_trim else None, tamper, observe))
+    hooks = Hooks(answering if dropout > 0 else None, before if residual_trim else None, tamper, observe)
+    if support:
+        simulate(loop, pool, clients.claimed, rounds // 2, hooks)
+        C[:] = adversaries.second_moments(support_phase(algorithm, loop.server, loop.broadcast, clients, quantile,
+                                                        adversaries))
+        simulate(loop, pool, clients.claimed, rounds - rounds // 2, hooks, everyone_first=True)
+    else:
+        simulate(loop, pool, clients.claimed, rounds, hooks)
     return FederatedRun(algorithm.consensus(loop.broadcast), history, sum(hooks.seconds) / max(rounds, 1),
                         algorithm.upload_bytes(), loop.broadcast, int(loop.server.get("rejected", 0)), answers[0])
+
+
+def support_phase(algorithm: PCAAlgorithm, server: State, broadcast: State, clients: ClientData, quantile: float,
+                  adversaries: Adversaries = NO_ADVERSARIES) -> np.ndarray:
+    """Each device's second moment with the records the others' statistics do not explain left out
+    (models.pca.support.kept): the sum over the records it keeps over all its records, so that what it keeps weighs
+    as before and its statistic stays below the one the statistics phase bounded. The cap is the fleet's label-free
+    threshold under the consensus so far, the statistics those the server holds (`held`). Returns the new (N, d, d)
+    second moments."""
+    Z = algorithm.consensus(broadcast)
+    cap = federated_threshold(clients, Z, quantile, adversaries=adversaries)
+    ids, held, weight = algorithm.held(server)  # type: ignore[attr-defined]
+    row = {int(c): r for r, c in enumerate(ids)}
+    colluders = int(getattr(algorithm, "colluders", DEFAULT_GUARD.colluders))
+    masks = [kept(x, held, weight, row.get(i), cap, algorithm.rank, colluders) for i, x in enumerate(clients.X)]
+    return np.stack([second_moment(x[m]) * m.mean() for x, m in zip(clients.X, masks)])
 
 
 def _objective(pooled: np.ndarray, Z: np.ndarray) -> float:
@@ -241,6 +273,9 @@ def simulate_pca(
     kernel="rff": kernel PCA through `kernel_features` random Fourier features of width `kernel_gamma`
     (None: models.kernel.default_gamma), the map seeded with `seed`, as a job with these settings."""
     if private or dp is not None:
+        if (params or {}).get("support_trim"):
+            raise ValueError("support_trim needs each device's statistic on the server: not in private mode or with "
+                             "differential privacy (the coordinator sees sums)")
         if kernel != "none" or trim or adversaries.count:
             mode = "private mode" if private else "differential privacy"
             raise ValueError(f"{mode} runs linear PCA without --trim or --adversaries so far")
@@ -287,7 +322,8 @@ def simulate_pca(
         out.update(rounds=1, history=[entry], seconds_per_round=spr, upload_bytes_per_client_round=0)
         return {**out, **avg, "subspace_distance": entry["subspace_distance"]}
     alg = make_algorithm(algorithm, d, rank, **(params or {}))
-    run = run_federated(alg, clients, rounds, fraction, seed, trim, reference, on_round, adversaries=adversaries)
+    run = run_federated(alg, clients, rounds, fraction, seed, trim, reference, on_round, adversaries=adversaries,
+                        quantile=quantile)
     out.update(rounds=rounds, history=run.history, seconds_per_round=run.seconds_per_round,
                upload_bytes_per_client_round=run.upload_bytes_per_client_round, rejected_uploads=run.rejected,
                upload_bytes_per_device_round=run.answers * run.upload_bytes_per_client_round

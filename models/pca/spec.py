@@ -32,7 +32,9 @@ class PCAJobSpec(DetectorJobSpec):
         algorithms=ALGORITHMS, defaults={"algorithm": "fedpg"}, choices={"kernel": KERNELS},
         parameters={"local_steps": "local steps per round", "rho": "ADMM penalty (none: the number of features)",
                     "lr": "local step size (none: 1/L from each client's curvature)",
-                    "oversample": "extra block columns", "bits": "quantise uploads to this many bits, 2 to 16"})
+                    "oversample": "extra block columns", "bits": "quantise uploads to this many bits, 2 to 16",
+                    "support_trim": "after half the rounds each device leaves out of its statistic the records "
+                    "the other devices' statistics do not explain (issue 22; benchmarks/results/pca-support.md)"})
 
     @classmethod
     def default_algorithm(cls) -> str:
@@ -65,6 +67,9 @@ class PCAJobSpec(DetectorJobSpec):
               f"must be between {MIN_COMPONENTS} and {MAX_COMPONENTS} (the number of random Fourier features)")
         check(self.kernel_gamma is None or (math.isfinite(self.kernel_gamma) and 0 < self.kernel_gamma <= 1e6),
               "kernel_gamma", "must be in (0, 10^6] (the Gaussian kernel's exp(-gamma ||x - y||^2) width)")
+        check(not self.algorithm_params.get("support_trim"), "algorithm_params.support_trim", "the support phase "
+              "runs in the simulator only so far (fedsentry simulate pca --detector pca --algorithm fedmm "
+              "--support-trim)")
         if self.kernel == "rff":
             check(self.rank < self.kernel_features, "rank",
                   f"({self.rank}) must be smaller than kernel_features ({self.kernel_features})")
