@@ -139,7 +139,7 @@ def commit(x: int, r: int) -> bytes:
     return add(base(x), mul(r, generator_h()))
 
 
-def context(job: str, round: int, device: int | str) -> bytes:
+def context(job: str, round: int | str, device: int | str) -> bytes:
     """What a proof is bound to: the job, the round (or sum) and the device (length-prefixed: no two differ in
     encoding only)."""
     parts = [str(job).encode(), str(round).encode(), str(device).encode()]
