@@ -16,15 +16,9 @@ from models.mixture.simulator import device_data, simulate_mixture
 from models.mixture.summed import GROW, SummedFedEM, summed_transport
 from models.private import bitproofs as bp
 from models.private.proven import ProvenRows
+from tests.models.test_private_fedem import devices  # the same non-i.i.d. fleet
 
 pytestmark = pytest.mark.filterwarnings("ignore")
-
-
-def devices(n: int = 8, d: int = 3, seed: int = 0) -> list[np.ndarray]:
-    rng = np.random.default_rng(seed)
-    centres = np.array([[0.0] * d, [4.0] * d, [-4.0, 4.0, 0.0][:d]])
-    return [np.vstack([rng.normal(centres[i % 3], 0.5, size=(40 + 10 * i, d)),
-                       rng.normal(centres[(i + 1) % 3], 0.5, size=(5, d))]).astype(np.float32) for i in range(n)]
 
 
 def test_honest_devices_pass_every_check_and_train_the_same_model() -> None:
