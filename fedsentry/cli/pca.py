@@ -9,6 +9,7 @@ from typing import Any
 from fedsentry.cli.common import add_clients_arg, add_federation_args, non_negative_int, positive_float, share
 from fedsentry.cli.simulate_flags import add_simulate_flags, check_simulated, family_of, refuse_others
 from fedsentry.data import datasets
+from fedsentry.errors import UsageError
 from fedsentry.output import write_json
 from fedsentry.runs.detection import prepare, simulate
 from fedsentry.runs.params import default_algorithm
@@ -118,6 +119,8 @@ def resolve_detector(args: argparse.Namespace) -> None:
 def run_simulate(args: argparse.Namespace) -> int:
     resolve_detector(args)
     refuse_others(args, args.detector, DETECTION)
+    if args.support_proofs and (args.detector != "gmm" or not getattr(args, "private", False)):
+        raise UsageError("--support-proofs proves private mode's support rows: add --detector gmm --private")
     data, split, parts = prepare(args)
     result = simulate(args, args.algorithm or default_algorithm(args.detector), data, split, parts)
     log.info("%s %s on %s: auc_roc=%.4f average_precision=%.4f f1=%.3f recall=%.3f false_positive_rate=%.4f "

@@ -10,7 +10,9 @@ table sums exactly, and its memory no longer grows with the fleet (K statistics,
 What each upload carries (all summable, nothing that names the device):
 - dR, dS1, dS2: the change of W_i (R, S1, S2) per record (models.mixture.gmm packing);
 - dH: the change of its 0/1 support row (it holds SUPPORT_SHARE of its records in the component), so that the
-  server counts supporters from the sum (the support rule's count);
+  server counts supporters from the sum (the support rule's count); with the support proofs (models.private.proven)
+  each device also proves its row holds 0s and 1s, and a sum that does not match the commitments is withheld
+  (WITHHELD: no support count moves, the sum's devices keep their rows);
 - dQ: the change of its squared weighted mass per component ((W_i R_i)^2), while the mass share is on: the rule
   needs each device's mass, and the server bounds the heaviest devices' share from the sums (`mass_shares`);
 - dN: 1 the first time the device contributes, 0 after (how many devices the counts cover).

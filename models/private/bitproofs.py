@@ -24,7 +24,7 @@ that the sum it decoded is the sum the commitments hold:
   of `limb_bits(ring)` bits, little end first, and the limbs ride in the secure sum as whole numbers (`limb_values`:
   the ring's fixed point holds them exactly). A limb is as wide as one device's room in the ring (its clip times
   2^frac, at most 2^48), so n limbs sum without wrapping for the same reason n clipped values do (`Ring.for_sum`):
-  at the 40-bit ring, 32-bit limbs (8 a scalar) at 100 devices of clip 5, 28-bit (10) at 1,000, 24-bit (11) at
+  at the 40-bit ring, 32-bit limbs (8 a scalar) at 100 devices of clip 5, 28-bit (10) at 1,000, 25-bit (11) at
   10,000. The coordinator reads the limb sums back as integers and recombines them modulo the order
   (`blinding_sums`).
 
