@@ -342,8 +342,8 @@ def run_mixture(alg: FedEM, X: list[np.ndarray], claimed: np.ndarray, rounds: in
     def observe(idx: np.ndarray, done: RoundResult) -> None:
         entry = {"round": len(history), "rejected": float(done.server["rejected"]), "devices": float(len(idx)),
                  "swaps": float(done.server.get("swaps", 0)),  # made so far (models.mixture.swaps)
-                 "supporters": float(np.sum(done.server.get("support", 0.0))),
-                 "withheld": float(done.server.get("withheld", 0)),  # sums whose support rows failed their check
+                 **({"supporters": float(np.sum(done.server["support"])),  # the summed support counts, added up
+                     "withheld": float(done.server.get("withheld", 0))} if summed else {}),  # sums failing their check
                  "train_nll": float(np.mean(done.states["nll"])) if int(done.broadcast["stage"]) == 1 else float("nan")}
         history.append(entry)
         if on_round:
