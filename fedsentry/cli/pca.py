@@ -9,10 +9,11 @@ from typing import Any
 from fedsentry.cli.common import add_clients_arg, add_federation_args, non_negative_int, positive_float, share
 from fedsentry.cli.simulate_flags import add_simulate_flags, check_simulated, family_of, refuse_others
 from fedsentry.data import datasets
+from fedsentry.errors import UsageError
 from fedsentry.output import write_json
 from fedsentry.runs.detection import prepare, simulate
 from fedsentry.runs.params import default_algorithm
-from models.detection.attacks import ATTACKS
+from models.detection.attacks import ATTACKS, PRIVATE_ATTACKS
 from models.detection.robust import TRIM_CRITERIA
 from models.families import detectors, simulated
 from models.partition import PARTITIONS
@@ -37,6 +38,9 @@ def register(groups: dict[str, Any], verbs: Any) -> None:
     add_pca_args(sim)
     sim.add_argument("--private-dropout", type=share, metavar="SHARE", help="gmm with --private: the share of "
                      "each round's devices that vanish after uploading (the secure sum still completes; at most 1/3)")
+    sim.add_argument("--support-proofs", action="store_true", help="gmm with --private: each device proves its "
+                     "support row holds 0s and 1s (Pedersen commitments and bit proofs, checked against each secure "
+                     "sum: docs/privacy.md); needs PyNaCl (the private extra)")
     sim.add_argument("--select", action="store_true", help="gmm: choose the ridge without labels, the one whose "
                      "held-out records are likeliest (trains one mixture per candidate ridge: README)")
     sim.add_argument("--json", metavar="PATH", help="write the result as JSON (- for stdout)")
@@ -79,14 +83,16 @@ def add_data_args(p: argparse.ArgumentParser) -> None:
                    help="mix this share of attack rows into the training records (default 0)")
     g.add_argument("--adversaries", type=non_negative_int, default=0, metavar="K",
                    help="the first K devices attack (--attack); test attacks reach the honest devices")
-    g.add_argument("--attack", choices=ATTACKS, help="what the adversaries do (docs/robustness.md). compliant "
+    g.add_argument("--attack", choices=(*ATTACKS, *PRIVATE_ATTACKS), help="what the adversaries do "
+                   "(docs/robustness.md). compliant "
                    "(default): train honestly on their normal records plus 300 attack records of the three commonest "
                    "kinds and upload true statistics; inflate: the same records, claiming the most records the "
                    "statistics phase admits; max-variance: all of a device's variance on one direction, within the "
                    "checks; non-psd: second moments with a +1e4 off-diagonal entry, sums and diagonal consistent "
                    "(gmm, or pca with fedmm); threshold: every held-out error in the top histogram bin; random, "
                    "scaled, rotated (pca): the honest upload replaced by noise, x1000, or turned away from the "
-                   "consensus")
+                   "consensus; support-inflate (gmm --private): the compliant rogue's records, its support "
+                   "row's change masked 5 times over")
 
 
 def add_pca_args(p: argparse.ArgumentParser, *, algorithm: bool = True, job: bool = False) -> None:
@@ -113,6 +119,8 @@ def resolve_detector(args: argparse.Namespace) -> None:
 def run_simulate(args: argparse.Namespace) -> int:
     resolve_detector(args)
     refuse_others(args, args.detector, DETECTION)
+    if args.support_proofs and (args.detector != "gmm" or not getattr(args, "private", False)):
+        raise UsageError("--support-proofs proves private mode's support rows: add --detector gmm --private")
     data, split, parts = prepare(args)
     result = simulate(args, args.algorithm or default_algorithm(args.detector), data, split, parts)
     log.info("%s %s on %s: auc_roc=%.4f average_precision=%.4f f1=%.3f recall=%.3f false_positive_rate=%.4f "

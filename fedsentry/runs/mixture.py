@@ -69,7 +69,8 @@ def mixture_simulation(args: argparse.Namespace, algorithm: str, data, split, pa
                                       adversaries=adversaries(args, algorithm, algorithm_class(args.detector,
                                                                                                 algorithm)),
                                       private=private, dropout=dropout, dp=dp,
-                                      clear=getattr(args, "private_clear", False))
+                                      clear=getattr(args, "private_clear", False),
+                                      support_proofs=getattr(args, "support_proofs", False))
     model = result.pop("detector")
     if keep:  # the trained detector itself (bench measures its scoring)
         result["model"] = model

@@ -13,7 +13,12 @@ has something to tell the coordinator:
   ``non-psd`` adds a large off-diagonal entry (+1e4) to its second moments, diagonal and sums unchanged
   (no records have them: the PSD checks must refuse it and the round go on); ``random``, ``scaled`` and
   ``rotated`` replace the honest upload (`poison`);
-- threshold: ``threshold`` puts its whole error histogram, of exactly the records it claimed, in the top bin.
+- threshold: ``threshold`` puts its whole error histogram, of exactly the records it claimed, in the top bin;
+- private mode only (`PRIVATE_ATTACKS`, not in the robustness table: plaintext sees no masked row):
+  ``support-inflate`` holds the compliant rogue's records and masks INFLATE times its support row's change (a
+  private mixture's ``dH``), so that the summed row counts it INFLATE times as a supporter of every component it
+  supports (its attack traffic's among them: alone, it passes the support count); the bit proofs
+  (models.private.proven, ``--support-proofs``) are what stands against it.
 
 Detectors differ in what they upload: a mixture's per-component statistics (R, S1, S2 per record) are
 tampered with as uploads, a PCA device's second moment C_i before its client step (FedPG and FedPE upload a
@@ -35,10 +40,14 @@ from models.core.linalg import orth
 
 #: every attack, in the order the robustness table lists them
 ATTACKS = ("compliant", "inflate", "max-variance", "non-psd", "threshold", "random", "scaled", "rotated")
+#: attacks on what only private mode's masked sums carry (the robustness table's ATTACKS are plaintext's too)
+PRIVATE_ATTACKS = ("support-inflate",)
+#: what support-inflate multiplies its support row's change by
+INFLATE = 5.0
 #: attacks that replace the honest upload (`poison`)
 POISONS = ("random", "scaled", "rotated")
 #: attacks whose devices hold the compliant rogue's records (models.mixture.rogues)
-ROGUE_DATA = ("compliant", "inflate")
+ROGUE_DATA = ("compliant", "inflate", "support-inflate")
 #: attacks on a device's second moments or uploads during the training rounds
 ROUND_ATTACKS = ("max-variance", "non-psd", *POISONS)
 #: what non-psd adds to one off-diagonal entry of a second moment (standardised units)
@@ -48,8 +57,8 @@ OFF_DIAGONAL = 1e4
 def not_applicable(attack: str, algorithm: str, cls: type | None) -> str | None:
     """Why an attack means nothing for this algorithm (its class; None: a baseline, which runs no federation), or
     None."""
-    if attack not in ATTACKS:
-        return f"unknown attack {attack!r}; choose from {', '.join(ATTACKS)}"
+    if attack not in (*ATTACKS, *PRIVATE_ATTACKS):
+        return f"unknown attack {attack!r}; choose from {', '.join((*ATTACKS, *PRIVATE_ATTACKS))}"
     if cls is None and attack not in ROGUE_DATA:
         return f"{attack} tampers with what a device sends, and --algorithm {algorithm} has no federation"
     why = getattr(cls, "not_attacked", {}).get(attack)  # a FederatedAlgorithm's; other classes have none
@@ -87,8 +96,8 @@ class Adversaries:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        if self.attack not in ATTACKS:
-            raise ValueError(f"unknown attack {self.attack!r}; choose from {', '.join(ATTACKS)}")
+        if self.attack not in (*ATTACKS, *PRIVATE_ATTACKS):
+            raise ValueError(f"unknown attack {self.attack!r}; choose from {', '.join((*ATTACKS, *PRIVATE_ATTACKS))}")
         if self.count < 0:
             raise ValueError(f"adversaries must be at least 0, got {self.count}")
 
@@ -139,6 +148,8 @@ class Adversaries:
             fake = partial(poison, broadcast=broadcast, kind=self.attack, rng=rng)
         elif self.attack in ("max-variance", "non-psd") and "pi" in broadcast:  # a mixture's broadcast
             fake = self._mixture_statistics
+        elif self.attack == "support-inflate":
+            fake = inflate_support
         else:
             return None
 
@@ -190,6 +201,13 @@ class Adversaries:
             total = int(np.sum(out[i][1], dtype=np.int64))
             out[i] = (np.array([n_bins - 1], dtype=np.int32), np.array([total], dtype=np.int64))
         return out
+
+
+def inflate_support(up: State) -> State:
+    """support-inflate: the support row's change (a private mixture's `dH`) masked INFLATE times over."""
+    if "dH" not in up:
+        raise ValueError("support-inflate lies in a private mixture's support row (dH): this upload has none")
+    return {**up, "dH": INFLATE * np.asarray(up["dH"], dtype=float)}
 
 
 NO_ADVERSARIES = Adversaries()

@@ -21,7 +21,7 @@ from models.core.aggregation import winsorized_weighted_mean
 from models.core.federated import State
 from models.core.rounds import BatchedPool, Hooks, RoundResult, Rounds, simulate
 from models.core.sampling import fleet_names, listed, per_round
-from models.detection.attacks import NO_ADVERSARIES, Adversaries
+from models.detection.attacks import NO_ADVERSARIES, PRIVATE_ATTACKS, Adversaries
 from models.detection.metrics import detection_report
 from models.detection.preprocessing import RECORD_DTYPE, as_device_records, signed_log1p
 from models.detection.screening import Guard, WeightCaps, admitted_histograms, fleet_tail
@@ -79,6 +79,7 @@ def simulate_mixture(
     dropout: float = 0.0,
     dp: Budget | None = None,
     clear: bool = False,
+    support_proofs: bool = False,
 ) -> dict[str, Any]:
     """Train a mixture on partitioned training records (federated, or "centralized": pooled EM) and
     evaluate it on labelled test records at the label-free threshold.
@@ -97,7 +98,11 @@ def simulate_mixture(
     gives each device's false-positive rate on its normal test records (min, median, max).
 
     adversaries: the first devices and their attack (models.detection.attacks; their records, for a data attack, are
-    already in `train_parts`); every phase checks what they send as the coordinator does."""
+    already in `train_parts`); every phase checks what they send as the coordinator does.
+
+    support_proofs: private mode's support rows proven 0/1 (models.private.proven): each device commits to its row
+    with bit proofs, checked on arrival, and every secure sum is checked against the commitments after unmasking
+    (a sum that does not match moves no support count); the result's `support_proofs` counts both."""
     guard = guard or MixtureJobSpec(features=list(feature_names)).guard()
     train_parts = [as_device_records(p) for p in train_parts]  # as the devices' buffers hold them
     fit_parts, held_parts = split_holdout(train_parts, holdout)
@@ -108,6 +113,11 @@ def simulate_mixture(
     mode = "private mode" if private else "differential privacy"
     if summed and algorithm != "fedem":
         raise ValueError(f"{mode} trains fedem, not {algorithm}")
+    if support_proofs and (not private or clear or dp is not None):
+        raise ValueError("support proofs check private mode's masked support rows: add --private, without "
+                         "--dp-epsilon (noise in the rows cannot match their commitments) or its sums in the clear")
+    if adversaries.on(PRIVATE_ATTACKS) and not private:
+        raise ValueError(f"--attack {adversaries.attack} lies in a masked support row: private mode's (--private)")
     if summed and per_round(len(train_parts), fraction) < 2:
         raise ValueError(f"{mode} sums at least 2 devices a round: raise the share sampled (--fraction) or the "
                          "devices")
@@ -133,6 +143,10 @@ def simulate_mixture(
                                                             seed)
             transport.scales, transport.clip = noisy_scales(alg), 1.0  # every device weighs 1
         clients = private_clients(fit_parts, feature_names, guard, transport)
+        if support_proofs:
+            from models.private.proven import ProvenRows
+
+            transport.proven = ProvenRows("dH", alg.components * alg.split_factor, f"simulation-{seed}")
     out: dict[str, Any] = {"algorithm": algorithm, "components": alg.components, "reg": alg.reg}
     t0 = time.perf_counter()
     if summed and alg.ridges:
@@ -168,6 +182,10 @@ def simulate_mixture(
             out["secure_sum"] = {"device_cpu_seconds_max": float(np.max(transport.device_cpu)),
                                  "coordinator_cpu_seconds_median": float(np.median(transport.server_cpu)),
                                  "dropout": dropout, "clipped_values": transport.clipped}
+        if transport is not None and transport.proven is not None:
+            out["support_proofs"] = transport.proven.report()
+        if summed:  # the support counts at the end: each component's summed supporters, added up
+            out["supporters_counted"] = float(history[-1].get("supporters", 0.0))
     histogram_bytes: list[int] = []  # what the devices send in each threshold phase (and the ridges' phase)
     if alg.component_ridges:  # one more phase: each component's ridge from the fleet's held-out records
         held = [clients.preprocessor.transform(h) for h in held_parts if len(h)]
@@ -324,12 +342,20 @@ def run_mixture(alg: FedEM, X: list[np.ndarray], claimed: np.ndarray, rounds: in
     def observe(idx: np.ndarray, done: RoundResult) -> None:
         entry = {"round": len(history), "rejected": float(done.server["rejected"]), "devices": float(len(idx)),
                  "swaps": float(done.server.get("swaps", 0)),  # made so far (models.mixture.swaps)
+                 **({"supporters": float(np.sum(done.server["support"])),  # the summed support counts, added up
+                     "withheld": float(done.server.get("withheld", 0))} if summed else {}),  # sums failing their check
                  "train_nll": float(np.mean(done.states["nll"])) if int(done.broadcast["stage"]) == 1 else float("nan")}
         history.append(entry)
         if on_round:
             on_round(entry)
 
-    hooks = Hooks(tamper=tamper, observe=observe, receive=transport)
+    proven = transport.proven if transport is not None else None
+
+    def merges(ids: np.ndarray, loop: Rounds) -> None:  # both sides of the proofs make the job's merges
+        assert proven is not None
+        proven.sync(loop.broadcast.get("merges", np.zeros((0, 2))))
+
+    hooks = Hooks(tamper=tamper, observe=observe, receive=transport, before=merges if proven is not None else None)
     if summed or alg.seeding == "grow":  # seeding rounds of every device while the mixture grows
         simulate(loop, pool, claimed, rounds, hooks, everyone_while=lambda b: int(b["stage"]) == GROW)
     else:

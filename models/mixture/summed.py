@@ -10,7 +10,9 @@ table sums exactly, and its memory no longer grows with the fleet (K statistics,
 What each upload carries (all summable, nothing that names the device):
 - dR, dS1, dS2: the change of W_i (R, S1, S2) per record (models.mixture.gmm packing);
 - dH: the change of its 0/1 support row (it holds SUPPORT_SHARE of its records in the component), so that the
-  server counts supporters from the sum (the support rule's count);
+  server counts supporters from the sum (the support rule's count); with the support proofs (models.private.proven)
+  each device also proves its row holds 0s and 1s, and a sum that does not match the commitments is withheld
+  (WITHHELD: no support count moves, the sum's devices keep their rows);
 - dQ: the change of its squared weighted mass per component ((W_i R_i)^2), while the mass share is on: the rule
   needs each device's mass, and the server bounds the heaviest devices' share from the sums (`mass_shares`);
 - dN: 1 the first time the device contributes, 0 after (how many devices the counts cover).
@@ -66,6 +68,9 @@ DP_NAMES = (*DELTAS, "dC")
 #: the change of a device's squared weighted mass per component, uploaded while the support rule's mass share is on
 #: (`mass_shares`; not with differential privacy)
 SQUARES = "dQ"
+#: a sum's marker that its support rows' changes were withheld (models.private.proven: the sum did not match the
+#: devices' commitments), and the row each device keeps for that case
+WITHHELD, WITHHELD_ROW = "dH.withheld", "H.kept"
 
 
 class SummedFedEM(FedEM):
@@ -104,7 +109,7 @@ class SummedFedEM(FedEM):
         slots = K * self.split_factor
         return {"nll": np.zeros(n), "R": np.zeros((n, slots)), "S1": np.zeros((n, slots, d)),
                 "S2": np.zeros((n, slots, p)), "H": np.zeros((n, slots)), "joined": np.zeros(n), "merged": np.zeros(n),
-                "Q": np.zeros((n, slots))}
+                "Q": np.zeros((n, slots)), WITHHELD_ROW: np.zeros((n, slots))}
 
     # -- device ----------------------------------------------------------------------------------------
     def client_update(self, state: State, data: State, broadcast: State) -> tuple[State, State]:
@@ -145,6 +150,8 @@ class SummedFedEM(FedEM):
             for k in ("R", "S1", "S2", "H"):
                 new[k][:, :upto] = state[k][:, :upto] + up[f"d{k}"]
         after = {**new, "nll": nll, "joined": np.ones(len(data["X"])), "merged": np.full(len(data["X"]), merges)}
+        if WITHHELD_ROW in state:  # the row the sums hold if this change is withheld (a state from init_clients)
+            after[WITHHELD_ROW] = np.array(state["H"], dtype=float)
         return after, up
 
     @staticmethod
@@ -162,6 +169,18 @@ class SummedFedEM(FedEM):
         return None
 
     def server_update(self, server: State, client_ids: np.ndarray, uploads: State,
+                      weight: np.ndarray) -> tuple[State, State]:
+        """The sum of the round's uploads (`summed_update`). A sum whose support rows failed their check against the
+        devices' commitments (models.private.proven: WITHHELD) moved no support count: it is counted in the server
+        state (`withheld`, the round's influence record) and the broadcast tells the round's devices to keep their
+        support row as it was (`client_finish`)."""
+        withheld = WITHHELD in uploads
+        if withheld:
+            server["withheld"] = server.get("withheld", np.zeros(())) + 1
+        server, broadcast = self.summed_update(server, client_ids, uploads, weight)
+        return server, ({**broadcast, WITHHELD: np.ones(1)} if withheld else broadcast)
+
+    def summed_update(self, server: State, client_ids: np.ndarray, uploads: State,
                       weight: np.ndarray) -> tuple[State, State]:
         """The sum of the round's uploads (one row: what the secure sum yields; several rows are summed here, as
         the plaintext simulation sends them) moves the running sums; then a seeding step or the M-step."""
@@ -294,6 +313,9 @@ class SummedFedEM(FedEM):
         return view
 
     def client_finish(self, state: State, broadcast: State) -> State:
+        """A device whose support change was withheld (the sum's check failed) keeps the row the sums hold."""
+        if WITHHELD in broadcast and WITHHELD_ROW in state:
+            return {**state, "H": np.array(state[WITHHELD_ROW], dtype=float)}
         return state
 
     def upload_bytes(self) -> int:

@@ -31,6 +31,7 @@ class ConsensusADMM(PCAAlgorithm):
     curvature = 4.0
     #: attacks that mean nothing for it (models.detection.attacks.not_applicable): its uploads are a basis
     not_attacked: ClassVar[dict[str, str]] = {
+        **PCAAlgorithm.not_attacked,
         "non-psd": "non-psd needs uploads of second moments the server can check: {algorithm} uploads a basis (use "
         "--algorithm fedmm, or --detector gmm)"}
 

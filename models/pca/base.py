@@ -6,6 +6,7 @@ Client data for PCA is ``{"C": (b, d, d) second moments, "weight": (b,) shares o
 from __future__ import annotations
 
 from abc import abstractmethod
+from typing import ClassVar
 
 import numpy as np
 
@@ -13,6 +14,11 @@ from models.core.federated import FederatedAlgorithm, State
 
 
 class PCAAlgorithm(FederatedAlgorithm):
+    #: attacks that mean nothing for it (models.detection.attacks.not_applicable)
+    not_attacked: ClassVar[dict[str, str]] = {
+        "support-inflate": "support-inflate lies in a private mixture's support row; a PCA upload has none (use "
+        "--detector gmm --private)"}
+
     def __init__(self, n_features: int, rank: int = 3):
         if not 1 <= rank < n_features:
             raise ValueError(f"rank must be between 1 and {n_features - 1} (the number of features - 1), got {rank}")

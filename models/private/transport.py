@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -25,6 +26,9 @@ from models.core.rounds import RoundFailedError
 from models.private.dp import Noise
 from models.private.fixedpoint import BITS, Ring
 from models.private.relay import flatten, unflatten
+
+if TYPE_CHECKING:
+    from models.private.proven import ProvenRows
 
 
 @dataclass
@@ -48,6 +52,9 @@ class SecureTransport:
     #: bytes all the devices sent, per step of a secure sum (models.private.secagg.STEP_NAMES; "clear": sums in the
     #: clear), over this transport and the phases it made
     steps: dict[str, float] = field(default_factory=dict)
+    #: the bit proofs of one upload name's 0/1 rows (models.private.proven; None: none): proofs checked on arrival,
+    #: the blinding limbs summed with the values, the sum checked against the commitments after unmasking
+    proven: ProvenRows | None = None
 
     def __post_init__(self) -> None:
         self.rng = np.random.default_rng(self.seed)
@@ -71,27 +78,43 @@ class SecureTransport:
             uploads = self.noise.device_shares(ids, uploads)
             clip += self.noise.room({k: self.scales[k] for k in uploads}, len(ids))
         shapes = {k: np.asarray(v).shape[1:] for k, v in uploads.items()}
+        self.sums += 1
+        proven, clear = self.proven, 0.0
+        if proven is not None:  # each device's bit proofs, checked on arrival: a device that fails is left out
+            admitted = np.isin(ids, proven.answer(str(self.sums), ids, uploads[proven.name]))
+            ids, uploads = ids[admitted], {k: np.asarray(v)[admitted] for k, v in uploads.items()}
+            if len(ids) < 2:
+                raise RoundFailedError(f"secure sum {self.sums}: fewer than 2 devices' proofs verified")
         flat = {int(i): flatten({k: v[j] for k, v in uploads.items()}, self.scales) for j, i in enumerate(ids)}
         ring = Ring.for_sum(clip, len(ids), self.bits)
         self.clipped += int(sum(np.count_nonzero(np.abs(v) > clip) for v in flat.values()))
-        self.sums += 1
+        width = len(next(iter(flat.values())))
+        if proven is not None:  # the blinding factors' change joins each masked upload, as whole-number limbs
+            flat = {i: np.concatenate([v, proven.limbs(i, ring)]) for i, v in flat.items()}
+            clear = float(np.mean([proven.clear_bytes(i) for i in flat]))
+            self.steps["proofs"] = self.steps.get("proofs", 0.0) + clear * len(flat)
         setup = Setup(f"round-{self.sums}".encode(), tuple(int(i) for i in ids), len(next(iter(flat.values()))),
                       ring, int(self.rng.integers(2**31)))
         gone = int(np.floor(self.dropout * len(ids)))
         after = frozenset(int(i) for i in self.rng.choice(ids, gone, replace=False)) if gone else frozenset()
         try:
-            total, _, log = secure_sum(setup, flat, gone_after_upload=after)
+            total, uploaded, log = secure_sum(setup, flat, gone_after_upload=after)
         except SecAggError as e:  # too few devices left to unmask: the round fails, nothing of it counts
             self.failures += 1
             raise RoundFailedError(f"secure sum of {len(ids)} devices, {gone} gone after upload: {e}") from None
         if self.noise is not None:  # every upload counted (drops came after it): the noise is all there
             self.noise.check_uploads(len(ids), len(ids))
-        self.sent.append(float(np.mean(list(log.sent.values()))))
+        self.sent.append(float(np.mean(list(log.sent.values()))) + clear)
         for step, n in log.steps.items():
             self.steps[step] = self.steps.get(step, 0.0) + n
-        self.device_cpu.append(max(log.cpu.values()))
-        self.server_cpu.append(log.server_cpu)
-        return unflatten(total, shapes, self.scales)
+        self.device_cpu.append(max(log.cpu.values()) + (proven.device_cpu[-1] if proven is not None else 0.0))
+        self.server_cpu.append(log.server_cpu + (proven.server_cpu[-1] if proven is not None else 0.0))
+        out = unflatten(total[:width], shapes, self.scales)
+        if proven is not None and not proven.check(set(uploaded), out[proven.name][0], total[width:], ring):
+            # some device masked another row than it committed to: the sum's row changes are withheld
+            out[proven.name] = np.zeros_like(out[proven.name])
+            out[f"{proven.name}.withheld"] = np.ones(1)
+        return out
 
     def plain(self, ids: np.ndarray, uploads: State) -> State:
         """The round's uploads summed in the clear (float64 on the wire), with the central noise if any."""

@@ -165,6 +165,13 @@ def test_simulate_with_compliant_rogues_reports_them_and_refuses_what_it_cannot_
      "--min-support is a parameter of fedem: it applies to --detector gmm"),
     (["--min-support", "2", "--algorithm", "centralized", "--detector", "gmm"], "--algorithm centralized has no "
      "devices to count"),
+    (["--support-proofs", "--detector", "gmm"], "--support-proofs proves private mode's support rows: add --detector "
+     "gmm --private"),
+    (["--support-proofs", "--detector", "pca", "--private"], "--support-proofs proves private mode's support rows"),
+    (["--adversaries", "1", "--attack", "support-inflate", "--detector", "pca"],
+     "--attack support-inflate with --detector pca: support-inflate lies in a private mixture's support row"),
+    (["--adversaries", "1", "--attack", "support-inflate", "--detector", "gmm"],
+     "--attack support-inflate lies in a masked support row: private mode's (--private)"),
 ])
 def test_bad_attack_and_support_flags_say_which_and_why(flags, message, capsys):
     from fedsentry.cli import main
