@@ -46,6 +46,8 @@ MODEL_VERSION = 1
 
 
 class MixtureDetector(ThresholdedDetector):
+    #: a coarser mixture of the same records scoring beside this one (models.mixture.coarse; None: none)
+    coarse_: Mixture | None
     def __init__(self, components: int | None = None, reg: float = DEFAULT_REG,
                  quantile: float = MixtureJobSpec.quantile, log_transform: bool = True, n_explain: int = 3,
                  max_iter: int = 100, seed: int = 0, scoring: str = "mixture"):
@@ -129,7 +131,19 @@ class MixtureDetector(ThresholdedDetector):
     @property
     def n_scores(self) -> int:
         """Rows of `mixture_scores`: one per ridge, twice as many when scored both ways (SCORINGS)."""
-        return (1 + len(self.wide_)) * (2 if self.scoring == "both" else 1)
+        return (1 + len(self.wide_)) * (2 if self.scoring == "both" else 1) + (self.coarse_ is not None)
+
+    def with_coarse(self, coarse: Mixture) -> MixtureDetector:
+        """Score also by a coarser mixture of the same records (models.mixture.coarse; its score the last row of
+        `mixture_scores`): the detector then scores only once calibrated. Returns self."""
+        problem = mixture_problem(coarse) or (None if coarse.n_features == self.mixture_.n_features else
+                                              "its features are not the mixture's")
+        if problem:
+            raise ValueError(f"the coarse mixture: {problem}")
+        self.coarse_ = coarse
+        self._coarse = LogDensity(coarse)
+        self.scales_ = None
+        return self
 
     def _set(self, m: Mixture, pre: Preprocessor, threshold: float, shared: np.ndarray | None = None,
              wide: list[Mixture] | None = None) -> None:
@@ -142,6 +156,7 @@ class MixtureDetector(ThresholdedDetector):
         self.mixture_, self.preprocessor_, self.wide_ = m, pre, wide
         self.floors_ = np.array([w.floor() for w in (m, *wide)])
         self.scales_ = None
+        self.coarse_ = None
         #: each component's own tail (models.mixture.component_tails; None: the score as it is)
         self.component_tails_: ComponentTails | None = None
         #: (t, b) of the fleet's score and the component's, scored by the smaller tail probability (None: the
@@ -203,6 +218,8 @@ class MixtureDetector(ThresholdedDetector):
                     out[ways[0] + j, i: i + step] = -logsumexp_rows(A) - self.floors_[j]
                 if ways[1] is not None:  # weight-free: the floor is the best component's at its own mean
                     out[ways[1] + j, i: i + step] = -(A - self._log_weights).max(axis=1) - self.floors_[j]
+            if self.coarse_ is not None:
+                out[-1, i: i + step] = -logsumexp_rows(self._coarse(T)) - self.coarse_.floor()
         np.maximum(out, 0.0, out=out)
         return out
 
@@ -234,6 +251,8 @@ class MixtureDetector(ThresholdedDetector):
     # -- persistence -------------------------------------------------------------------------------
     def to_wire(self) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
         """Arrays and metadata of the model envelope (wire.model)."""
+        if self.coarse_ is not None or self.component_tails_ is not None:
+            raise ValueError("a coarse mixture or the components' tails score in the simulator only: no envelope")
         m = self.mixture_
         wide = {"wide_prec_chol": np.stack([w.prec_chol for w in self.wide_])} if self.wide_ else {}
         scales = {"scales": self.scales_} if self.scales_ is not None else {}

@@ -155,7 +155,7 @@ class FedEM(FederatedAlgorithm):
                  rounds: int | None = None, fraction: float | None = None,
                  component_ridges: list[float] | None = None, ridge_criterion: str = "likelihood",
                  anneal: float = 0.0, mass_share: str = "exact", scoring: str = "mixture",
-                 component_tails: str = "none"):
+                 component_tails: str = "none", coarse: int = 0):
         components = default_components(n_features, float32) if components is None else components
         if not 1 <= components <= 1024:
             raise ValueError("components must be between 1 and 1024")
@@ -214,6 +214,10 @@ class FedEM(FederatedAlgorithm):
         #: score by each component's own tail of held-out scores, or by the smaller tail probability of that and the
         #: fleet's (models.mixture.component_tails)
         self.component_tails = component_tails
+        if coarse and not 2 <= coarse <= self.components:
+            raise ValueError(f"coarse must be 0 (none) or between 2 and the components ({self.components})")
+        #: score also by the mixture merged into components / coarse (models.mixture.coarse; 0: none)
+        self.coarse = int(coarse)
         if splits is not None and not 0 <= splits <= 1000:
             raise ValueError("splits must be between 0 (none) and 1000 (swaps in the k-means rounds, "
                              "models.mixture.swaps)")

@@ -28,6 +28,7 @@ from models.detection.screening import Guard, WeightCaps, admitted_histograms, f
 from models.detection.threshold import EDGES, Tail, holdout_mask, shrunk_threshold, sparse_histogram
 from models.mixture import FEDERATED
 from models.mixture.anchors import ANCHORS
+from models.mixture.coarse import merged
 from models.mixture.component_ridges import assemble, fleet_choice
 from models.mixture.component_tails import ComponentTails, cross_fitted
 from models.mixture.detector import MixtureDetector, fit_em
@@ -181,6 +182,10 @@ def simulate_mixture(
         out["component_ridges"] = np.bincount(choice, minlength=len(alg.component_ridges)).tolist()
     det = MixtureDetector.from_model(mixture, clients.preprocessor, 1.0, shared, wide=wide, quantile=quantile,
                                       reg=alg.reg, scoring=alg.scoring)
+    if alg.coarse:  # the fleet's components merged (no extra round): a second score, calibrated below
+        fleet = det.shared_
+        det.with_coarse(merged(Mixture(mixture.weights[fleet] / mixture.weights[fleet].sum(), mixture.means[fleet],
+                                       mixture.prec_chol[fleet]), alg.coarse, seed))
     # the fleet's components and the device's own (from the records it trained on, not those held out)
     devices = [copy.copy(det).personalise(p) for p in fit_parts]
 

@@ -55,6 +55,8 @@ class MixtureJobSpec(DetectorJobSpec):
                     "component_tails": "none, own (score a record by its tail probability among the fleet's "
                     "held-out records in its own component: per-component histograms, shrunk toward the fleet's) or "
                     "both (the smaller tail probability of that and the fleet's; models.mixture.component_tails)",
+                    "coarse": "also score by the fleet's mixture merged into components / coarse (moment-matched; "
+                    "the smaller tail probability of the two; models.mixture.coarse; 0: none)",
                     "splits": "swaps in the k-means rounds, one every 5 rounds: the broadest component splits in "
                     "two and the two components cheapest to merge become one (models.mixture.swaps; none: as many "
                     "as end 1/fraction rounds before the job's last; 0: none)",
@@ -87,5 +89,7 @@ class MixtureJobSpec(DetectorJobSpec):
         check(self.algorithm_params.get("component_tails", "none") == "none", "algorithm_params.component_tails", "the "
               "components' own tails run in the simulator only so far (fedsentry simulate --component-tails; "
               "measured: benchmarks/results/detector-ideas-2.md)")
+        check(not self.algorithm_params.get("coarse"), "algorithm_params.coarse", "a coarse mixture runs in the "
+              "simulator only so far (fedsentry simulate --coarse; measured: benchmarks/results/detector-ideas-2.md)")
         check(0.05 <= self.holdout <= 0.5, "holdout", "must be in [0.05, 0.5] (the share of each device's records "
               "its threshold is read from)")

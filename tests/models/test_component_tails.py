@@ -1,5 +1,5 @@
-"""Scoring options of the trained mixture: each component's own tail (models.mixture.component_tails) and the
-weight-free best component (`scoring`, models.mixture.fedem.SCORINGS)."""
+"""Scoring options of the trained mixture: each component's own tail (models.mixture.component_tails), the
+weight-free best component (`scoring`, models.mixture.fedem.SCORINGS) and a coarser mixture (models.mixture.coarse)."""
 
 from __future__ import annotations
 
@@ -142,7 +142,38 @@ def test_both_tails_score_by_the_smaller_tail_probability_of_the_two():
                          params={"components": 4, "component_tails": "yes"})
 
 
-@pytest.mark.parametrize("param", [{"component_tails": "own"}, {"scoring": "component"}])
+def test_the_coarse_mixture_keeps_each_groups_moments():
+    """Four components merged by 2: two groups (near 0 and near 10), each one Gaussian with its group's weight, mean
+    and covariance (the mixture's within-group spread included; red if the components were not merged)."""
+    from models.mixture.coarse import merged
+    from models.mixture.gmm import precisions
+
+    w = np.array([0.1, 0.3, 0.4, 0.2])
+    mu = np.array([[0.0], [1.0], [10.0], [12.0]])
+    m = Mixture(w, mu, np.ones((4, 1, 1)))  # unit variances
+    c = merged(m, 2)
+    order = np.argsort(c.means[:, 0])
+    np.testing.assert_allclose(c.weights[order], [0.4, 0.6])
+    np.testing.assert_allclose(c.means[order, 0], [0.75, 32 / 3])
+    var = 1 / precisions(c.prec_chol)[order, 0, 0]
+    np.testing.assert_allclose(var, [1 + (0.1 * 0.75**2 + 0.3 * 0.25**2) / 0.4,
+                                     1 + (0.4 * (2 / 3) ** 2 + 0.2 * (4 / 3) ** 2) / 0.6])
+    with pytest.raises(ValueError, match=r"coarse: the factor must be between 2 and the components \(4\), got 1"):
+        merged(m, 1)
+
+
+def test_the_simulator_scores_by_both_mixtures_once_calibrated():
+    parts, X = fleet(0), np.vstack(fleet(1, devices=2))
+    run = simulate_mixture(parts, X, np.zeros(len(X)), ["a", "b", "c"], rounds=10, fraction=0.5, quantile=0.95,
+                           params={"components": 4, "coarse": 2})
+    det: MixtureDetector = run["detector"]
+    assert det.coarse_ is not None and det.coarse_.n_components == 2 and det.n_scores == 2
+    assert len(run["ridge_scales"]) == 2 and 0.01 < run["false_positive_rate"] < 0.12
+    with pytest.raises(ValueError, match="simulator only"):
+        det.to_wire()
+
+
+@pytest.mark.parametrize("param", [{"component_tails": "own"}, {"scoring": "component"}, {"coarse": 4}])
 def test_a_job_refuses_the_scoring_options(param):
     from models.mixture.spec import MixtureJobSpec
     from models.params import SettingError
