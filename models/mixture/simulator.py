@@ -239,7 +239,9 @@ def simulate_mixture(
         test_scores[seen] = (det if i < 0 else devices[i]).score_samples(X_test[seen])
     at = np.where(where < 0, threshold, own[np.maximum(where, 0)])  # each test record at its device's threshold
     fleet_only = detection_report(y_test, test_scores, threshold)
-    nll_scores = [dev.mixture_scores(h)[0] for dev, h in zip(devices, held_parts)] if det.n_scores > 1 else scores
+    # the mixture's own negative log-likelihood, whatever the score (several ridges, scorings, tails)
+    nll_scores = [dev.mixture_scores(h)[0] for dev, h in zip(devices, held_parts)] \
+        if det.n_scores > 1 or det.component_tails_ is not None else scores
     out.update(history=history, threshold=threshold, holdout_nll=heldout_nll(det, nll_scores, clients.weight, guard),
                shared_components=int(det.shared_.sum()),
                device_threshold={"prior": det.tail_.prior, "min": float(own.min()), "median": float(np.median(own)),
