@@ -23,8 +23,9 @@ import numpy as np
 from models.detection.detector import ThresholdedDetector
 from models.detection.preprocessing import Moments, Preprocessor, global_standardisation, signed_log1p
 from models.detection.threshold import Tail, federated_quantile
+from models.mixture.component_tails import ComponentTails
 from models.mixture.control import SUPPORT_SHARE
-from models.mixture.fedem import DEFAULT_REG, default_components
+from models.mixture.fedem import DEFAULT_REG, SCORINGS, default_components
 from models.mixture.gmm import (
     LogDensity,
     Mixture,
@@ -43,11 +44,16 @@ from models.mixture.spec import MixtureJobSpec
 MODEL_VERSION = 1
 
 
+
 class MixtureDetector(ThresholdedDetector):
+    #: a coarser mixture of the same records scoring beside this one (models.mixture.coarse; None: none)
+    coarse_: Mixture | None
     def __init__(self, components: int | None = None, reg: float = DEFAULT_REG,
                  quantile: float = MixtureJobSpec.quantile, log_transform: bool = True, n_explain: int = 3,
-                 max_iter: int = 100, seed: int = 0):
-        self.components, self.reg, self.quantile = components, reg, quantile
+                 max_iter: int = 100, seed: int = 0, scoring: str = "mixture"):
+        if scoring not in SCORINGS:
+            raise ValueError(f"scoring must be one of {', '.join(SCORINGS)}, got {scoring!r}")
+        self.components, self.reg, self.quantile, self.scoring = components, reg, quantile, scoring
         self.log_transform, self.n_explain, self.max_iter, self.seed = log_transform, n_explain, max_iter, seed
 
     # -- fitting -----------------------------------------------------------------------------------
@@ -89,9 +95,9 @@ class MixtureDetector(ThresholdedDetector):
         """Score by the combined tail of the mixtures (models.mixture.ridges.combine): each one's (t, b), one row per
         mixture, the first ridge's first. Returns self."""
         scales = np.asarray(scales, dtype=float)
-        if scales.shape != (1 + len(self.wide_), 2) or not np.isfinite(scales).all() or (scales[:, 1] <= 0).any():
-            raise ValueError(f"scales: expected {1 + len(self.wide_)} rows of (threshold, positive spread), one per "
-                             f"mixture, got shape {scales.shape}")
+        if scales.shape != (self.n_scores, 2) or not np.isfinite(scales).all() or (scales[:, 1] <= 0).any():
+            raise ValueError(f"scales: expected {self.n_scores} rows of (threshold, positive spread), one per "
+                             f"mixture and scoring, got shape {scales.shape}")
         self.scales_: np.ndarray | None = scales
         return self
 
@@ -120,6 +126,24 @@ class MixtureDetector(ThresholdedDetector):
         self._densities = [LogDensity(Mixture(weights, m.means[self._components], w.prec_chol[self._components]))
                            for w in (m, *self.wide_)]
         self._density = self._densities[0]
+        self._log_weights = np.log(weights)  # taken off again by the weight-free scoring ("component")
+
+    @property
+    def n_scores(self) -> int:
+        """Rows of `mixture_scores`: one per ridge, twice as many when scored both ways (SCORINGS)."""
+        return (1 + len(self.wide_)) * (2 if self.scoring == "both" else 1) + (self.coarse_ is not None)
+
+    def with_coarse(self, coarse: Mixture) -> MixtureDetector:
+        """Score also by a coarser mixture of the same records (models.mixture.coarse; its score the last row of
+        `mixture_scores`): the detector then scores only once calibrated. Returns self."""
+        problem = mixture_problem(coarse) or (None if coarse.n_features == self.mixture_.n_features else
+                                              "its features are not the mixture's")
+        if problem:
+            raise ValueError(f"the coarse mixture: {problem}")
+        self.coarse_ = coarse
+        self._coarse = LogDensity(coarse)
+        self.scales_ = None
+        return self
 
     def _set(self, m: Mixture, pre: Preprocessor, threshold: float, shared: np.ndarray | None = None,
              wide: list[Mixture] | None = None) -> None:
@@ -132,6 +156,12 @@ class MixtureDetector(ThresholdedDetector):
         self.mixture_, self.preprocessor_, self.wide_ = m, pre, wide
         self.floors_ = np.array([w.floor() for w in (m, *wide)])
         self.scales_ = None
+        self.coarse_ = None
+        #: each component's own tail (models.mixture.component_tails; None: the score as it is)
+        self.component_tails_: ComponentTails | None = None
+        #: (t, b) of the fleet's score and the component's, scored by the smaller tail probability (None: the
+        #: component's alone)
+        self.tails_scales_: np.ndarray | None = None
         self.threshold_ = float(threshold)
         self.tail_: Tail | None = None
         self.feature_names_ = list(pre.feature_names)
@@ -148,21 +178,48 @@ class MixtureDetector(ThresholdedDetector):
             raise ValueError(f"expected {len(self.feature_names_)} features, got {X.shape[-1]}")
         if X.ndim == 1:
             return float(self.score_samples(X[None])[0])  # type: ignore[index]
-        if not self.wide_:
-            return self.mixture_scores(X)[0]
-        if self.scales_ is None:
-            raise ValueError("a mixture of several ridges scores only once calibrated (calibrate)")
-        return combine(self.mixture_scores(X), self.scales_)
+        if self.n_scores == 1:
+            raw = self.mixture_scores(X)[0]
+        elif self.scales_ is None:
+            raise ValueError("a mixture of several ridges or scorings scores only once calibrated (calibrate)")
+        else:
+            raw = combine(self.mixture_scores(X), self.scales_)
+        if self.component_tails_ is None:
+            return raw
+        own = self.component_tails_(raw, self.best_components(X))
+        if self.tails_scales_ is None:
+            return own
+        return combine(np.vstack([raw, own]), self.tails_scales_)
+
+    def best_components(self, X: np.ndarray) -> np.ndarray:
+        """The index (in the whole mixture) of the component most responsible for each record (n, d), original
+        units."""
+        X = np.asarray(X, dtype=float)
+        out = np.empty(X.shape[0], dtype=np.int64)
+        step = chunk_rows(X.shape[1])
+        for i in range(0, X.shape[0], step):
+            out[i: i + step] = self._components[self._density(self.preprocessor_.transform(X[i: i + step]))
+                                                .argmax(axis=1)]
+        return out
 
     def mixture_scores(self, X: np.ndarray) -> np.ndarray:
-        """Each mixture's score of records X (n, d) in original units: (M, n), the first ridge's first."""
+        """Each mixture's score of records X (n, d) in original units: (M, n), the first ridge's first; scored both
+        ways (SCORINGS), the mixture densities' rows, then the best components'."""
         X = np.asarray(X, dtype=float)
-        out = np.empty((len(self._densities), X.shape[0]))
+        M = len(self._densities)
+        out = np.empty((self.n_scores, X.shape[0]))
         step = chunk_rows(X.shape[1])  # the quadratic forms' temporaries stay near CHUNK_BYTES
+        ways = {"mixture": (0, None), "component": (None, 0), "both": (0, M)}[self.scoring]
         for i in range(0, X.shape[0], step):
             T = self.preprocessor_.transform(X[i: i + step])
             for j, density in enumerate(self._densities):
-                out[j, i: i + step] = -logsumexp_rows(density(T)) - self.floors_[j]
+                A = density(T)
+                if ways[0] is not None:
+                    out[ways[0] + j, i: i + step] = -logsumexp_rows(A) - self.floors_[j]
+                if ways[1] is not None:  # weight-free: the floor is the best component's at its own mean
+                    out[ways[1] + j, i: i + step] = -(A - self._log_weights).max(axis=1) - self.floors_[j]
+            if self.coarse_ is not None:
+                out[-1, i: i + step] = -logsumexp_rows(self._coarse(T)) - self.coarse_.floor()
         np.maximum(out, 0.0, out=out)
         return out
 
@@ -194,6 +251,8 @@ class MixtureDetector(ThresholdedDetector):
     # -- persistence -------------------------------------------------------------------------------
     def to_wire(self) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
         """Arrays and metadata of the model envelope (wire.model)."""
+        if self.coarse_ is not None or self.component_tails_ is not None:
+            raise ValueError("a coarse mixture or the components' tails score in the simulator only: no envelope")
         m = self.mixture_
         wide = {"wide_prec_chol": np.stack([w.prec_chol for w in self.wide_])} if self.wide_ else {}
         scales = {"scales": self.scales_} if self.scales_ is not None else {}
@@ -201,6 +260,7 @@ class MixtureDetector(ThresholdedDetector):
                  "shared": self.shared_.astype(np.float64), **wide, **scales, **self.preprocessor_.wire_arrays()},
                 {"detector": "gmm", **self.preprocessor_.wire_meta(), "threshold": self.threshold_,
                  "quantile": self.quantile, "reg": self.reg,
+                 **({"scoring": self.scoring} if self.scoring != "mixture" else {}),
                  **({"tail": self.tail_.to_meta()} if self.tail_ is not None else {})})
 
     @classmethod
@@ -216,7 +276,8 @@ class MixtureDetector(ThresholdedDetector):
         # the ridge the mixture was trained with (`reg`: what its samples take off again); envelopes from before it
         # travelled were trained at the default unless their job set one
         reg = float(meta.get("reg", DEFAULT_REG))
-        return cls.from_model(m, pre, float(meta["threshold"]), shared, tail, wide, scales, quantile=quantile, reg=reg)
+        return cls.from_model(m, pre, float(meta["threshold"]), shared, tail, wide, scales, quantile=quantile, reg=reg,
+                              scoring=str(meta.get("scoring", "mixture")))
 
     def to_dict(self) -> dict[str, Any]:
         arrays, meta = self.to_wire()

@@ -73,6 +73,14 @@ MAX_RIDGES = 3
 MAX_CHOICES = 8
 #: how a component chooses among them: the held-out records' likelihood, or the least volume holding them
 RIDGE_CRITERIA = ("likelihood", "volume")
+#: how a record's score reads a mixture: "mixture", its density (weights included); "component", its best single
+#: component's, weight-free (-max_k log N(x | mu_k, Sigma_k): a light component of rare normal traffic scores its
+#: records as a heavy one would); "both", each, put on one scale by their tails on the fleet's held-out records
+#: (models.mixture.ridges: a record scores by its smallest tail probability)
+SCORINGS = ("mixture", "component", "both")
+#: which tails score a record (models.mixture.component_tails): the fleet's alone ("none"), its component's ("own"),
+#: or the smaller tail probability of the two ("both")
+TAILS = ("none", "own", "both")
 #: deterministic annealing's cooling a round, and the temperature below which the rounds are k-means rounds
 ANNEAL_DECAY, ANNEAL_FLOOR = 0.9, 1e-3
 
@@ -146,7 +154,8 @@ class FedEM(FederatedAlgorithm):
                  seeding: str = "merge", ridges: list[float] | None = None, splits: int | None = None,
                  rounds: int | None = None, fraction: float | None = None,
                  component_ridges: list[float] | None = None, ridge_criterion: str = "likelihood",
-                 anneal: float = 0.0, mass_share: str = "exact"):
+                 anneal: float = 0.0, mass_share: str = "exact", scoring: str = "mixture",
+                 component_tails: str = "none", coarse: int = 0):
         components = default_components(n_features, float32) if components is None else components
         if not 1 <= components <= 1024:
             raise ValueError("components must be between 1 and 1024")
@@ -196,6 +205,19 @@ class FedEM(FederatedAlgorithm):
             raise ValueError("anneal must be in [0, 100] (the k-means rounds' first temperature; 0: none)")
         #: deterministic annealing in the k-means rounds: the first temperature, which falls by ANNEAL_DECAY a round
         self.anneal = float(anneal)
+        if scoring not in SCORINGS:
+            raise ValueError(f"scoring must be one of {', '.join(SCORINGS)}")
+        #: how the trained mixture scores a record (models.mixture.detector.SCORINGS); training is the same
+        self.scoring = scoring
+        if component_tails not in TAILS:
+            raise ValueError(f"component_tails must be one of {', '.join(TAILS)}")
+        #: score by each component's own tail of held-out scores, or by the smaller tail probability of that and the
+        #: fleet's (models.mixture.component_tails)
+        self.component_tails = component_tails
+        if coarse and not 2 <= coarse <= self.components:
+            raise ValueError(f"coarse must be 0 (none) or between 2 and the components ({self.components})")
+        #: score also by the mixture merged into components / coarse (models.mixture.coarse; 0: none)
+        self.coarse = int(coarse)
         if splits is not None and not 0 <= splits <= 1000:
             raise ValueError("splits must be between 0 (none) and 1000 (swaps in the k-means rounds, "
                              "models.mixture.swaps)")

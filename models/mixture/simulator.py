@@ -28,11 +28,13 @@ from models.detection.screening import Guard, WeightCaps, admitted_histograms, f
 from models.detection.threshold import EDGES, Tail, holdout_mask, shrunk_threshold, sparse_histogram
 from models.mixture import FEDERATED
 from models.mixture.anchors import ANCHORS
+from models.mixture.coarse import merged
 from models.mixture.component_ridges import assemble, fleet_choice
+from models.mixture.component_tails import ComponentTails, cross_fitted
 from models.mixture.detector import MixtureDetector, fit_em
 from models.mixture.fedem import FedEM, colluders, device_seed, shared_of
 from models.mixture.gmm import Mixture, e_step, hard_stats, m_step, nearest
-from models.mixture.ridges import tail_scales
+from models.mixture.ridges import combine, tail_scales
 from models.mixture.spec import MixtureJobSpec
 from models.mixture.summed import GROW, SummedFedEM
 from models.pca.simulator import ClientData, prepare_clients
@@ -155,6 +157,9 @@ def simulate_mixture(
         raise ValueError(f"{mode} makes its k-means rounds on sums: leave out the annealing (--anneal)")
     if summed and alg.component_ridges:
         raise ValueError(f"{mode} trains one ridge: leave out the components' ridges (--component-ridges)")
+    if summed and alg.component_tails != "none":
+        raise ValueError(f"{mode} sums the threshold's histograms only: leave out the components' tails "
+                         "(--component-tails)")
     if algorithm == "centralized" and alg.component_ridges:
         raise ValueError("the components' ridges are chosen from the fleet's held-out records: federated only")
     if algorithm == "centralized":
@@ -194,7 +199,11 @@ def simulate_mixture(
         histogram_bytes.append(len(held) * 8 * alg.components * (1 + len(alg.component_ridges)))
         out["component_ridges"] = np.bincount(choice, minlength=len(alg.component_ridges)).tolist()
     det = MixtureDetector.from_model(mixture, clients.preprocessor, 1.0, shared, wide=wide, quantile=quantile,
-                                      reg=alg.reg)
+                                      reg=alg.reg, scoring=alg.scoring)
+    if alg.coarse:  # the fleet's components merged (no extra round): a second score, calibrated below
+        fleet = det.shared_
+        det.with_coarse(merged(Mixture(mixture.weights[fleet] / mixture.weights[fleet].sum(), mixture.means[fleet],
+                                       mixture.prec_chol[fleet]), alg.coarse, seed))
     # the fleet's components and the device's own (from the records it trained on, not those held out)
     devices = [copy.copy(det).personalise(p) for p in fit_parts]
 
@@ -210,13 +219,24 @@ def simulate_mixture(
         kept, weight = admitted_histograms(histograms, [len(s) for s in scores], clients.weight)
         return fleet_tail(kept, weight, quantile, guard.device_trim, holdout, colluders(alg.min_support))
 
-    if wide:  # each mixture's tail first (a threshold phase), then the combined score's (models.mixture.ridges)
+    if det.n_scores > 1:  # each score's tail (a threshold phase), then the combined score's (models.mixture.ridges)
         each = [dev.mixture_scores(h) for dev, h in zip(devices, held_parts)]
-        scales = tail_scales([tail_of([e[j] for e in each]) for j in range(1 + len(wide))], quantile)
+        scales = tail_scales([tail_of([e[j] for e in each]) for j in range(det.n_scores)], quantile)
         for x in (det, *devices):
             x.calibrate(scales)
         out["ridge_scales"] = scales.tolist()
-    scores = [np.asarray(dev.score_samples(h)) for dev, h in zip(devices, held_parts)]
+    if alg.component_tails != "none":  # one more phase: each device's histograms of held-out scores per component
+        raw = [np.asarray(dev.score_samples(h)) for dev, h in zip(devices, held_parts)]
+        where_held = [dev.best_components(h) for dev, h in zip(devices, held_parts)]
+        tails, scores = cross_fitted(raw, where_held, alg.components, quantile)
+        histogram_bytes.append(ComponentTails.upload_bytes(where_held, raw))
+        both = tail_scales([tail_of(raw), tail_of(scores)], quantile) if alg.component_tails == "both" else None
+        for x in (det, *devices):
+            x.component_tails_, x.tails_scales_ = tails, both
+        if both is not None:  # the smaller tail probability of the two (models.mixture.ridges.combine)
+            scores = [combine(np.vstack([r, c]), both) for r, c in zip(raw, scores)]
+    else:
+        scores = [np.asarray(dev.score_samples(h)) for dev, h in zip(devices, held_parts)]
     threshold, det.tail_ = tail_of(scores)
     det.threshold_ = threshold
     if transport is not None and transport.noise is not None:
@@ -237,7 +257,9 @@ def simulate_mixture(
         test_scores[seen] = (det if i < 0 else devices[i]).score_samples(X_test[seen])
     at = np.where(where < 0, threshold, own[np.maximum(where, 0)])  # each test record at its device's threshold
     fleet_only = detection_report(y_test, test_scores, threshold)
-    nll_scores = [dev.mixture_scores(h)[0] for dev, h in zip(devices, held_parts)] if wide else scores
+    # the mixture's own negative log-likelihood, whatever the score (several ridges, scorings, tails)
+    nll_scores = [dev.mixture_scores(h)[0] for dev, h in zip(devices, held_parts)] \
+        if det.n_scores > 1 or det.component_tails_ is not None else scores
     out.update(history=history, threshold=threshold, holdout_nll=heldout_nll(det, nll_scores, clients.weight, guard),
                shared_components=int(det.shared_.sum()),
                device_threshold={"prior": det.tail_.prior, "min": float(own.min()), "median": float(np.median(own)),

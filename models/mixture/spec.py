@@ -49,6 +49,14 @@ class MixtureJobSpec(DetectorJobSpec):
                     "held-out records) or volume (the least that holds the threshold quantile of them)",
                     "anneal": "deterministic annealing in the k-means rounds: the first temperature (standardised "
                     "units), each round's 0.9 times the last's, k-means below 0.001 (0: none)",
+                    "scoring": "how a record's score reads the mixture: mixture (its density), component (its best "
+                    "single component's, weight-free) or both (the smaller tail probability of the two; "
+                    "models.mixture.fedem.SCORINGS)",
+                    "component_tails": "none, own (score a record by its tail probability among the fleet's "
+                    "held-out records in its own component: per-component histograms, shrunk toward the fleet's) or "
+                    "both (the smaller tail probability of that and the fleet's; models.mixture.component_tails)",
+                    "coarse": "also score by the fleet's mixture merged into components / coarse (moment-matched; "
+                    "the smaller tail probability of the two; models.mixture.coarse; 0: none)",
                     "splits": "swaps in the k-means rounds, one every 5 rounds: the broadest component splits in "
                     "two and the two components cheapest to merge become one (models.mixture.swaps; none: as many "
                     "as end 1/fraction rounds before the job's last; 0: none)",
@@ -75,5 +83,13 @@ class MixtureJobSpec(DetectorJobSpec):
               "--seeding grow); a private job grows its mixture so anyway")
         check(not self.algorithm_params.get("anneal"), "algorithm_params.anneal", "annealing runs in the simulator "
               "only so far (fedsentry simulate --anneal; measured, not adopted: benchmarks/results/detector-ideas.md)")
+        check(self.algorithm_params.get("scoring", "mixture") == "mixture", "algorithm_params.scoring", "scoring "
+              "other than by the mixture's density runs in the simulator only so far (fedsentry simulate --scoring; "
+              "measured: benchmarks/results/detector-ideas-2.md)")
+        check(self.algorithm_params.get("component_tails", "none") == "none", "algorithm_params.component_tails", "the "
+              "components' own tails run in the simulator only so far (fedsentry simulate --component-tails; "
+              "measured: benchmarks/results/detector-ideas-2.md)")
+        check(not self.algorithm_params.get("coarse"), "algorithm_params.coarse", "a coarse mixture runs in the "
+              "simulator only so far (fedsentry simulate --coarse; measured: benchmarks/results/detector-ideas-2.md)")
         check(0.05 <= self.holdout <= 0.5, "holdout", "must be in [0.05, 0.5] (the share of each device's records "
               "its threshold is read from)")
