@@ -446,3 +446,22 @@ def test_a_device_whose_support_proof_fails_is_refused_by_name_and_the_sum_goes_
     assert rounds[at + 3].phase == "train:unmask" and "dev-03" not in rounds[at + 3].sampled
     assert "withheld" not in loop.runner.server
     kept_commitments_hold_the_devices_rows(loop, participants)
+
+
+@pytest.mark.parametrize(("kind", "settings", "why"), [
+    ("gmm", {"private": False}, "support proofs check private mode's masked support rows: set private"),
+    ("gmm", {"private": True, "dp_epsilon": 4.0}, "without dp_epsilon"),
+    ("gmm", {"private": True, "algorithm_params": {"support_proofs": "yes"}}, "expected bool"),
+    ("pca", {"private": True, "rank": 1}, "not a parameter of fedmm"),
+])
+def test_support_proofs_are_refused_by_name_outside_private_gmm_jobs(kind, settings, why):
+    from models.params import SettingError
+
+    features = ["a", "b", "c"]
+    body = {"features": features, "algorithm": ALGORITHM[kind], "algorithm_params": {"support_proofs": True},
+            **settings}
+    with pytest.raises(SettingError, match=why) as e:
+        job_spec(kind, body)
+    assert e.value.field == "algorithm_params.support_proofs"
+    spec = job_spec("gmm", {"features": features, "private": True, "algorithm_params": {"support_proofs": True}})
+    assert spec.algorithm_params == {"support_proofs": True}  # a private gmm job takes it
