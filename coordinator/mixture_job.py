@@ -157,10 +157,12 @@ class MixtureJob(SupportProofs, DetectorJob):
         """The server step on the round's sum (the pipeline's stages and rules, as every round), its support changes
         checked first against the devices' commitments if the job proves them (coordinator.support_proofs)."""
         index = self.index()
-        total = self.check_sum(name, total, members, index)
+        alg = self.algorithm()
+        assert isinstance(alg, SummedFedEM)
+        total = self.check_sum(name, total, members, index, alg.components * alg.split_factor)
         withheld = WITHHELD in total
         ids = np.array([index[m] for m in members], dtype=np.int64)
-        self.server, self.broadcast = close_round(self.algorithm(), self.server, ids, total,
+        self.server, self.broadcast = close_round(alg, self.server, ids, total,
                                                   np.array(self.counts, dtype=float)[ids])
         counted = self.info.setdefault("counted", {})
         for m in members:  # the sum holds their changes: each device commits its new contribution when told

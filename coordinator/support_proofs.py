@@ -82,10 +82,10 @@ class SupportProofs:
         self.server[PENDING + "ids"] = np.array(ids, dtype=np.int64)
         self.server[PENDING + "rows"] = np.stack([np.asarray(replies[i].commitments, np.uint8) for i in ids])
 
-    def check_sum(self, name: str, total: dict[str, np.ndarray], members: list[str],
-                  index: dict[str, int]) -> dict[str, np.ndarray]:
+    def check_sum(self, name: str, total: dict[str, np.ndarray], members: list[str], index: dict[str, int],
+                  slots: int) -> dict[str, np.ndarray]:
         """After unmasking a proven sum: the total without the limbs, its support changes withheld (WITHHELD) unless
-        the commitments of the devices in it hold them; the kept rows updated if they do."""
+        the commitments of the devices in it hold them; the kept rows (`slots` entries a row) updated if they do."""
         from models.private.fixedpoint import Ring
         from models.private.proven import kept_arrays, kept_rows, limbs_name, points, sum_holds
         from models.private.relay import Announced
@@ -95,9 +95,8 @@ class SupportProofs:
         announced = Announced.from_meta(self.info["secagg"])
         position = {n: i for i, n in enumerate(announced.names)}
         held = dict(zip((int(i) for i in self.server.pop(PENDING + "ids")), self.server.pop(PENDING + "rows")))
-        alg = self.algorithm()
         saved = {k[len(KEPT):]: v for k, v in self.server.items() if k.startswith(KEPT)}
-        kept = kept_rows(alg.components * alg.split_factor, saved,
+        kept = kept_rows(slots, saved,
                          self.broadcast.get("merges", np.zeros((0, 2))))
         new = {index[m]: points(held[position[m]]) for m in members}
         changes = [kept.change(i, new[i]) for i in sorted(new)]
@@ -110,9 +109,6 @@ class SupportProofs:
             return total
         self.info.setdefault("withheld", []).append(announced.label)
         return {**total, "dH": np.zeros_like(total["dH"]), WITHHELD: np.ones(1)}
-
-    def algorithm(self) -> Any:
-        raise NotImplementedError
 
     def withheld_labels(self, counted: dict[str, str]) -> list[str]:
         """The labels among `counted` whose support changes were withheld (each device keeps its row as before)."""
