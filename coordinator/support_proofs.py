@@ -80,7 +80,8 @@ class SupportProofs:
             return
         ids = sorted(replies)
         self.server[PENDING + "ids"] = np.array(ids, dtype=np.int64)
-        self.server[PENDING + "rows"] = np.stack([np.asarray(replies[i].commitments, np.uint8) for i in ids])
+        self.server[PENDING + "rows"] = np.array([np.asarray(replies[i].commitments, np.uint8) for i in ids],
+                                                 dtype=np.uint8)
 
     def check_sum(self, name: str, total: dict[str, np.ndarray], members: list[str], index: dict[str, int],
                   slots: int) -> dict[str, np.ndarray]:

@@ -97,6 +97,11 @@ class MixtureParticipant(DetectorParticipant[MixtureRound]):
         announced = Announced.from_meta(req.msg.secagg)
         if limbs_name("dH") not in announced.shapes:
             return values
+        try:
+            import nacl  # noqa: F401
+        except ImportError:  # declined, saying what to install (as private mode's own extra)
+            raise ValueError("this job proves its support rows (support_proofs), which needs PyNaCl: pip install "
+                             "'fedsentry[private]' on this device") from None
         old, _ = self.load_state(req.job)  # the contribution the sums hold (`counted_state` committed it)
         pending, label = self.pending_state(req.job)
         if old is not None and ROW in old:

@@ -39,6 +39,7 @@ class PrivateLoopback:
         create_job(self.sessions, "loop", job_spec(kind, {**settings, "algorithm": algorithm or ALGORITHM[kind]}))
         self.participants, self.silent = {p.id: p for p in participants}, silent
         self.without_extra = without_extra  # devices without the `private` extra (cryptography)
+        self.extra = "cryptography"  # the module of the extra they lack
         self.refusing = refusing  # an answer refused on arrival leaves the round going on (else the test fails)
         self.outbox: list[tuple[str, bytes]] = []
         self.runner = self.make_runner()
@@ -82,16 +83,19 @@ class PrivateLoopback:
         """A round message to a participant; what it cannot take part in it declines, saying why (as the agent)."""
         import sys
 
-        saved = sys.modules.get("cryptography")
+        saved = sys.modules.get(self.extra)
         if p.id in self.without_extra:
-            sys.modules["cryptography"] = None  # type: ignore[assignment]
+            sys.modules[self.extra] = None  # type: ignore[assignment]
         try:
             return p.on_round(env)
         except ValueError as e:
             return envelope(Decline(reason=str(e)), env.job, env.round, p.id)
         finally:
-            if saved is not None:
-                sys.modules["cryptography"] = saved
+            if p.id in self.without_extra:
+                if saved is None:
+                    sys.modules.pop(self.extra, None)
+                else:
+                    sys.modules[self.extra] = saved
 
     def answer(self, reply) -> None:
         if reply is None:
@@ -341,6 +345,19 @@ def proven_job(tmp_path, names, parts, rounds, params, rogue: bool = False, rest
     assert loop.run(restart_after=after_swap if restart else None) == "finished", loop.error()
     assert (loop.runner is not first) == restart
     return loop, participants
+
+
+def test_an_agent_without_pynacl_declines_a_proven_sum_saying_what_to_install(tmp_path):
+    participants = pca_participants(tmp_path, ["a", "b"], swapping_fleet(), "gmm")
+    loop = PrivateLoopback(tmp_path, {"features": ["a", "b"], "seed": SEED, "private": True, "rounds": 2,
+                                      "fraction": 0.5, "algorithm_params": {"components": 2, "support_proofs": True}},
+                           participants, kind="gmm", without_extra=("dev-05",))
+    loop.extra = "nacl"
+    assert loop.run(until="seed:share") == "seed:share", loop.error()
+    assert "dev-05" not in loop.runner.sampled and "dev-05" in loop.runner.participants
+    with loop.sessions() as s:
+        seed = s.query(Round).filter_by(job_id="loop", phase="seed:advertise").one()
+    assert "PyNaCl: pip install 'fedsentry[private]'" in seed.metrics["declined"]["dev-05"]
 
 
 def kept_commitments_hold_the_devices_rows(loop, participants) -> None:
