@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from coordinator.secure_sums import step_of
+from models.mixture.spec import SUPPORT_PROOFS
 from models.mixture.summed import WITHHELD
 from wire.protocol import ProtocolError
 
@@ -41,7 +42,7 @@ class SupportProofs:
 
     def proves(self, name: str) -> bool:
         """Whether the sum `name` carries support proofs (a private job that asks for them, its seeding and EM)."""
-        return bool(self.spec.private and self.spec.algorithm_params.get("support_proofs")) and name in PROVEN_SUMS
+        return bool(self.spec.private and self.spec.algorithm_params.get(SUPPORT_PROOFS)) and name in PROVEN_SUMS
 
     def with_limbs(self, announced: Any) -> Any:
         """The announcement with the blinding limbs of the support row beside its change."""
@@ -97,8 +98,7 @@ class SupportProofs:
         position = {n: i for i, n in enumerate(announced.names)}
         held = dict(zip((int(i) for i in self.server.pop(PENDING + "ids")), self.server.pop(PENDING + "rows")))
         saved = {k[len(KEPT):]: v for k, v in self.server.items() if k.startswith(KEPT)}
-        kept = kept_rows(slots, saved,
-                         self.broadcast.get("merges", np.zeros((0, 2))))
+        kept = kept_rows(slots, saved, self.broadcast.get("merges", np.zeros((0, 2))))
         new = {index[m]: points(held[position[m]]) for m in members}
         changes = [kept.change(i, new[i]) for i in sorted(new)]
         ring = Ring.for_sum(announced.clip, len(announced.names), announced.bits)

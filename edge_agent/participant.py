@@ -200,9 +200,8 @@ class Participant(ABC):
         """Commit the state kept aside if `counted` (the coordinator's: the label of the last sum whose total holds
         each device's upload) names its sum for this device, with its finish `owed` or not, and through `finish`
         (given the sum's label) if any; drop it otherwise (the device left before uploading, or the sum failed)."""
-        pending = self.store.load_arrays(f"pending-{job}")
+        pending, label = self.pending_state(job)
         if pending:
-            label = bytes(pending.pop(PENDING)).decode()
             if (counted or {}).get(self.id) == label:
                 self.save_state(job, pending if finish is None else finish(pending, label), owed)
             self.store.save_arrays(f"pending-{job}", {})
