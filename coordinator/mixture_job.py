@@ -14,6 +14,7 @@ import numpy as np
 
 from coordinator.detector_job import DetectorJob
 from coordinator.job_runner import Phase
+from coordinator.support_proofs import SupportProofs
 from models.core.aggregation import winsorized_weighted_mean
 from models.core.messages import MessageType, Upload
 from models.core.pipeline import close_round
@@ -26,14 +27,14 @@ from models.mixture.detector import MixtureDetector
 from models.mixture.fedem import FedEM, colluders, shared_of, standardised_moments
 from models.mixture.messages import MixtureHistogram, MixtureRound, MixtureStatistics
 from models.mixture.spec import MixtureJobSpec
-from models.mixture.summed import GROW, SummedFedEM, summed_scales
+from models.mixture.summed import GROW, WITHHELD, SummedFedEM, summed_scales
 from models.private.dp import Noise
 
 #: the most seeding rounds of a private job (as the simulator's `everyone_while`)
 MAX_SEEDING = 64
 
 
-class MixtureJob(DetectorJob):
+class MixtureJob(SupportProofs, DetectorJob):
     type = "gmm"
     replies: ClassVar[dict[str, MessageType]] = {**DetectorJob.replies, "stats": MixtureStatistics, "seed": Upload,
                                                    "threshold": MixtureHistogram}
@@ -138,16 +139,35 @@ class MixtureJob(DetectorJob):
         scales = summed_scales(float(max(self.counts)), alg.splits)
         return shapes, {k: scales[k] for k in shapes}, BITS
 
+    def announce(self, name: str, rnd: int, members: list[str]) -> Any:
+        announced = super().announce(name, rnd, members)
+        return self.with_limbs(announced) if self.proves(name) else announced
+
+    def validate_step(self, msg: Any, sender: str) -> None:
+        super().validate_step(msg, sender)
+        from models.private.messages import Advertised
+
+        if isinstance(msg, Advertised):
+            self.check_proofs(msg, sender)
+
+    def keep_advertised(self, name: str, replies: dict[int, Any]) -> None:
+        self.keep_commitments(name, replies)
+
     def summed_family(self, name: str, total: dict[str, np.ndarray], members: list[str]) -> dict[str, Any]:
-        """The server step on the round's sum (the pipeline's stages and rules, as every round)."""
+        """The server step on the round's sum (the pipeline's stages and rules, as every round), its support changes
+        checked first against the devices' commitments if the job proves them (coordinator.support_proofs)."""
         index = self.index()
+        alg = self.algorithm()
+        assert isinstance(alg, SummedFedEM)
+        total = self.check_sum(name, total, members, index, alg.components * alg.split_factor)
+        withheld = WITHHELD in total
         ids = np.array([index[m] for m in members], dtype=np.int64)
-        self.server, self.broadcast = close_round(self.algorithm(), self.server, ids, total,
+        self.server, self.broadcast = close_round(alg, self.server, ids, total,
                                                   np.array(self.counts, dtype=float)[ids])
         counted = self.info.setdefault("counted", {})
         for m in members:  # the sum holds their changes: each device commits its new contribution when told
             counted[m] = self.sum_label(name)
-        return {"stage": int(self.broadcast["stage"])}
+        return {"stage": int(self.broadcast["stage"]), **({"support_withheld": 1} if withheld else {})}
 
     def advertise_extra(self, name: str) -> dict[str, Any]:
         """A seeding or EM sum tells each of its devices the last sum whose total holds its change: the device keeps
@@ -155,7 +175,8 @@ class MixtureJob(DetectorJob):
         uploading, or the sum failed), the one before."""
         if name not in ("seed", "train"):
             return super().advertise_extra(name)
-        return {**super().advertise_extra(name), "counted": self.counted()}
+        counted = self.counted()
+        return {**super().advertise_extra(name), "counted": counted, "withheld": self.withheld_labels(counted)}
 
     def counted(self) -> dict[str, str]:
         """For each device of the sum in progress, the label of the last sum whose total holds its change."""

@@ -147,6 +147,10 @@ class SecureSums(JobRunner):
         last uploads counted)."""
         return {}
 
+    def keep_advertised(self, name: str, replies: dict[int, Any]) -> None:
+        """Keep what a sum's advertisements carry besides keys (by position; the mixture: its devices' support
+        commitments, models.private.proven), in the server state: saved with the step."""
+
     def validate_step(self, msg: Any, sender: str) -> None:
         """Refuse a step's answer that does not fit the sum (wrong sizes, shares for devices that are not the
         sender's neighbours), naming what is wrong."""
@@ -180,6 +184,7 @@ class SecureSums(JobRunner):
         try:
             if step == "advertise":
                 relay.advertised(replies)
+                self.keep_advertised(name, replies)
                 if len(replies) < relay.server.setup.threshold:
                     raise SecAggError(f"{len(replies)} devices advertised keys; the sum needs at least "
                                       f"{relay.server.setup.threshold}")

@@ -8,6 +8,8 @@ The device holds out a share of its training records (`models.detection.threshol
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
+from typing import Any
 
 import numpy as np
 
@@ -20,7 +22,14 @@ from models.detection.threshold import holdout_mask
 from models.mixture.detector import MixtureDetector
 from models.mixture.fedem import FedEM, device_seed, shared_of
 from models.mixture.messages import MixtureHistogram, MixtureRound, MixtureStatistics
+from models.mixture.summed import WITHHELD
 from wire.protocol import Envelope
+
+#: a private job with support proofs (models.private.proven): the device's proven row (its values and blinding
+#: factors) kept with its contribution, the one before it (back if the sum is withheld), and the commitments and
+#: proofs its advertisement carries
+ROW, ROW_BLINDINGS, KEPT_ROW, KEPT_BLINDINGS = "proof.values", "proof.blindings", "proof.kept", "proof.kept.blindings"
+COMMITMENTS, PROOFS = "proof.commitments", "proof.proofs"
 
 
 class MixtureParticipant(DetectorParticipant[MixtureRound]):
@@ -73,7 +82,50 @@ class MixtureParticipant(DetectorParticipant[MixtureRound]):
         the change of this device's contribution; its new contribution kept (its control variate)."""
         if name not in ("seed", "train"):
             return super().secure_family_values(name, req, w)
-        return self.summed_step(req)
+        return self.proven(req, self.summed_step(req))
+
+    def proven(self, req: Request, values: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """A sum with support proofs (its announcement names the limbs, models.private.proven): this device's kept
+        row (with the job's merges it has not made) and the support change it masks, committed and proven as the
+        simulator's devices prove them; the blinding change joins its masked values as limbs, and the row it keeps
+        once the sum counts it waits with the contribution kept aside (`keep_pending`)."""
+        from models.private import bitproofs as bp
+        from models.private.fixedpoint import Ring
+        from models.private.proven import as_rows, limbs_name, merged_row, prove_change, row_arrays, row_of
+        from models.private.relay import Announced
+
+        announced = Announced.from_meta(req.msg.secagg)
+        if limbs_name("dH") not in announced.shapes:
+            return values
+        try:
+            import nacl  # noqa: F401
+        except ImportError:  # declined, saying what to install (as private mode's own extra)
+            raise ValueError("this job proves its support rows (support_proofs), which needs PyNaCl: pip install "
+                             "'fedsentry[private]' on this device") from None
+        old, _ = self.load_state(req.job)  # the contribution the sums hold (`counted_state` committed it)
+        pending, label = self.pending_state(req.job)
+        if old is not None and ROW in old:
+            row = row_of(old[ROW][0], old[ROW_BLINDINGS][0])
+            pairs = np.asarray(req.msg.broadcast.get("merges", np.zeros((0, 2))), dtype=np.int64).reshape(-1, 2)
+            row = merged_row(row, pairs[int(old["merged"][0]):].tolist())
+        else:
+            row = bp.SecretRow.empty(len(pending["H"][0]))
+        answer, after = prove_change(row, values["dH"], bp.context(req.job, announced.label, self.id))
+        kept, new = row_arrays(row), row_arrays(after)
+        self.keep_pending(req.job, {
+            **pending, ROW: new["values"][None], ROW_BLINDINGS: new["blindings"][None],
+            KEPT_ROW: kept["values"][None], KEPT_BLINDINGS: kept["blindings"][None],
+            COMMITMENTS: as_rows(answer.commitments, bp.POINT_BYTES)[None],
+            PROOFS: as_rows(answer.proofs, bp.PROOF_BYTES)[None]}, label)
+        ring = Ring.for_sum(announced.clip, len(announced.names), announced.bits)
+        return {**values, limbs_name("dH"): bp.limb_values(answer.blinding_change, ring)}
+
+    def advertised(self, req: Request, msg: Any) -> Any:
+        """The advertisement of a sum with support proofs carries the row's commitments and bit proofs (`proven`)."""
+        pending, label = self.pending_state(req.job)
+        if COMMITMENTS not in pending or label != (req.msg.secagg or {}).get("label"):
+            return msg
+        return replace(msg, commitments=pending[COMMITMENTS][0], proofs=pending[PROOFS][0])
 
     def noisy_family_values(self, name: str, req: Request) -> dict[str, np.ndarray]:
         """A job with differential privacy: the seeding and EM rounds' change of this device's contribution (its
@@ -106,7 +158,20 @@ class MixtureParticipant(DetectorParticipant[MixtureRound]):
         """This device's contribution as the coordinator's sums hold it: the one it made for the last sum whose
         total holds its change (the round message says which), committed now; one whose upload did not count is
         dropped (the device left before uploading, or the sum failed)."""
-        self.commit_counted(req.job, self.announcement(req).get("counted"), False)
+        meta = self.announcement(req)
+        withheld = set(meta.get("withheld", []))
+
+        def finish(state: dict[str, np.ndarray], label: str) -> dict[str, np.ndarray]:
+            """A sum whose support change was withheld (its check failed): the row as the sums hold it, the kept
+            one, and the proven row before it (models.mixture.summed.WITHHELD, as the simulator's devices)."""
+            if label not in withheld:
+                return state
+            state = self.algorithm(req.msg).client_finish(state, {WITHHELD: np.ones(1)})
+            if KEPT_ROW in state:
+                state = {**state, ROW: state[KEPT_ROW], ROW_BLINDINGS: state[KEPT_BLINDINGS]}
+            return state
+
+        self.commit_counted(req.job, meta.get("counted"), False, finish)
         state, _ = self.load_state(req.job)
         return state
 

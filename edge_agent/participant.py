@@ -121,6 +121,11 @@ class Participant(ABC):
             self.store.save_json(name, key)
         return [int(k) for k in key]
 
+    def advertised(self, req: Request, msg: Any) -> Any:
+        """A sum's advertisement with what a family adds to it (the mixture: its support row's commitments and bit
+        proofs, models.private.proven)."""
+        return msg
+
     def clear_values(self, name: str, req: Request) -> dict[str, np.ndarray]:
         """This device's values for the sum `name` collected in the clear (a family's differential privacy)."""
         raise ValueError(f"a {self.family} agent has no sum {name!r}")
@@ -144,6 +149,7 @@ class Participant(ABC):
         if step == "advertise":
             require_private()
             member, msg = Member.advertise(announced, self.id, self.secure_values(name, req))
+            msg = self.advertised(req, msg)
             self.store.save_json(key, announced.to_meta())
         elif step == "upload":
             return None
@@ -179,19 +185,25 @@ class Participant(ABC):
         return reply
 
     # -- private mode: the state a client step made for a sum, kept aside until the sum is known to hold it ------
+    def pending_state(self, job: str) -> tuple[State, str]:
+        """The state kept aside and the label of its sum (({}, "") when none)."""
+        pending = self.store.load_arrays(f"pending-{job}") or {}
+        label = bytes(pending.pop(PENDING, np.zeros(0, np.uint8))).decode()
+        return pending, label
+
     def keep_pending(self, job: str, state: State, label: str) -> None:
         """Keep the state this device's client step made for the sum `label` aside (`commit_counted`)."""
         self.store.save_arrays(f"pending-{job}", {**state, PENDING: np.frombuffer(label.encode(), np.uint8)})
 
-    def commit_counted(self, job: str, counted: dict[str, str] | None, owed: bool) -> None:
+    def commit_counted(self, job: str, counted: dict[str, str] | None, owed: bool,
+                       finish: Callable[[State, str], State] | None = None) -> None:
         """Commit the state kept aside if `counted` (the coordinator's: the label of the last sum whose total holds
-        each device's upload) names its sum for this device, with its finish `owed` or not; drop it otherwise (the
-        device left before uploading, or the sum failed)."""
-        pending = self.store.load_arrays(f"pending-{job}")
+        each device's upload) names its sum for this device, with its finish `owed` or not, and through `finish`
+        (given the sum's label) if any; drop it otherwise (the device left before uploading, or the sum failed)."""
+        pending, label = self.pending_state(job)
         if pending:
-            label = bytes(pending.pop(PENDING)).decode()
             if (counted or {}).get(self.id) == label:
-                self.save_state(job, pending, owed)
+                self.save_state(job, pending if finish is None else finish(pending, label), owed)
             self.store.save_arrays(f"pending-{job}", {})
 
     # -- the algorithm and its state ----------------------------------------------------------------------

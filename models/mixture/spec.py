@@ -9,6 +9,10 @@ from typing import Any, ClassVar
 from models.detection.spec import DetectorJobSpec
 from models.jobspec import Simulation, check, setting
 from models.mixture import ALGORITHMS, FEDERATED
+from models.params import coerce
+
+#: the algorithm parameter of a private job whose secure sums carry the support rows' bit proofs (models.private.proven)
+SUPPORT_PROOFS = "support_proofs"
 
 
 @dataclass
@@ -70,6 +74,23 @@ class MixtureJobSpec(DetectorJobSpec):
     def problem(self) -> dict[str, Any]:
         # the job's rounds and share sampled bound the swaps (models.mixture.swaps.last_swap)
         return {"n_features": len(self.features), "rounds": self.rounds, "fraction": self.fraction}
+
+    def validate(self) -> None:
+        """As every detector job's, with `support_proofs` (algorithm_params) checked here: a setting of the private
+        job's secure sums (models.private.proven), not of the algorithm's fit; the summed FedEM carries it."""
+        given = SUPPORT_PROOFS in self.algorithm_params
+        proofs = self.algorithm_params.pop(SUPPORT_PROOFS, False)
+        try:
+            super().validate()
+        finally:
+            if given:
+                self.algorithm_params[SUPPORT_PROOFS] = proofs
+        if given:
+            self.algorithm_params[SUPPORT_PROOFS] = proofs = coerce(f"algorithm_params.{SUPPORT_PROOFS}", proofs,
+                                                                   bool)
+            check(not proofs or (self.private and self.dp_epsilon is None), f"algorithm_params.{SUPPORT_PROOFS}",
+                  "support proofs check private mode's masked support rows: set private, without dp_epsilon (noise "
+                  "in the rows cannot match their commitments)")
 
     def check_family(self) -> None:
         super().check_family()

@@ -79,8 +79,10 @@ class SummedFedEM(FedEM):
     name = "fedem"
     summed: ClassVar[bool] = True
 
-    def __init__(self, n_features: int, split_factor: int = 1, **params: object):
+    def __init__(self, n_features: int, split_factor: int = 1, support_proofs: bool = False, **params: object):
         super().__init__(n_features, **params)  # type: ignore[arg-type]
+        #: a private job's support rows proven 0/1 in its secure sums (models.private.proven; the job's setting)
+        self.support_proofs = bool(support_proofs)
         if not 1 <= split_factor <= 16:
             raise ValueError("split_factor must be between 1 and 16 (seeding centres per component before merging)")
         self.split_factor = int(split_factor)

@@ -34,6 +34,10 @@ class Advertised(Message):
 
     kind: ClassVar[str] = "keys"
     keys: np.ndarray = array(1, "u")
+    #: a sum with support proofs (models.private.proven): a Pedersen commitment per entry of the device's 0/1 row and
+    #: its bit proof, one row of bytes each (none otherwise)
+    commitments: np.ndarray | None = array(2, "u", default=None)
+    proofs: np.ndarray | None = array(2, "u", default=None)
 
 
 @dataclass(kw_only=True)

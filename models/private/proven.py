@@ -23,6 +23,7 @@ where its row holds 1 commits to the 1, which is all it can prove).
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -58,9 +59,8 @@ class ProvenRows:
             self.kept.merge(int(a), int(b))
 
     def _row(self, device: int) -> bp.SecretRow:
-        row = self.devices.get(device) or bp.SecretRow.empty(self.length)
-        for a, b in self.kept.merges[self.device_merged.get(device, 0):]:
-            row.merge(a, b)
+        row = merged_row(self.devices.get(device) or bp.SecretRow.empty(self.length),
+                         self.kept.merges[self.device_merged.get(device, 0):])
         self.devices[device], self.device_merged[device] = row, len(self.kept.merges)
         return row
 
@@ -71,10 +71,8 @@ class ProvenRows:
         self._pending = {}
         for i, change in zip((int(i) for i in ids), np.asarray(changes, dtype=float)):
             t = time.process_time()
-            row = self._row(i)
-            bits = np.clip(np.rint(np.asarray(row.values[: len(change)], dtype=float) + change), 0, 1).astype(int)
             ctx = bp.context(self.job, sum_label, i)
-            answer, after = row.answer(bits.tolist(), ctx)
+            answer, after = prove_change(self._row(i), change, ctx)
             slowest = max(slowest, time.process_time() - t)
             t = time.process_time()
             try:
@@ -103,13 +101,7 @@ class ProvenRows:
         and every row stays as it was."""
         t = time.process_time()
         self.checked += 1
-        whole = np.rint(np.asarray(totals, dtype=float))
-        try:
-            blindings = bp.blinding_sums(limb_total, ring)
-            ok = bool(np.all(whole == totals)) and not bp.sum_mismatches(
-                [self._pending[i][2] for i in sorted(uploaded)], whole.astype(int).tolist(), blindings)
-        except bp.ProofError:
-            ok = False
+        ok = sum_holds([self._pending[i][2] for i in sorted(uploaded)], totals, limb_total, ring)
         if ok:
             for i in uploaded:
                 answer, after, _ = self._pending[i]
@@ -127,3 +119,77 @@ class ProvenRows:
                 "refused_why": self.refused[:10],
                 "device_cpu_seconds_max": float(max(self.device_cpu, default=0.0)),
                 "coordinator_cpu_seconds_median": float(np.median(self.server_cpu)) if self.server_cpu else 0.0}
+
+
+def merged_row(row: bp.SecretRow, merges: Sequence[Sequence[int]]) -> bp.SecretRow:
+    """A device's row with the job's column merges it has not made yet (`merges`: those since), in order."""
+    for a, b in merges:
+        row.merge(int(a), int(b))
+    return row
+
+
+def prove_change(row: bp.SecretRow, change: np.ndarray, ctx: bytes) -> tuple[bp.RowAnswer, bp.SecretRow]:
+    """A device's side of one sum: its kept row plus the change it masks, read as bits (an honest device's are bits
+    already; one that masks 5 where its row holds 1 commits to the 1, all it can prove), committed and proven; with
+    the row it keeps once the sum counted it."""
+    change = np.asarray(change, dtype=float)
+    bits = np.clip(np.rint(np.asarray(row.values[: len(change)], dtype=float) + change), 0, 1).astype(int)
+    return row.answer(bits.tolist(), ctx)
+
+
+def sum_holds(changes: Sequence[Sequence[bytes]], totals: np.ndarray, limb_total: np.ndarray, ring: Ring) -> bool:
+    """The coordinator's check after unmasking: the decoded sum of the row changes (`totals`, whole numbers) and of
+    the blinding limbs (`limb_total`) is what the change commitments of the devices in the sum (`changes`) hold."""
+    totals = np.asarray(totals, dtype=float)
+    whole = np.rint(totals)
+    try:
+        blindings = bp.blinding_sums(limb_total, ring)
+        return bool(np.all(whole == totals)) and not bp.sum_mismatches(changes, whole.astype(int).tolist(), blindings)
+    except bp.ProofError:
+        return False
+
+
+def limbs_name(name: str) -> str:
+    """The upload name of the blinding limbs of the rows uploaded under `name` (in the same secure sum)."""
+    return f"{name}.limbs"
+
+
+def points(rows: np.ndarray) -> list[bytes]:
+    """Rows of bytes (commitments or proofs, as a message or a saved state carries them) as a list of bytes."""
+    return [bytes(r) for r in np.asarray(rows, dtype=np.uint8)]
+
+
+def as_rows(items: Sequence[bytes], width: int) -> np.ndarray:
+    """Byte strings of one width as a uint8 array of rows (what messages and saved states carry)."""
+    return np.frombuffer(b"".join(items), np.uint8).reshape(len(items), width).copy()
+
+
+def row_arrays(row: bp.SecretRow) -> dict[str, np.ndarray]:
+    """A device's secret row as arrays for its own disk (values, blinding factors as 32-byte scalars)."""
+    return {"values": np.asarray(row.values, dtype=np.int64),
+            "blindings": as_rows([int(r).to_bytes(bp.SCALAR_BYTES, "little") for r in row.blindings],
+                                 bp.SCALAR_BYTES)}
+
+
+def row_of(values: np.ndarray, blindings: np.ndarray) -> bp.SecretRow:
+    return bp.SecretRow([int(v) for v in values], [int.from_bytes(b, "little") for b in points(blindings)])
+
+
+def kept_arrays(kept: bp.KeptRows) -> dict[str, np.ndarray]:
+    """The coordinator's kept commitment rows as arrays for the job's saved state (devices by their ids)."""
+    ids = sorted(kept.rows)
+    rows = np.stack([as_rows(kept.rows[i], bp.POINT_BYTES) for i in ids]) if ids else \
+        np.zeros((0, kept.length, bp.POINT_BYTES), np.uint8)
+    return {"ids": np.array(ids, dtype=np.int64), "rows": rows,
+            "merged": np.array([kept.merged.get(i, 0) for i in ids], dtype=np.int64)}
+
+
+def kept_rows(length: int, arrays: dict[str, np.ndarray], merges: np.ndarray) -> bp.KeptRows:
+    """The kept commitment rows a job saved (`kept_arrays`; none before its first proven sum), with every merge of
+    the job's swaps so far (`merges`: its broadcast's), each applied to a row when its device answers again."""
+    kept = bp.KeptRows(length)
+    kept.merges = [(int(a), int(b)) for a, b in np.asarray(merges, dtype=np.int64).reshape(-1, 2)]
+    if arrays:
+        for i, row, m in zip(arrays["ids"], arrays["rows"], arrays["merged"]):
+            kept.rows[int(i)], kept.merged[int(i)] = points(row), int(m)
+    return kept

@@ -18,7 +18,7 @@ from store.db import JobState, ModelVersion, Round, make_engine, migrate, sessio
 from store.jobs import create_job
 from tests.integration.test_loopback import pca_participants
 from wire.messages import envelope
-from wire.protocol import decode
+from wire.protocol import ProtocolError, decode
 
 pytest.importorskip("cryptography", reason="private mode needs the cryptography package (the dev extra has it)")
 
@@ -31,7 +31,7 @@ class PrivateLoopback:
     that do not answer a round of that phase (its deadline then closes it)."""
 
     def __init__(self, tmp, settings: dict, participants: list, silent=lambda phase: (), kind: str = "pca",
-                 without_extra: tuple[str, ...] = (), algorithm: str | None = None):
+                 without_extra: tuple[str, ...] = (), algorithm: str | None = None, refusing: bool = False):
         engine = make_engine(f"sqlite:///{tmp}/loop.db")
         migrate(engine)
         self.sessions = session_factory(engine)
@@ -39,6 +39,8 @@ class PrivateLoopback:
         create_job(self.sessions, "loop", job_spec(kind, {**settings, "algorithm": algorithm or ALGORITHM[kind]}))
         self.participants, self.silent = {p.id: p for p in participants}, silent
         self.without_extra = without_extra  # devices without the `private` extra (cryptography)
+        self.extra = "cryptography"  # the module of the extra they lack
+        self.refusing = refusing  # an answer refused on arrival leaves the round going on (else the test fails)
         self.outbox: list[tuple[str, bytes]] = []
         self.runner = self.make_runner()
         self.phases: list[str] = []
@@ -81,20 +83,28 @@ class PrivateLoopback:
         """A round message to a participant; what it cannot take part in it declines, saying why (as the agent)."""
         import sys
 
-        saved = sys.modules.get("cryptography")
+        saved = sys.modules.get(self.extra)
         if p.id in self.without_extra:
-            sys.modules["cryptography"] = None  # type: ignore[assignment]
+            sys.modules[self.extra] = None  # type: ignore[assignment]
         try:
             return p.on_round(env)
         except ValueError as e:
             return envelope(Decline(reason=str(e)), env.job, env.round, p.id)
         finally:
-            if saved is not None:
-                sys.modules["cryptography"] = saved
+            if p.id in self.without_extra:
+                if saved is None:
+                    sys.modules.pop(self.extra, None)
+                else:
+                    sys.modules[self.extra] = saved
 
     def answer(self, reply) -> None:
-        if reply is not None:
+        if reply is None:
+            return
+        try:
             self.runner.accept(decode(reply.encode()))
+        except ProtocolError:  # refused on arrival (the round's influence record), as the coordinator's service
+            if not self.refusing:
+                raise
 
     def run(self, restart_after=None, until=None) -> str:
         """Run the job to its end (or until it reaches the phase `until`), the coordinator restarted once the phase
@@ -304,3 +314,171 @@ def test_private_job_settings_are_checked_naming_the_setting():
     with pytest.raises(SettingError) as e:
         job_spec("gmm", {"features": ["a", "b"], "private": True, "categorical": ["proto"]})
     assert e.value.field == "categorical" and "numeric features only" in str(e.value)
+
+
+class Inflating:
+    """The simulator's support-inflate rogue as an agent: its masked support change is INFLATE times its own
+    (models.detection.attacks.inflate_support, the simulator's function), its proofs those of what it masks."""
+
+    def summed_step(self, req):
+        from models.detection.attacks import inflate_support
+
+        return inflate_support(super().summed_step(req))  # type: ignore[misc]
+
+
+def proven_job(tmp_path, names, parts, rounds, params, rogue: bool = False, restart: bool = False):
+    """A private gmm job with support proofs (dev-02 silent at every unmask: gone after its upload), dev-00 the
+    support-inflate rogue if `rogue`, the coordinator restarted in the middle of the sum after the first swap if
+    `restart`; the loop, run to its end."""
+    from edge_agent.mixture_participant import MixtureParticipant
+
+    participants = pca_participants(tmp_path, names, parts, "gmm")
+    if rogue:
+        p = participants[0]
+        participants[0] = type("Rogue", (Inflating, MixtureParticipant), {})(p.id, p.store, p.buffer)
+    loop = PrivateLoopback(tmp_path, {"features": names, "seed": SEED, "private": True, "rounds": rounds,
+                                      "fraction": 0.5, "algorithm_params": {**params, "support_proofs": True}},
+                           participants, silent=lambda phase: ("dev-02",) if phase.endswith(":unmask") else (),
+                           kind="gmm", refusing=True)
+    after_swap = lambda phase: phase == "train:share" and int(loop.runner.server.get("swaps", 0)) == 1  # noqa: E731
+    first = loop.runner
+    assert loop.run(restart_after=after_swap if restart else None) == "finished", loop.error()
+    assert (loop.runner is not first) == restart
+    return loop, participants
+
+
+def test_an_agent_without_pynacl_declines_a_proven_sum_saying_what_to_install(tmp_path):
+    participants = pca_participants(tmp_path, ["a", "b"], swapping_fleet(), "gmm")
+    loop = PrivateLoopback(tmp_path, {"features": ["a", "b"], "seed": SEED, "private": True, "rounds": 2,
+                                      "fraction": 0.5, "algorithm_params": {"components": 2, "support_proofs": True}},
+                           participants, kind="gmm", without_extra=("dev-05",))
+    loop.extra = "nacl"
+    assert loop.run(until="seed:share") == "seed:share", loop.error()
+    assert "dev-05" not in loop.runner.sampled and "dev-05" in loop.runner.participants
+    with loop.sessions() as s:
+        seed = s.query(Round).filter_by(job_id="loop", phase="seed:advertise").one()
+    assert "PyNaCl: pip install 'fedsentry[private]'" in seed.metrics["declined"]["dev-05"]
+
+
+def kept_commitments_hold_the_devices_rows(loop, participants) -> None:
+    """The coordinator's kept commitment rows (as restored from its saved state) are each device's own proven row,
+    committed with its own blinding factors, and the summed support the rows' sum."""
+    from coordinator.support_proofs import KEPT
+    from models.mixture.summed import merged
+    from models.private import bitproofs as bp
+    from models.private.proven import kept_rows, merged_row, row_of
+
+    server, broadcast = loop.runner.server, loop.runner.broadcast
+    saved = {k[len(KEPT):]: v for k, v in server.items() if k.startswith(KEPT)}
+    kept = kept_rows(len(server[KEPT + "rows"][0]), saved, broadcast.get("merges", np.zeros((0, 2))))
+    counted, rows = loop.runner.info["counted"], []
+    for i, p in enumerate(participants):
+        pending, label = p.pending_state("loop")
+        state = pending if pending and counted.get(p.id) == label else p.load_state("loop")[0]
+        if state is pending and label in loop.runner.info.get("withheld", []):  # told at its next advertisement
+            state = {**state, "H": state["H.kept"], "proof.values": state["proof.kept"],
+                     "proof.blindings": state["proof.kept.blindings"]}
+        done = int(state["merged"][0])
+        row = merged_row(row_of(state["proof.values"][0], state["proof.blindings"][0]),
+                         np.asarray(broadcast.get("merges", np.zeros((0, 2))), dtype=np.int64)[done:].tolist())
+        assert kept.row(i) == [bp.commit(x, r) for x, r in zip(row.values, row.blindings)], p.id
+        np.testing.assert_array_equal(row.values, merged(state, broadcast)[0]["H"][0])
+        rows.append(row.values)
+    K = len(server["support"])
+    np.testing.assert_array_equal(server["support"], np.sum(rows, axis=0)[:K])
+
+
+def test_a_private_gmm_job_with_support_proofs_equals_the_simulators_through_a_swap_and_a_restart(tmp_path):
+    """Issue 23 point 3 over the job's rounds: every device's support row proven 0/1 with the simulator's functions;
+    the coordinator restarted in the middle of the sum after the swap finds its kept commitment rows as saved, and
+    the model is the simulator's with the proofs (none refused, none withheld)."""
+    names, parts, rounds, params = ["a", "b"], swapping_fleet(), 7, {"components": 4}
+    loop, participants = proven_job(tmp_path, names, parts, rounds, params, restart=True)
+    X = np.vstack(parts)
+    sim = simulate_mixture(parts, X, np.zeros(len(X)), names, "fedem", rounds, 0.5, seed=SEED, params=params,
+                           private=True, dropout=1 / 3, support_proofs=True)
+    assert sim["support_proofs"]["sums_withheld"] == 0 and sim["support_proofs"]["refused"] == 0
+    stored, m = unpack(loop.model().arrays), sim["detector"].mixture_
+    np.testing.assert_allclose(stored["weights"], m.weights, atol=1e-6)
+    np.testing.assert_allclose(stored["means"], m.means, atol=1e-6)
+    assert loop.model().info["threshold"] == pytest.approx(sim["threshold"], rel=1e-6)
+    assert int(loop.runner.server["swaps"]) == 1 and "withheld" not in loop.runner.server
+    assert float(loop.runner.server["support"].sum()) == pytest.approx(sim["supporters_counted"])
+    kept_commitments_hold_the_devices_rows(loop, participants)
+
+
+def test_a_device_masking_five_times_its_support_change_gets_its_sums_withheld_as_in_the_simulator(tmp_path):
+    """The simulator's support-inflate rogue as an agent (dev-00): the sums it is in do not match the commitments,
+    their support changes are withheld (counted in the server state, the round's metrics) exactly as the simulator
+    withholds them, the devices keep their rows as the sums hold them, and the model is the simulator's."""
+    from models.detection.attacks import Adversaries
+
+    names, parts, rounds, params = ["a", "b"], swapping_fleet(), 7, {"components": 4}
+    loop, participants = proven_job(tmp_path, names, parts, rounds, params, rogue=True)
+    X = np.vstack(parts)
+    sim = simulate_mixture(parts, X, np.zeros(len(X)), names, "fedem", rounds, 0.5, seed=SEED, params=params,
+                           private=True, dropout=1 / 3, support_proofs=True,
+                           adversaries=Adversaries(1, "support-inflate"))
+    withheld = int(loop.runner.server.get("withheld", 0))
+    assert withheld == sim["support_proofs"]["sums_withheld"] > 0 and sim["support_proofs"]["refused"] == 0
+    assert len(loop.runner.info["withheld"]) == withheld
+    with loop.sessions() as s:
+        metrics = [r.metrics for r in s.query(Round).filter_by(job_id="loop").all()]
+    assert sum(m.get("support_withheld", 0) for m in metrics) == withheld
+    assert not [m for m in metrics if "refused" in m.get("influence", {})]  # its proofs verify: it commits to bits
+    assert float(loop.runner.server["support"].sum()) == pytest.approx(sim["supporters_counted"])
+    stored, m = unpack(loop.model().arrays), sim["detector"].mixture_
+    np.testing.assert_allclose(stored["weights"], m.weights, atol=1e-6)
+    np.testing.assert_allclose(stored["means"], m.means, atol=1e-6)
+    kept_commitments_hold_the_devices_rows(loop, participants)
+
+
+def test_a_device_whose_support_proof_fails_is_refused_by_name_and_the_sum_goes_on(tmp_path, monkeypatch):
+    """dev-03's first bit proof altered in the first EM sum's advertisement: the coordinator refuses that
+    advertisement naming the entry (the round's influence record), the sum goes on without dev-03, and the job
+    finishes with every kept row still the devices' own."""
+    from models.private import bitproofs as bp
+
+    honest, forged = bp.SecretRow.answer, []
+
+    def answer(self, bits, ctx):
+        out, after = honest(self, bits, ctx)
+        if b"/train/" in ctx and b"dev-03" in ctx and not forged:
+            forged.append(ctx)
+            out.proofs[1] = out.proofs[1][:-1] + bytes([out.proofs[1][-1] ^ 1])
+        return out, after
+
+    monkeypatch.setattr(bp.SecretRow, "answer", answer)
+    loop, participants = proven_job(tmp_path, ["a", "b"], swapping_fleet(), 4, {"components": 3})
+    assert forged
+    with loop.sessions() as s:
+        rounds = s.query(Round).filter_by(job_id="loop").order_by(Round.round).all()
+    refused = [(r.phase, r.metrics["influence"]["refused"]) for r in rounds
+               if "refused" in r.metrics.get("influence", {})]
+    assert refused == [("train:advertise", {"dev-03": "value: support proofs: the bit proof of entry 1 does not verify "
+                                            "(its value is not 0 or 1, or the proof was made for another job, round, "
+                                            "device or entry)"})]
+    at = next(i for i, r in enumerate(rounds) if "refused" in r.metrics.get("influence", {}))
+    assert rounds[at + 1].phase == "train:share" and "dev-03" not in rounds[at + 1].sampled  # the sum goes on
+    assert rounds[at + 3].phase == "train:unmask" and "dev-03" not in rounds[at + 3].sampled
+    assert "withheld" not in loop.runner.server
+    kept_commitments_hold_the_devices_rows(loop, participants)
+
+
+@pytest.mark.parametrize(("kind", "settings", "why"), [
+    ("gmm", {"private": False}, "support proofs check private mode's masked support rows: set private"),
+    ("gmm", {"private": True, "dp_epsilon": 4.0}, "without dp_epsilon"),
+    ("gmm", {"private": True, "algorithm_params": {"support_proofs": "yes"}}, "expected bool"),
+    ("pca", {"private": True, "rank": 1}, "not a parameter of fedmm"),
+])
+def test_support_proofs_are_refused_by_name_outside_private_gmm_jobs(kind, settings, why):
+    from models.params import SettingError
+
+    features = ["a", "b", "c"]
+    body = {"features": features, "algorithm": ALGORITHM[kind], "algorithm_params": {"support_proofs": True},
+            **settings}
+    with pytest.raises(SettingError, match=why) as e:
+        job_spec(kind, body)
+    assert e.value.field == "algorithm_params.support_proofs"
+    spec = job_spec("gmm", {"features": features, "private": True, "algorithm_params": {"support_proofs": True}})
+    assert spec.algorithm_params == {"support_proofs": True}  # a private gmm job takes it

@@ -64,8 +64,11 @@ def test_a_private_pca_job_over_mqtt_equals_the_simulators_private_mode(broker, 
                what="model at agents")
 
 
+@pytest.mark.parametrize("proofs", [False, True], ids=["plain", "support-proofs"])
 def test_a_private_gmm_job_over_mqtt_survives_a_coordinator_restart_and_equals_the_simulator(broker, fleet, traffic,
-                                                                                              tmp_path):
+                                                                                              tmp_path, proofs):
+    """...with the support rows proven 0/1 too (`support_proofs`: the commitments and proofs in the advertisements,
+    the kept commitment rows in the saved state across the restart, nothing withheld), as the simulator's."""
     from coordinator.service import Coordinator
     from models.mixture.simulator import simulate_mixture
 
@@ -78,8 +81,9 @@ def test_a_private_gmm_job_over_mqtt_survives_a_coordinator_restart_and_equals_t
     leave_after_upload(fleet.agents["dev-1"])
     wait_until(lambda: len(coordinator.online_devices()) == N, what="agents online")
     rounds, fraction, params = 3, 0.6, {"components": 3}
+    job_params = {**params, "support_proofs": True} if proofs else params
     coordinator.create_job("g1", "gmm", "fedem", {"features": data.feature_names, "seed": SEED, "rounds": rounds,
-                                                  "fraction": fraction, "algorithm_params": params, "private": True,
+                                                  "fraction": fraction, "algorithm_params": job_params, "private": True,
                                                   "min_agents": N, "deadline": 3.0})
     with coordinator.sessions() as s:  # restarted once the first EM round's shares are routed
         wait_until(lambda: s.query(Round).filter_by(job_id="g1", phase="train:share").count() > 0, 60, "train")
@@ -94,13 +98,18 @@ def test_a_private_gmm_job_over_mqtt_survives_a_coordinator_restart_and_equals_t
             assert coordinator.job_status("g1") == "finished", [r.metrics for r in rounds_done[-2:]]
             mv = s.query(ModelVersion).filter_by(job_id="g1").one()
             stored, threshold = unpack(mv.arrays), mv.info["threshold"]
+            server = unpack(s.get(JobState, "g1").server)
     finally:
         coordinator.close()
     assert [r.round for r in rounds_done] == list(range(len(rounds_done)))  # no round lost, none twice
     assert before_restart < len(rounds_done) - 4  # the restarted coordinator ran the rest (at least the threshold)
     assert rounds_done[-1].metrics["survivors"] == N and rounds_done[-1].metrics["dropouts"] == 1
     sim = simulate_mixture(parts, split.X_test, split.y_test, data.feature_names, "fedem", rounds, fraction,
-                           seed=SEED, params=params, private=True, dropout=1 / 3)
+                           seed=SEED, params=params, private=True, dropout=1 / 3, support_proofs=proofs)
+    if proofs:  # every device's commitment row kept (and saved), no sum withheld, as in the simulator
+        assert sim["support_proofs"]["sums_withheld"] == 0 and "withheld" not in server
+        assert len(server["proofs.kept.ids"]) == N
+        assert not [r for r in rounds_done if "refused" in r.metrics.get("influence", {})]
     m = sim["detector"].mixture_
     np.testing.assert_allclose(stored["means"], m.means, atol=1e-6)
     np.testing.assert_allclose(stored["weights"], m.weights, atol=1e-6)
