@@ -32,18 +32,47 @@ GRID = np.sinh(np.arange(-np.ceil(np.arcsinh(GRID_LIMIT) / GRID_STEP),
 TRIM = 0.5
 
 
-def histogram(X: np.ndarray, edges: np.ndarray = GRID) -> np.ndarray:
-    """A device's upload: the count of its records (n, d), standardised, in each bin of each feature (d, bins);
-    values beyond the grid count in its end bins."""
+def _bins(X: np.ndarray, edges: np.ndarray) -> np.ndarray:
+    """Each value's bin on `edges` (n, d); values beyond the grid in its end bins."""
     X = np.asarray(X, dtype=float)
     if X.ndim != 2 or not np.isfinite(X).all():
         raise ValueError(f"quantile map: records must be a finite 2-d array (records, features), got shape {X.shape}")
-    bins = len(edges) - 1
-    k = np.clip(np.searchsorted(edges, X, side="right") - 1, 0, bins - 1)
-    out = np.zeros((X.shape[1], bins))
-    for j in range(X.shape[1]):
-        out[j] = np.bincount(k[:, j], minlength=bins)
-    return out
+    return np.clip(np.searchsorted(edges, X, side="right") - 1, 0, len(edges) - 2)
+
+
+def histogram(X: np.ndarray, edges: np.ndarray = GRID) -> np.ndarray:
+    """A device's upload: the count of its records (n, d), standardised, in each bin of each feature (d, bins);
+    values beyond the grid count in its end bins."""
+    k = _bins(X, edges)
+    return np.stack([np.bincount(k[:, j], minlength=len(edges) - 1) for j in range(k.shape[1])]).astype(float)
+
+
+@dataclass(frozen=True)
+class Marginals:
+    """A target's per-feature marginals as sums on the grid: per bin, the count of its records and the sum of
+    their values (d, bins each), so every bin's records sit at their mean (a discrete value exactly). What a
+    fleet's devices can upload, summed, and a promoted model can carry instead of samples of its mixture."""
+
+    counts: np.ndarray
+    sums: np.ndarray
+
+    @classmethod
+    def of(cls, X: np.ndarray, edges: np.ndarray = GRID) -> Marginals:
+        k, X = _bins(X, edges), np.asarray(X, dtype=float)
+        sums = np.stack([np.bincount(k[:, j], X[:, j], len(edges) - 1) for j in range(k.shape[1])])
+        return cls(histogram(X, edges), sums)
+
+    def __add__(self, other: Marginals) -> Marginals:
+        """Two fleets' (or devices') marginals together: the server's sum."""
+        return Marginals(self.counts + other.counts, self.sums + other.sums)
+
+    def quantile(self, j: int, u: np.ndarray) -> np.ndarray:
+        """Feature j's quantile function: each non-empty bin's mean over the quantile range its count holds."""
+        full = np.flatnonzero(self.counts[j] > 0)
+        c = self.counts[j, full]
+        upper = np.cumsum(c) / c.sum()
+        xp = np.ravel(np.column_stack([upper - c / c.sum(), upper]))
+        return np.interp(u, xp, np.repeat(self.sums[j, full] / c, 2))
 
 
 @dataclass(frozen=True)
@@ -86,18 +115,31 @@ def _quantile(sorted_y: np.ndarray, u: np.ndarray) -> np.ndarray:
     return np.interp(np.clip(u, 0.0, 1.0) * (n - 1), np.arange(n), sorted_y)
 
 
-def quantile_map(counts: np.ndarray, Y: np.ndarray, edges: np.ndarray = GRID, trim: float = TRIM) -> QuantileMap:
+def quantile_map(counts: np.ndarray, Y: np.ndarray | Marginals, edges: np.ndarray = GRID,
+                 trim: float = TRIM) -> QuantileMap:
     """The per-feature monotone map from P (the fleet's summed counts, (d, bins) on `edges`) onto Q (the server's
-    samples Y, (m, d)): each non-empty bin onto its trimmed quantile range of Q, empty bins between two non-empty
-    ones linearly across the gap, and beyond P's records slope 1 (a record outside the fleet's range, an attack
-    perhaps, keeps its distance from it)."""
-    counts, Y = np.asarray(counts, dtype=float), np.asarray(Y, dtype=float)
+    samples Y, (m, d), or Q's `Marginals` on the same grid): each non-empty bin onto its trimmed quantile range
+    of Q, empty bins between two non-empty ones linearly across the gap, and beyond P's records slope 1 (a record
+    outside the fleet's range, an attack perhaps, keeps its distance from it)."""
+    counts = np.asarray(counts, dtype=float)
     d, bins = counts.shape if counts.ndim == 2 else (0, 0)
     if counts.ndim != 2 or bins != len(edges) - 1 or np.any(counts < 0) or not np.isfinite(counts).all():
         raise ValueError(f"quantile map: counts must be non-negative, shape (features, {len(edges) - 1}), got "
                          f"{counts.shape}")
-    if Y.ndim != 2 or Y.shape[1] != d or len(Y) < 2:
-        raise ValueError(f"quantile map: Q's samples must be (records >= 2, {d}), got {Y.shape}")
+    if isinstance(Y, Marginals):
+        if Y.counts.shape != counts.shape or Y.sums.shape != counts.shape or np.any(Y.counts < 0) \
+                or np.any(Y.counts.sum(axis=1) <= 0):
+            raise ValueError(f"quantile map: Q's marginals must be non-negative counts and sums, shape {counts.shape}, "
+                             "with records in every feature")
+        inverse = Y.quantile
+    else:
+        Y = np.asarray(Y, dtype=float)
+        if Y.ndim != 2 or Y.shape[1] != d or len(Y) < 2:
+            raise ValueError(f"quantile map: Q's samples must be (records >= 2, {d}), got {Y.shape}")
+        ordered = np.sort(Y, axis=0)
+
+        def inverse(j: int, u: np.ndarray) -> np.ndarray:
+            return _quantile(ordered[:, j], u)
     if not 0 <= trim <= 0.5:
         raise ValueError(f"quantile map: trim must be in [0, 1/2], got {trim}")
     lo, hi = np.empty((d, bins)), np.empty((d, bins))
@@ -108,9 +150,8 @@ def quantile_map(counts: np.ndarray, Y: np.ndarray, edges: np.ndarray = GRID, tr
         cdf = np.concatenate([[0.0], np.cumsum(counts[j])]) / total
         mass = np.diff(cdf)
         full = np.flatnonzero(mass > 0)
-        ys = np.sort(Y[:, j])
-        a = _quantile(ys, cdf[full] + trim * mass[full])
-        b = _quantile(ys, cdf[full + 1] - trim * mass[full])
+        a = inverse(j, cdf[full] + trim * mass[full])
+        b = inverse(j, cdf[full + 1] - trim * mass[full])
         # the function at every edge: non-empty bins give their ends, the edges between them interpolate
         left, right = edges[full], edges[full + 1]
         xs = np.ravel(np.column_stack([left, right]))
