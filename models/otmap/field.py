@@ -13,6 +13,7 @@ import numpy as np
 
 from models.mixture.gmm import Mixture, precisions
 from models.otmap.icnn import Layout, transport
+from models.otmap.quantile import QuantileMap
 
 
 def mixture_samples(m: Mixture, n: int, rng: np.random.Generator, ridge: float = 0.0) -> np.ndarray:
@@ -39,20 +40,25 @@ def mixture_samples(m: Mixture, n: int, rng: np.random.Generator, ridge: float =
 
 #: the prefix of the mapped detector's own arrays in a mapped model's envelope
 BASE = "base."
+#: the prefix of the per-feature start map's arrays (models.otmap.quantile) in a mapped model's envelope
+START = "start."
 
 
 class MappedDetector:
     """A detector (with `preprocessor_`, `score_samples` and `threshold_`) that scores records carried by the map
-    grad f_omega in its standardised space. On the wire (the `otmap` family's model): the detector's own arrays
-    under `BASE`, its meta under ``"base"``, and the map's parameters ``omega``; everything else an agent asks of
-    a detector (its features, preprocessing, quantile, tail) is the mapped detector's."""
+    grad f_omega in its standardised space, after the per-feature monotone map `start` when there is one. On the
+    wire (the `otmap` family's model): the detector's own arrays under `BASE`, its meta under ``"base"``, the map's
+    parameters ``omega`` and the start's arrays under `START`; everything else an agent asks of a detector (its
+    features, preprocessing, quantile, tail) is the mapped detector's."""
 
-    def __init__(self, detector: Any, layout: Layout, omega: np.ndarray) -> None:
+    def __init__(self, detector: Any, layout: Layout, omega: np.ndarray, start: QuantileMap | None = None) -> None:
         if layout.d != detector.preprocessor_.n_features:
             raise ValueError(f"the map has {layout.d} features but the detector {detector.preprocessor_.n_features}")
         if omega.shape != (layout.size,) or not np.isfinite(omega).all():
             raise ValueError(f"the map's parameters must be {layout.size} finite numbers")
-        self.detector, self.layout, self.omega = detector, layout, omega
+        if start is not None and start.lo.shape[0] != layout.d:
+            raise ValueError(f"the start map has {start.lo.shape[0]} features but the detector {layout.d}")
+        self.detector, self.layout, self.omega, self.start = detector, layout, omega, start
         self.threshold_ = detector.threshold_
 
     def __getattr__(self, name: str) -> Any:
@@ -62,7 +68,8 @@ class MappedDetector:
 
     def to_wire(self) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
         arrays, meta = self.detector.to_wire()
-        return ({**{BASE + k: v for k, v in arrays.items()}, "omega": self.omega},
+        start = {} if self.start is None else {START + k: v for k, v in self.start.to_arrays().items()}
+        return ({**{BASE + k: v for k, v in arrays.items()}, "omega": self.omega, **start},
                 {"detector": "otmap", "hidden": self.layout.hidden, "base": {**meta, "threshold": self.threshold_},
                  "threshold": float(self.threshold_)})
 
@@ -77,7 +84,9 @@ class MappedDetector:
         inner = family(kind).load_detector().from_wire(
             {k[len(BASE):]: v for k, v in arrays.items() if k.startswith(BASE)}, base)
         omega = np.asarray(arrays["omega"], dtype=float)
-        return cls(inner, Layout(inner.preprocessor_.n_features, int(meta["hidden"])), omega)
+        start = {k[len(START):]: v for k, v in arrays.items() if k.startswith(START)}
+        return cls(inner, Layout(inner.preprocessor_.n_features, int(meta["hidden"])), omega,
+                   QuantileMap.from_arrays(start) if start else None)
 
     def explain(self, X: np.ndarray, top: int | None = None) -> list[list[dict[str, Any]]]:
         """The mapped detector's explanations of the records as the map moved them."""
@@ -89,7 +98,8 @@ class MappedDetector:
     def transform(self, X: np.ndarray) -> np.ndarray:
         """Records in original units, moved by the map (what the detector then scores)."""
         pre = self.detector.preprocessor_
-        return pre.inverse_transform(transport(self.layout, self.omega, pre.transform(X)))
+        T = pre.transform(X)
+        return pre.inverse_transform(transport(self.layout, self.omega, T if self.start is None else self.start(T)))
 
     def score_samples(self, X: np.ndarray) -> np.ndarray:
         return np.asarray(self.detector.score_samples(self.transform(X)))
