@@ -28,6 +28,10 @@ STORED = {
               "explanation::text, flow::text, incident::text, incident_id, acknowledged, acknowledged_at IS NULL, "
               "acknowledged_by, ack_note FROM alerts ORDER BY id",
     "devices": "SELECT id, online, alerts, rounds FROM devices ORDER BY id",
+    # the roll-up triggers on again and the indexes made again, as they were
+    "triggers": "SELECT tgname, tgenabled FROM pg_trigger WHERE tgrelid = 'alerts'::regclass AND NOT tgisinternal "
+                "ORDER BY 1",
+    "indexes": "SELECT indexname, indexdef FROM pg_indexes WHERE tablename = 'alerts' ORDER BY 1",
 }
 
 
