@@ -72,8 +72,7 @@ def main() -> int:
                 c.exec_driver_sql(Path(args.sql).read_text())
         sessions = session_factory(engine)
         batches = [[alert_row(d, "bench", 1, m, datetime.fromtimestamp(m["ts"] + 0.5, timezone.utc)
-                              .replace(tzinfo=None)) for d, m in fleet.messages[i:i + args.batch]]
-                   for i in range(0, len(fleet.messages), args.batch)]
+                              .replace(tzinfo=None)) for d, m, _ in chunk] for chunk in fleet.chunks(args.batch)]
         with sessions() as s:  # one connection for the whole run: its backend's CPU is the database's
             pid = s.execute(text("SELECT pg_backend_pid()")).scalar_one()
             cpu0, t0 = cpu_seconds(pid), time.perf_counter()
@@ -83,7 +82,7 @@ def main() -> int:
             seconds, cpu = time.perf_counter() - t0, cpu_seconds(pid) - cpu0
             stored = s.execute(text("SELECT count(*) FROM alerts")).scalar_one()
         engine.dispose()
-    assert stored == len(fleet.messages), (stored, len(fleet.messages))
+    assert stored == fleet.size, (stored, fleet.size)
     out = {"tree": os.path.dirname(os.path.dirname(os.path.abspath(store.__file__))), "alerts": stored,
            "batch": args.batch, "spread_s": args.spread, "seconds": round(seconds, 3),
            "alerts_per_s": round(stored / seconds, 1), "db_cpu_us_per_alert": round(1e6 * cpu / stored, 2),

@@ -172,14 +172,21 @@ def store_alerts(session: Session, rows: Sequence[dict[str, Any]]) -> Counter[st
     for _, device, n in new:
         fresh[device] += 1
         records[device] += n
-    if fresh:  # one upsert per device, as one cached statement
-        now = utcnow()
-        stmt = insert(Device)
-        stmt = stmt.on_conflict_do_update(index_elements=["id"], set_={
-            "alerts": Device.alerts + stmt.excluded.alerts, "last_seen": stmt.excluded.last_seen})
-        session.execute(stmt, [{"id": d, "online": True, "alerts": n, "rounds": 0, "first_seen": now,
-                                "last_seen": now} for d, n in records.items()])
+    count_alerts(session, records)
     return fresh
+
+
+def count_alerts(session: Session, records: Counter[str]) -> None:
+    """Bump each device's `alerts` counter by the flagged records its new alerts hold (a device not known yet is
+    added, online): one upsert per device, as one cached statement."""
+    if not records:
+        return
+    now = utcnow()
+    stmt = insert_for(session)(Device)
+    stmt = stmt.on_conflict_do_update(index_elements=["id"], set_={
+        "alerts": Device.alerts + stmt.excluded.alerts, "last_seen": stmt.excluded.last_seen})
+    session.execute(stmt, [{"id": d, "online": True, "alerts": n, "rounds": 0, "first_seen": now,
+                            "last_seen": now} for d, n in records.items()])
 
 
 _COPY_ESCAPES = str.maketrans({"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\r"})

@@ -38,6 +38,8 @@ UPDATES_PER_INCIDENT = 10
 THRESHOLD, SCORE_MEAN = 3.0, 2.0
 FEATURES = ("src_bytes", "dst_bytes", "duration", "dst_port", "orig_pkts", "resp_pkts", "conn_state", "missed_bytes")
 ACKED_BY = "bench@soc"
+#: alerts made (and stored) at a time: the stream's memory
+CHUNK = 5000
 
 
 def device_ids(n: int) -> list[str]:
@@ -49,41 +51,78 @@ def device_ids(n: int) -> list[str]:
 
 
 class Fleet:
-    """The alerts as agents would send them (seeded), and what the API should report about them."""
+    """The alerts as agents would send them (seeded, made as they are read: `stream`), which of them an analyst
+    acknowledged, and what the API should report about them (one pass over the stream when made)."""
 
     def __init__(self, alerts: int, devices: int, seed: int = 2026, span: timedelta = SPAN,
                  end: float | None = None):
-        self.rng = rng = random.Random(seed)
+        self.size, self.seed = alerts, seed
         self.end = time.time() - 60 if end is None else end
         self.devices = device_ids(devices)
+        self.span = span.total_seconds()  # the alerts' times: the last `span` to now
+        per_device: Counter[str] = Counter()
+        incidents: set[tuple[str, float]] = set()
+        open_incidents: set[tuple[str, float]] = set()
+        self.records = self.updates = self.acked = 0
+        for device, m, acked in self.stream():
+            per_device[device] += 1
+            self.records += m["count"]
+            self.acked += acked
+            if m["incident"] is not None:
+                self.updates += 1
+                incidents.add(key := (device, m["incident"]["window"]))
+                if not acked:
+                    open_incidents.add(key)
+        self.noisiest = per_device.most_common(1)[0][0]
+        self.active_devices = len(per_device)
+        self.incidents, self.open_incidents = len(incidents), len(open_incidents)
+
+    def stream(self) -> Iterator[tuple[str, dict[str, Any], bool]]:
+        """Every alert as (device, alert as sent, acknowledged), the same for the same seed: the single alerts,
+        then the incidents' updates. Acknowledged: 70 % of the single alerts and 80 % of the incidents older than a
+        day, 10 % of the newer ones; one in twenty of those incidents got an update after (open again). Holds
+        a number per incident, never the alerts."""
+        self.rng = rng = random.Random(self.seed)
         weights = [rng.lognormvariate(0, 1) for _ in self.devices]  # some devices are noisier than others
+        alerts = self.size
         n_updates = min(alerts - 1, int(alerts * UPDATE_SHARE)) if alerts > 1 else 0
         n_incidents = max(1, n_updates // UPDATES_PER_INCIDENT) if n_updates else 0
-        self.messages: list[tuple[str, dict[str, Any]]] = []  # (device, alert as sent)
-        self.span = span.total_seconds()  # the alerts' times: the last `span` to now
-        for device in rng.choices(self.devices, weights, k=alerts - n_updates):
-            self.messages.append((device, self._alert(self.end - rng.random() * self.span, 1, self._explanation(),
-                                                      self._flow(), None)))
+        day_ago = self.end - 86400
+        singles = alerts - n_updates
+        for first in range(0, singles, CHUNK):
+            for device in rng.choices(self.devices, weights, k=min(CHUNK, singles - first)):
+                m = self._alert(self.end - rng.random() * self.span, 1, self._explanation(), self._flow(), None)
+                yield device, m, rng.random() < (0.7 if m["ts"] < day_ago else 0.1)
         sizes = [1] * n_incidents  # updates per incident: at least one each, the rest spread at random
         for i in rng.choices(range(n_incidents), k=n_updates - n_incidents):
             sizes[i] += 1
-        self.incidents: list[tuple[str, list[int]]] = []  # (device, indexes of its updates in messages)
         for size, device in zip(sizes, rng.choices(self.devices, weights, k=n_incidents), strict=True):
             window = self.end - 120 - rng.random() * (self.span - 120)  # the rate limiter's window start
             explanation = self._explanation()
             key = "+".join(sorted(e["feature"] for e in explanation[:2]))
             step = min(1.0, 58 / size)  # an update a second while the incident grows
-            first, first_index = window + 1, len(self.messages)
+            first_ts, updates = window + 1, []
             for j in range(size):
                 ts = window + 1 + (j + 1) * step
-                self.messages.append((device, self._alert(ts, int(2 + rng.expovariate(1 / 40)), explanation, None, {
-                    "key": key, "window": window, "first": first, "last": ts,
-                    "samples": [self._flow() for _ in range(rng.randint(1, 5))]})))
-                first = ts
-            self.incidents.append((device, list(range(first_index, len(self.messages)))))
-        self.records = sum(m["count"] for _, m in self.messages)
-        self.active_devices = len({d for d, _ in self.messages})
-        self.acked, self.open_incidents = self._acknowledged()
+                updates.append(self._alert(ts, int(2 + rng.expovariate(1 / 40)), explanation, None, {
+                    "key": key, "window": window, "first": first_ts, "last": ts,
+                    "samples": [self._flow() for _ in range(rng.randint(1, 5))]}))
+                first_ts = ts
+            acked = rng.random() < (0.8 if updates[-1]["ts"] < day_ago else 0.1)
+            reopened = acked and size > 1 and rng.random() < 0.05
+            for j, m in enumerate(updates):
+                yield device, m, acked and not (reopened and j == size - 1)
+
+    def chunks(self, size: int) -> Iterator[list[tuple[str, dict[str, Any], bool]]]:
+        """The stream in lists of `size` alerts."""
+        chunk: list[tuple[str, dict[str, Any], bool]] = []
+        for alert in self.stream():
+            chunk.append(alert)
+            if len(chunk) == size:
+                yield chunk
+                chunk = []
+        if chunk:
+            yield chunk
 
     def _alert(self, ts: float, count: int, explanation: list[dict[str, Any]], flow: dict[str, Any] | None,
                incident: dict[str, Any] | None) -> dict[str, Any]:
@@ -104,26 +143,6 @@ class Fleet:
                 "id.orig_h": f"10.{r.randrange(256)}.{r.randrange(256)}.{r.randrange(1, 255)}",
                 "id.orig_p": r.randrange(1024, 65536), "id.resp_h": f"192.0.2.{r.randrange(1, 255)}",
                 "id.resp_p": r.choice((22, 53, 80, 443, 1883, 8883)), "proto": "tcp", "service": "ssl"}
-
-    def _acknowledged(self) -> tuple[list[str], int]:
-        """The alerts an analyst has acknowledged: 70 % of the single alerts and 80 % of the incidents older
-        than a day, 10 % of the newer ones; one in twenty of those incidents got an update after (open again).
-        Returns their ids and the number of incidents left open."""
-        day_ago, in_incident = self.end - 86400, set()
-        ids, open_incidents = [], 0
-        for _, updates in self.incidents:
-            in_incident.update(updates)
-            last = self.messages[updates[-1]][1]["ts"]
-            if self.rng.random() < (0.8 if last < day_ago else 0.1):
-                reopened = len(updates) > 1 and self.rng.random() < 0.05
-                ids += [self.messages[i][1]["id"] for i in (updates[:-1] if reopened else updates)]
-                open_incidents += reopened
-            else:
-                open_incidents += 1
-        for i, (_, m) in enumerate(self.messages):
-            if i not in in_incident and self.rng.random() < (0.7 if m["ts"] < day_ago else 0.1):
-                ids.append(m["id"])
-        return ids, open_incidents
 
 
 @contextmanager
@@ -178,13 +197,15 @@ def stored_fleet(url: str) -> tuple[int, int, float] | None:
         engine.dispose()
 
 
-def load(app: Any, fleet: Fleet, partitioned: bool = False) -> str:
+def load(app: Any, fleet: Fleet, partitioned: bool = False, bulk: bool = False) -> str:
     """Store the fleet's alerts as the coordinator does, acknowledge some as an analyst does; an API key. With
     `partitioned` (PostgreSQL), the fresh database's alerts are partitioned by day first (store.partitions, as
-    `fedsentry db partition-alerts` does)."""
+    `fedsentry db partition-alerts` does). With `bulk` (PostgreSQL), the same alerts, acknowledged as they are
+    made, are loaded by store.bulk (COPY, the roll-ups filled once after) in one transaction instead."""
     from sqlalchemy import text
 
     from api.security import create_key
+    from store import bulk as bulk_load
     from store import partitions
     from store.alerts import alert_row, store_alerts
     from store.db import utcnow
@@ -197,30 +218,66 @@ def load(app: Any, fleet: Fleet, partitioned: bool = False) -> str:
             partitions.convert(c, utcnow())
             partitions.make_days(c, datetime.fromtimestamp(fleet.end - fleet.span, timezone.utc).date(),
                                  datetime.fromtimestamp(fleet.end, timezone.utc).date())
-    for i in range(0, len(fleet.messages), 5000):
+
+    def row(device: str, m: dict[str, Any]) -> dict[str, Any]:
+        return alert_row(device, "bench", 1, m, datetime.fromtimestamp(m["ts"] + 0.5, timezone.utc)
+                         .replace(tzinfo=None))
+
+    if bulk:
         with app.state.sessions.begin() as s:
-            store_alerts(s, [alert_row(d, "bench", 1, m, datetime.fromtimestamp(m["ts"] + 0.5, timezone.utc)
-                                       .replace(tzinfo=None)) for d, m in fleet.messages[i:i + 5000]])
-    ids = fleet.acked
-    with app.state.sessions.begin() as s:
-        for i in range(0, len(ids), MAX_BULK):
-            acknowledge(s, ACKED_BY, "reviewed" if i % 3 else None, ids=ids[i:i + MAX_BULK])
-        key = create_key(s, "viewer")
+            at, done = utcnow(), [0]  # acknowledged alerts so far, in the stream's order (their note: ack_note)
+
+            def rows(chunk: list[tuple[str, dict[str, Any], bool]]) -> list[dict[str, Any]]:
+                out = [row(d, m) for d, m, _ in chunk]
+                for r, (_, _, acked) in zip(out, chunk, strict=True):
+                    if acked:
+                        r.update(acknowledged=True, acknowledged_at=at, acknowledged_by=ACKED_BY,
+                                 ack_note=ack_note(done[0] - done[0] % MAX_BULK))
+                        done[0] += 1
+                return out
+
+            bulk_load.load(s, map(rows, fleet.chunks(CHUNK)))
+            key = create_key(s, "viewer")
+    else:
+        ids: list[str] = []
+        for chunk in fleet.chunks(CHUNK):
+            with app.state.sessions.begin() as s:
+                store_alerts(s, [row(d, m) for d, m, _ in chunk])
+            ids += [m["id"] for _, m, acked in chunk if acked]
+        with app.state.sessions.begin() as s:
+            for i in range(0, len(ids), MAX_BULK):
+                acknowledge(s, ACKED_BY, ack_note(i), ids=ids[i:i + MAX_BULK])
+            key = create_key(s, "viewer")
     with engine.begin() as c:  # for --reuse
         c.execute(text(f"CREATE TABLE {FLEET_TABLE} (alerts integer, devices integer, end_unix float)"))
         c.execute(text(f"INSERT INTO {FLEET_TABLE} VALUES (:a, :d, :e)"),
-                  {"a": len(fleet.messages), "d": len(fleet.devices), "e": fleet.end})
+                  {"a": fleet.size, "d": len(fleet.devices), "e": fleet.end})
     if engine.dialect.name == "postgresql":  # what autovacuum does within a minute of the load (if it is on)
         with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as c:
             c.execute(text("VACUUM ANALYZE alerts"))
             c.execute(text("VACUUM ANALYZE alert_tallies"))
             c.execute(text("VACUUM ANALYZE alert_bands"))
-    print(f"stored {len(fleet.messages):,} alerts in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
+    print(f"stored {fleet.size:,} alerts in {time.perf_counter() - t0:.1f} s{' (bulk)' if bulk else ''}; "
+          f"this process's peak resident memory {peak_rss_mib():.0f} MiB", file=sys.stderr)
     return key
 
 
-def measure(url: str, fleet: Fleet, repeat: int, partitioned: bool = False, stored: bool = False
-            ) -> dict[str, dict[str, Any]]:
+def ack_note(offset: int) -> str | None:
+    """The note of the acknowledgements sent from the `offset`-th acknowledged alert on (MAX_BULK at a time)."""
+    return "reviewed" if offset % 3 else None
+
+
+def peak_rss_mib() -> float:
+    """This process's peak resident memory (VmHWM, Linux; 0 elsewhere)."""
+    try:
+        status = Path("/proc/self/status").read_text()
+    except OSError:
+        return 0.0
+    return next((int(line.split()[1]) / 1024 for line in status.splitlines() if line.startswith("VmHWM:")), 0.0)
+
+
+def measure(url: str, fleet: Fleet, repeat: int, partitioned: bool = False, stored: bool = False,
+            bulk: bool = False) -> dict[str, dict[str, Any]]:
     """Fill the database with the fleet's alerts (`stored`: there already) and time the requests."""
     from fastapi.testclient import TestClient
 
@@ -234,7 +291,7 @@ def measure(url: str, fleet: Fleet, repeat: int, partitioned: bool = False, stor
             with app.state.sessions.begin() as s:
                 key = create_key(s, "viewer")
         else:
-            key = load(app, fleet, partitioned)
+            key = load(app, fleet, partitioned, bulk)
         client = TestClient(app, headers={"Authorization": f"Bearer {key}"})
         return Requests(client, fleet, repeat).run()
     finally:
@@ -294,13 +351,13 @@ class Requests:
             if not page["next_cursor"]:
                 break
             cursors.append(page["next_cursor"])
-        expected = self.fleet.open_incidents if params.get("acknowledged") is False else len(self.fleet.incidents)
+        expected = self.fleet.open_incidents if params.get("acknowledged") is False else self.fleet.incidents
         assert len(seen) == expected, (params, len(seen), expected)
         return cursors
 
     def run(self) -> dict[str, dict[str, Any]]:
         f, now = self.fleet, self.now
-        one = Counter(d for d, _ in f.messages).most_common(1)[0][0]  # the noisiest device
+        one = f.noisiest
         half, rare = THRESHOLD + SCORE_MEAN * 0.6931, THRESHOLD + SCORE_MEAN * 4.6052
         few = sum(d.startswith("gw-") for d in f.devices)
         many = sum(d.startswith("cam-") for d in f.devices)
@@ -321,7 +378,7 @@ class Requests:
         everything = {"since": (now - SPAN - timedelta(days=1)).isoformat()}
         c = self.same("counts, all (31 days)", "/api/v1/anomalies/counts", everything).json()
         got = (c["alerts"], c["records"], c["incidents"], c["devices"])
-        assert got == (len(f.messages), f.records, len(f.incidents), f.active_devices), got
+        assert got == (f.size, f.records, f.incidents, f.active_devices), got
         self.same("counts, all, device_prefix cam-", "/api/v1/anomalies/counts",
                   {**everything, "device_prefix": "cam-"})
         self.same(f"counts, all, score >= {half:.2f}", "/api/v1/anomalies/counts", {**everything, "min_score": half})
@@ -351,6 +408,7 @@ class Requests:
 def run(args: argparse.Namespace) -> int:
     from sqlalchemy.exc import ArgumentError, OperationalError
 
+    from store.bulk import BulkError
     from store.db import is_postgresql
     from store.partitions import ShapeError
 
@@ -361,6 +419,11 @@ def run(args: argparse.Namespace) -> int:
     if args.partitioned and not any(postgres):
         raise UsageError("--partitioned: alerts are partitioned on PostgreSQL only (give --db or --postgres a "
                          "PostgreSQL URL)")
+    if args.bulk and not all(postgres):
+        raise UsageError("--bulk: COPY into PostgreSQL only; SQLite stores through the ingestion path (give every "
+                         "--db a PostgreSQL URL, or leave --bulk out)")
+    if args.bulk and args.partitioned:
+        raise UsageError("--bulk: alerts partitioned by day are not bulk-loaded (leave out --partitioned)")
     logging.getLogger("httpx").setLevel(logging.WARNING)  # not a line per request
     if args.reuse and (args.postgres or not args.db or "sqlite" in args.db):
         raise UsageError("--reuse: only a --db URL outlives a run (not sqlite, not --postgres)")
@@ -379,15 +442,18 @@ def run(args: argparse.Namespace) -> int:
                                      f"{args.alerts} of {args.devices}")
                 if fleet is None or (stored is not None and fleet.end != stored[2]):
                     fleet = Fleet(args.alerts, args.devices, end=None if stored is None else stored[2])
-                runs[name] = measure(url, fleet, args.repeat, convert, stored=stored is not None)
+                runs[name] = measure(url, fleet, args.repeat, convert, stored=stored is not None, bulk=args.bulk)
         except (ArgumentError, OperationalError) as e:
             raise database_error("--postgres" if scratch else "--db", e) from None
+        except BulkError as e:  # (--db given a database partitioned already)
+            raise UsageError(f"--bulk: {e}") from None
         except ShapeError as e:  # (--db given a database partitioned already)
             raise UsageError(f"--partitioned: {e}; --db must be an empty database") from None
     assert fleet is not None
     out = {"command": shlex.join(["fedsentry", *sys.argv[1:]]), "alerts": args.alerts, "devices": args.devices,
-           "incidents": len(fleet.incidents), "incident_updates": sum(len(u) for _, u in fleet.incidents),
-           "records": fleet.records, "repeat": args.repeat, "partitioned": args.partitioned, "databases": runs}
+           "incidents": fleet.incidents, "incident_updates": fleet.updates,
+           "records": fleet.records, "repeat": args.repeat, "partitioned": args.partitioned, "bulk": args.bulk,
+           "databases": runs}
     folder = Path(args.out)
     folder.mkdir(parents=True, exist_ok=True)
     lines = table(out)
@@ -405,8 +471,10 @@ def table(out: dict[str, Any]) -> list[str]:
     lines = ["# Anomaly listing, counts, incidents and charts benchmark", "", f"Command: `{out['command']}`", "",
              f"{out['alerts']:,} stored alerts over {out['devices']} devices and {SPAN.days} days, "
              f"{out['incident_updates']:,} of them incident updates (count > 1) of {out['incidents']:,} incidents: "
-             f"{out['records']:,} flagged records; stored through alert_row and store_alerts, most older than a day "
-             "acknowledged; PostgreSQL then vacuumed and analysed as autovacuum would (SQLite, as served, never is). "
+             f"{out['records']:,} flagged records; "
+             + ("made by alert_row and loaded by COPY, roll-ups filled after (store.bulk)" if out.get("bulk") else
+                "stored through alert_row and store_alerts") + ", most older than a day acknowledged; "
+             "PostgreSQL then vacuumed and analysed as autovacuum would (SQLite, as served, never is). "
              "Times in ms per request through the full app (auth, query, serialisation); pages follow each other's "
              "cursor, the other requests are repeated (the first, cold, counts too).", "",
              f"| request | timed | {head} |", "|---|---|" + "---:|" * 2 * len(runs)]

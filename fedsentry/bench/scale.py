@@ -267,7 +267,7 @@ def alert_rows_per_s(url: str, alerts: int) -> dict[str, Any]:
 
     fleet = Fleet(alerts, 200)
     by_device: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    for device, alert in fleet.messages:
+    for device, alert, _ in fleet.stream():
         by_device[device].append(alert)
     messages = [(agent_topic(d, "alerts"), env.encode()) for d, a in by_device.items()
                 for env in alert_batches("scale", 1, d, a)]

@@ -186,6 +186,9 @@ def register_api(groups: dict[str, Any]) -> None:
     p.add_argument("--partitioned", action="store_true",
                    help="PostgreSQL only: partition each PostgreSQL database's alerts by day before loading (as "
                         "`fedsentry db partition-alerts`); SQLite stays one table")
+    p.add_argument("--bulk", action="store_true",
+                   help="PostgreSQL only: load the same alerts by COPY with the roll-up triggers off, then fill the "
+                        "roll-ups from them (store.bulk), in chunks of bounded memory: for millions of alerts")
     p.add_argument("--reuse", action="store_true",
                    help="time the alerts an earlier run left in each --db (the same --alerts and --devices) instead "
                         "of storing them again (a --db that holds none is filled)")

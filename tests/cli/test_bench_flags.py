@@ -89,3 +89,12 @@ def test_bench_api_reuse_times_the_alerts_a_run_left(postgres_url, tmp_path, cap
     assert "holds 300 alerts of 10 devices, not 200 of 10" in capsys.readouterr().err
     assert main(["bench", "api", "--alerts", "10", "--reuse"]) == 2
     assert "--reuse: only a --db URL outlives a run" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("flags, says", [
+    ([], "--bulk: COPY into PostgreSQL only"),
+    (["--db", "postgresql://postgres@127.0.0.1:1/x", "--partitioned"], "--bulk: alerts partitioned by day are not"),
+])
+def test_bench_api_bulk_loads_postgresql_alone(flags, says, capsys):
+    assert main(["bench", "api", "--alerts", "10", "--bulk", *flags]) == 2
+    assert says in capsys.readouterr().err
