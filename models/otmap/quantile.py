@@ -31,7 +31,7 @@ GRID = np.sinh(np.arange(-np.ceil(np.arcsinh(GRID_LIMIT) / GRID_STEP),
 #: 0.5, the continuous feature's miss 0.029 and 0.033)
 TRIM = 0.5
 #: how many records a quantile map moves at a time
-CHUNK = 16384
+CHUNK = 4096
 
 
 def _bins(X: np.ndarray, edges: np.ndarray) -> np.ndarray:

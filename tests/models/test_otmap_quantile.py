@@ -157,3 +157,15 @@ def test_a_transport_map_jobs_start_and_privacy_are_refused_by_name(settings, na
     with pytest.raises(SettingError, match=name) as e:
         job_spec("otmap", {"algorithm": "fedmm-ot", "features": ["a", "b"], **settings})
     assert words in str(e.value)
+
+
+def test_a_histogram_upload_at_34_features_fits_in_256_kib() -> None:
+    """The histogram phase's upload as an agent sends it (float32 counts: whole counts below 2^24 exact), encoded:
+    151,103 bytes at 34 features (float64 would be 302,063, above the target)."""
+    from models.core.messages import Upload
+    from wire.messages import envelope
+
+    counts = histogram(np.random.default_rng(5).standard_normal((50_000, 34)) * 30).astype(np.float32)
+    size = len(envelope(Upload(arrays={"counts": counts}), "job", 1, "dev-00").encode())
+    assert size <= 256 * 1024, size
+    assert counts.sum(axis=1).tolist() == [50_000] * 34
