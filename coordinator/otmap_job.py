@@ -3,27 +3,31 @@ promoted mixture, and the mixture with the map is stored and promoted as the nex
 map before scoring: models.otmap.field.MappedDetector).
 
 Phases: the statistics phase (`coordinator.detector_job`'s: weights, the start map's moments, each device's upload
-bound), then the rounds of FedMM-OT (the server step of models.otmap.fedmm, Q drawn from the promoted mixture with
+bound); with the quantile start (the default: `OTMapJobSpec.start`), the histogram phase (every device uploads the
+per-feature counts of its standardised records on models.otmap.quantile's grid; the coordinator sums them into the
+start map onto Q, which every later round and the model carry and the agents apply first); then the rounds of
+FedMM-OT (the server step of models.otmap.fedmm, Q drawn from the promoted mixture with
 the job's seed: models.otmap.fleet). No threshold phase: the mapped detector keeps its threshold. Every round is
 standardised with the promoted detector's preprocessing, so the agents' records land in its space."""
 
 from __future__ import annotations
 
 import logging
-from typing import Any, cast
+from typing import Any, ClassVar, cast
 
 import numpy as np
 
 from coordinator.detector_job import DetectorJob
 from coordinator.job_runner import Phase
 from coordinator.models_service import slot_types
-from models.core.messages import Upload
+from models.core.messages import MessageType, Upload
 from models.detection.preprocessing import Preprocessor
 from models.detection.screening import Federation
 from models.otmap.fedmm import FedMMOT
-from models.otmap.field import MappedDetector
+from models.otmap.field import START, MappedDetector
 from models.otmap.fleet import fleet_moments, target
 from models.otmap.objective import grad_bound
+from models.otmap.quantile import GRID, QuantileMap, mapped_second, quantile_map
 from models.otmap.spec import OTMapJobSpec
 from store.db import ModelVersion, unpack
 from wire.model import detector_from_envelope, stored_envelope
@@ -38,6 +42,7 @@ BOUND_SLACK = 1.0 + 1e-6
 
 class OTMapJob(DetectorJob):
     type = "otmap"
+    replies: ClassVar[dict[str, MessageType]] = {**DetectorJob.replies, "histogram": Upload}
 
     spec: OTMapJobSpec
 
@@ -45,7 +50,8 @@ class OTMapJob(DetectorJob):
         return cast(FedMMOT, super().algorithm())
 
     def phase_table(self) -> list[Phase]:
-        return [Phase("stats"), Phase("train", self.spec.rounds, sampled=True)]
+        histogram = [Phase("histogram")] if self.spec.start == "quantile" else []
+        return [Phase("stats"), *histogram, Phase("train", self.spec.rounds, sampled=True)]
 
     def base(self) -> Any:
         """The promoted detector the map is learnt for (the one promoted when the job's statistics closed)."""
@@ -85,18 +91,62 @@ class OTMapJob(DetectorJob):
         server, self.broadcast = alg.attach_fleet(server, fed.weight, self.spec.fraction)
         server = alg.attach_target(server, Y)
         mean, var, second = fleet_moments(pre, counts, total, sumsq)
-        if self.spec.moments:
+        if self.spec.start == "moments":
             server, self.broadcast = alg.start_from_moments(server, mean, var)
         self.server = {**server, "second": second}
         self.info.update(mean=pre.mean.tolist(), scale=pre.scale.tolist(), log_mask=pre.log_mask.astype(int).tolist())
 
+    def start_map(self) -> QuantileMap | None:
+        """The start map the histogram phase built (None before it, or with another start)."""
+        arrays = {k[len(START):]: v for k, v in self.server.items() if k.startswith(START)}
+        return QuantileMap.from_arrays(arrays) if arrays else None
+
+    def content(self, phase: str, header: dict[str, Any]) -> Any:
+        """A round carries the start map with its broadcast (the agents apply it before their gradients)."""
+        msg = super().content(phase, header)
+        start = self.start_map()
+        if phase == "train" and start is not None:
+            msg.broadcast.update({START + k: v for k, v in start.to_arrays().items()})
+        return msg
+
     def expected_upload(self) -> dict[str, tuple[int, ...]]:
+        if self.phase == "histogram":
+            return {"counts": (len(self.info["features"]), len(GRID) - 1)}
         return {"grad": (self.algorithm().layout.size,)}
+
+    def close(self, answered: list[str]) -> dict[str, Any]:
+        return self.close_histogram(answered) if self.phase == "histogram" else super().close(answered)
+
+    def close_histogram(self, answered: list[str]) -> dict[str, Any]:
+        """The devices' histograms summed, the start map onto Q built from them; each device's bound on its
+        uploads from its mapped records (models.otmap.quantile.mapped_second; none answered: nothing it sends)."""
+        if not answered:
+            self.fail("no agent answered the histogram phase")
+            return {}
+        counts = {a: np.asarray(self.pending[a].arrays["counts"], dtype=float) for a in answered}
+        try:
+            start = quantile_map(np.sum(list(counts.values()), axis=0),
+                                 target(self.base(), self.spec.target_records, self.spec.seed))
+        except ValueError as e:
+            self.fail(f"no start map: {e}")
+            return {}
+        index = self.index()
+        second = np.zeros(len(self.counts))
+        for a, c in counts.items():
+            second[index[a]] = mapped_second(start, c, float(self.server["second"][index[a]]))
+        self.server.update({"second": second, **{START + k: v for k, v in start.to_arrays().items()}})
+        return {"histograms": len(answered)}
 
     def validate(self, msg: Any, sender: str) -> None:
         """Besides shape and finiteness (DetectorJob's), a training upload's norm is at most what the device's
         own records could give (models.otmap.objective.grad_bound, from its statistics phase)."""
         super().validate(msg, sender)
+        if isinstance(msg, Upload) and self.phase == "histogram":
+            c = msg.arrays["counts"]
+            claimed = float(self.counts[self.index()[sender]])
+            if not (np.all(c >= 0) and np.all(c == np.round(c)) and np.all(c.sum(axis=1, dtype=float) == claimed)):
+                raise ProtocolError("value", f"counts: each feature's must be whole, non-negative and sum to the "
+                                    f"{claimed:.0f} records the device counted in its statistics")
         if isinstance(msg, Upload) and self.phase == "train":
             alg = self.algorithm()
             second = float(self.server["second"][self.index()[sender]])
@@ -111,7 +161,8 @@ class OTMapJob(DetectorJob):
         return {"map_change": change, **super().round_metrics(before)}
 
     def detector(self, pre: Preprocessor, threshold: float) -> MappedDetector:
-        return MappedDetector(self.base(), self.algorithm().layout, np.asarray(self.broadcast["omega"]))
+        return MappedDetector(self.base(), self.algorithm().layout, np.asarray(self.broadcast["omega"]),
+                              self.start_map())
 
     def finish(self) -> None:
         det = self.base()

@@ -18,7 +18,13 @@ from models.detection.preprocessing import RECORD_DTYPE, Preprocessor, signed_lo
 from models.detection.screening import DEFAULT_GUARD, Guard, federation_statistics
 from models.otmap.fedmm import ALGORITHMS, FedMMOT
 from models.otmap.field import MappedDetector, mixture_samples
+from models.otmap.quantile import histogram, quantile_map
 from models.otmap.simulator import train
+
+#: where a map starts: the per-feature monotone map onto Q's quantiles from the fleet's summed histograms
+#: (models.otmap.quantile; the job's histogram phase), the per-feature affine map matching the fleet's means and
+#: variances (its statistics phase), or FedMM-OT's own start
+STARTS = ("quantile", "moments", "none")
 
 #: the stream of the job's seed that draws Q (the rounds' sample and the maps' start draw from the seed itself)
 TARGET_STREAM = 26
@@ -52,11 +58,14 @@ def fleet_moments(pre: Preprocessor, count: np.ndarray, total: np.ndarray,
 
 def simulate_fleet_map(detector: Any, parts: Sequence[np.ndarray], algorithm: str = "fedmm-ot", rounds: int = 20,
                        fraction: float = 0.1, seed: int = 0, params: dict[str, Any] | None = None,
-                       target_records: int = 4096, moments: bool = True,
+                       target_records: int = 4096, start: str = "quantile",
                        guard: Guard = DEFAULT_GUARD) -> tuple[MappedDetector, State]:
     """The `otmap` job in process on the devices' raw records (in the detector's features): their statistics as
-    agents send them, their records standardised by the detector as agents hold them (float32), the rounds of
-    models.otmap.simulator.train. Returns the mapped detector and the last broadcast."""
+    agents send them, their records standardised by the detector as agents hold them (float32), the start
+    (`STARTS`: with "quantile", the map from their summed histograms, applied to their records before the rounds),
+    the rounds of models.otmap.simulator.train. Returns the mapped detector and the last broadcast."""
+    if start not in STARTS:
+        raise ValueError(f"start must be one of {', '.join(STARTS)}, got {start!r}")
     pre = detector.preprocessor_
     stored = [np.asarray(P, dtype=RECORD_DTYPE) for P in parts]
     T = [signed_log1p(np.asarray(P, dtype=float), pre.log_mask) for P in stored]
@@ -65,7 +74,9 @@ def simulate_fleet_map(detector: Any, parts: Sequence[np.ndarray], algorithm: st
     fed = federation_statistics(count, total, sumsq, guard)
     alg: FedMMOT = ALGORITHMS[algorithm](pre.n_features, **(params or {}))
     X = [pre.transform(P).astype(RECORD_DTYPE) for P in stored]
-    start = fleet_moments(pre, count, total, sumsq)[:2] if moments else None
-    broadcast = train(alg, X, target(detector, target_records, seed), rounds, fraction, seed, fed.weight,
-                      moments=start)
-    return MappedDetector(detector, alg.layout, broadcast["omega"]), broadcast
+    Y = target(detector, target_records, seed)
+    moments = fleet_moments(pre, count, total, sumsq)[:2] if start == "moments" else None
+    qmap = quantile_map(np.sum([histogram(x) for x in X], axis=0), Y) if start == "quantile" else None
+    broadcast = train(alg, X if qmap is None else [qmap(x) for x in X], Y, rounds, fraction, seed, fed.weight,
+                      moments=moments)
+    return MappedDetector(detector, alg.layout, broadcast["omega"], qmap), broadcast

@@ -11,6 +11,7 @@ from typing import ClassVar
 from models.detection.spec import DetectorJobSpec
 from models.jobspec import check, setting
 from models.otmap.fedmm import ALGORITHMS
+from models.otmap.fleet import STARTS
 
 
 @dataclass
@@ -20,13 +21,20 @@ class OTMapJobSpec(DetectorJobSpec):
 
     #: how many samples of the promoted mixture the server holds as Q (drawn from the job's seed)
     target_records: int = setting(4096, help="samples of the promoted mixture the server holds as the target Q")
-    #: start both maps at the per-feature affine map matching the fleet's means and variances with Q's
-    moments: bool = setting(True, help="start the map at the per-feature affine map matching the fleet's means and "
-                            "variances (from its statistics phase) with the target's")
+    #: where the map starts (models.otmap.fleet.STARTS)
+    start: str = setting("quantile", help="where the map starts: quantile (the per-feature monotone map from the "
+                         "fleet's summed histograms onto the target's quantiles, a histogram phase after the "
+                         "statistics), moments (the per-feature affine map matching the fleet's means and variances "
+                         "with the target's) or none")
 
     def check_family(self) -> None:
         super().check_family()
+        check(self.start in STARTS, "start", f"must be one of {', '.join(STARTS)}, got {self.start!r}")
         check(16 <= self.target_records <= 1_000_000, "target_records", "must be between 16 and 10^6")
+
+    def check_private(self) -> None:
+        check(not self.private, "private", "a transport-map job is not run in private mode: FedMM-OT's server keeps "
+              "each device's own gradient (its control variate), which sums alone do not give; leave private off")
 
     def problem(self) -> dict[str, int]:
         return {"n_features": len(self.features)}

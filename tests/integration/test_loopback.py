@@ -12,14 +12,17 @@ import pytest
 
 from edge_agent.store import AgentStore
 from fedsentry.runs.loopback import Loopback, detector_participants
+from models.detection.preprocessing import RECORD_DTYPE
 from models.dictionary import FEDERATED as DICT
 from models.dictionary.simulator import simulate_dictionary
 from models.families import FAMILIES, family, job_spec
 from models.mixture import FEDERATED as GMM
 from models.mixture.simulator import simulate_mixture
 from models.otmap import FEDERATED as OTMAP
-from models.otmap.field import MappedDetector
-from models.otmap.fleet import simulate_fleet_map
+from models.otmap.field import START, MappedDetector
+from models.otmap.fleet import simulate_fleet_map, target
+from models.otmap.icnn import transport
+from models.otmap.quantile import histogram, quantile_map
 from models.partition import partition
 from models.pca import FEDERATED as PCA
 from models.pca.detector import PCADetector
@@ -43,7 +46,9 @@ PCA_CASES = [("fedpe", {}), ("fedpg", {}), ("fedmm", {}), ("fedpg", {"aggregator
 GMM_CASES = [("fedem", {"components": 4, "reg": 1e-2, "hard_rounds": 2}),
              ("fedem", {"components": 3, "float32": False})]
 DICT_CASES = [("fedmm-dl", {"atoms": 6}), ("fedmm-dl", {"atoms": 5, "bits": 8, "alpha": 0.2})]
-OTMAP_CASES = [("fedmm-ot", {}), ("pseudo-mm", {}), ("fedadam", {"server_lr": 0.003})]
+#: (algorithm, its parameters, the job's start: None for the default, the quantile start)
+OTMAP_CASES = [("fedmm-ot", {}, None), ("pseudo-mm", {}, None), ("fedadam", {"server_lr": 0.003}, None),
+               ("fedmm-ot", {}, "moments")]
 RECSYS_CASES = [("fedmc-admm", {}), ("fedmc-admm", {"regularizer": "l1"}), ("fedmavg", {}),
                 ("altgdmin", {"power_iterations": 3})]
 
@@ -51,7 +56,7 @@ RECSYS_CASES = [("fedmc-admm", {}), ("fedmc-admm", {"regularizer": "l1"}), ("fed
 def test_every_registered_algorithm_is_covered():
     assert {a for a, _ in PCA_CASES} == set(PCA) and {a for a, _ in RECSYS_CASES} == set(RECSYS)
     assert {a for a, _ in GMM_CASES} == set(GMM) and {a for a, _ in DICT_CASES} == set(DICT)
-    assert {a for a, _ in OTMAP_CASES} == set(OTMAP)
+    assert {a for a, _, _ in OTMAP_CASES} == set(OTMAP)
     assert set(FAMILIES) == {"pca", "gmm", "dict", "otmap", "recsys"}
 
 
@@ -194,8 +199,9 @@ def drifted(parts: list[np.ndarray], features: list[str]) -> list[np.ndarray]:
     return [P * scale for P in parts]
 
 
-@pytest.mark.parametrize(("algorithm", "params"), OTMAP_CASES, ids=[f"{a}{p}" for a, p in OTMAP_CASES])
-def test_transport_map_deployment_equals_simulation(tmp_path, traffic, algorithm, params):
+@pytest.mark.parametrize(("algorithm", "params", "start"), OTMAP_CASES,
+                         ids=[f"{a}{p}-{s or 'default'}" for a, p, s in OTMAP_CASES])
+def test_transport_map_deployment_equals_simulation(tmp_path, traffic, algorithm, params, start):
     features, parts = traffic
     gmm = Loopback(tmp_path, "gmm", "fedem", {"features": features, "rounds": 3, "fraction": 0.5, "seed": 3,
                                               "algorithm_params": {"components": 3}},
@@ -204,21 +210,32 @@ def test_transport_map_deployment_equals_simulation(tmp_path, traffic, algorithm
     moved = drifted(parts, features)
     rounds, fraction, seed, params = 4, 0.5, 7, {**OTMAP_SMALL, **params}
     settings = {"features": features, "rounds": rounds, "fraction": fraction, "seed": seed, "target_records": 512,
-                "algorithm_params": params}
+                "algorithm_params": params, **({} if start is None else {"start": start})}
     mv = Loopback(tmp_path, "otmap", algorithm, settings, pca_participants(tmp_path / "b", features, moved, "otmap"),
                   job="fleet-b").run()
 
-    mapped, broadcast = simulate_fleet_map(base, moved, algorithm, rounds, fraction, seed, params, 512)
+    mapped, broadcast = simulate_fleet_map(base, moved, algorithm, rounds, fraction, seed, params, 512,
+                                           start or "quantile")
     stored = unpack(mv.arrays)
+    # the quantile start (the default) travels with the model; the others carry none
+    assert (mapped.start is not None) == (start in (None, "quantile")) == any(k.startswith(START) for k in stored)
     np.testing.assert_allclose(stored["omega"], broadcast["omega"], atol=1e-6)
     assert np.abs(stored["omega"]).max() > 0.1  # a map, not zeros
     assert mv.info["detector"] == "otmap" and mv.promoted
     # the promoted model is the mixture with the map, and scores as the simulation's mapped detector does
     det = detector_from_envelope(stored_envelope("fleet-b", 1, stored, dict(mv.info)))
-    assert isinstance(det, MappedDetector) and det.threshold_ == base.threshold_
+    assert isinstance(det, MappedDetector) and det.threshold_ == base.threshold_ \
+        and (det.start is None) == (mapped.start is None)
     X = np.vstack(moved)
     np.testing.assert_allclose(det.score_samples(X), mapped.score_samples(X), rtol=1e-6, atol=1e-6)
     assert len(det.explain(X[:2])) == 2
+    if det.start is not None:  # built from the devices' summed histograms onto Q, applied first at scoring
+        pre = base.preprocessor_
+        by_hand = quantile_map(np.sum([histogram(pre.transform(P).astype(RECORD_DTYPE)) for P in moved], axis=0),
+                               target(base, 512, seed))
+        np.testing.assert_allclose(det.start.lo, by_hand.lo)
+        moved_by_hand = pre.inverse_transform(transport(det.layout, det.omega, by_hand(pre.transform(X))))
+        np.testing.assert_allclose(det.score_samples(X), base.score_samples(moved_by_hand), rtol=1e-6, atol=1e-6)
 
 
 def test_a_transport_map_upload_no_device_could_send_is_refused_with_its_reason(tmp_path, traffic):
@@ -237,7 +254,16 @@ def test_a_transport_map_upload_no_device_could_send_is_refused_with_its_reason(
     honest_accept = runner.accept
 
     def accept(env):
-        if env.kind == Upload.kind and not bad:  # the first training upload, tampered three ways first
+        if env.kind == Upload.kind and "counts" in env.arrays and not bad:  # the first histogram, tampered twice
+            c = env.arrays["counts"]
+            for arrays, why in (({"counts": np.where(np.arange(c.shape[1]) == 5, c + 1, c)}, "sum"),
+                                ({"counts": np.where(c > 0, c - 0.5, c)}, "whole")):
+                tampered = envelope(Upload(arrays=arrays), env.job, env.round, env.sender)
+                with pytest.raises(ProtocolError) as e:
+                    honest_accept(decode(tampered.encode()))
+                bad.append((why, str(e.value)))
+        if env.kind == Upload.kind and "grad" in env.arrays and len(bad) == 2:  # the first training upload,
+            # tampered three ways first
             g = env.arrays["grad"]
             for arrays, why in (({"grad": g[:-1]}, "shape"), ({"grad": np.where(np.arange(len(g)) == 3, np.nan, g)},
                                                              "finite"),
@@ -250,10 +276,12 @@ def test_a_transport_map_upload_no_device_could_send_is_refused_with_its_reason(
 
     runner.accept = accept
     mv = loop.run()
-    assert [w for w, _ in bad] == ["shape", "finite", "exceeds"]
-    for why, message in bad:
+    assert [w for w, _ in bad] == ["sum", "whole", "shape", "finite", "exceeds"]
+    for _, message in bad[:2]:
+        assert "counts" in message and "whole, non-negative and sum to the" in message, message
+    for why, message in bad[2:]:
         assert "grad" in message and why in message.replace("non-finite", "finite").lower(), message
-    assert "the most this device's records" in bad[2][1]
+    assert "the most this device's records" in bad[4][1]
     assert mv.info["detector"] == "otmap"  # the honest answer after the refusals went through
 
 

@@ -1,6 +1,7 @@
 """A transport-map job over a real broker (Mosquitto when installed): a fleet whose traffic drifted as a whole
-learns one map onto the promoted mixture; the deployment computes what the simulation computes, the mapped mixture
-is promoted and the agents score with it; an upload no device's records could give is refused with its reason."""
+learns one map onto the promoted mixture (from the quantile start: a histogram phase); the deployment computes
+what the simulation computes, the mapped mixture is promoted and the agents score with it; an upload no device's
+records could give is refused with its reason."""
 
 from __future__ import annotations
 
@@ -47,15 +48,22 @@ def test_deployed_transport_map_equals_the_simulations_and_agents_score_with_it(
         mv = s.query(ModelVersion).filter_by(job_id="b").one()
         stored, info, promoted = unpack(mv.arrays), dict(mv.info), mv.promoted
         rounds_run = s.query(Round).filter_by(job_id="b").order_by(Round.round).all()
-    assert [r.phase for r in rounds_run] == ["stats"] + ["train"] * rounds
+    assert [r.phase for r in rounds_run] == ["stats", "histogram"] + ["train"] * rounds
     assert all(r.metrics["dropouts"] == 0 and "influence" not in r.metrics for r in rounds_run)
     assert promoted and info["base_model"] == base_mv.id
 
     base = detector_from_envelope(stored_envelope("a", 1, unpack(base_mv.arrays), dict(base_mv.info)))
-    _, broadcast = simulate_fleet_map(base, moved, "fedmm-ot", rounds, fraction, seed, OTMAP_SMALL, 512)
+    mapped, broadcast = simulate_fleet_map(base, moved, "fedmm-ot", rounds, fraction, seed, OTMAP_SMALL, 512)
     np.testing.assert_allclose(stored["omega"], broadcast["omega"], atol=1e-6)
 
     # the agents load the mapped mixture as their scoring model
     agent = fleet.agents["b-0"]
     wait_until(lambda: isinstance(agent.scorer.detector, MappedDetector), 20, "the mapped model on an agent")
     np.testing.assert_allclose(agent.scorer.detector.omega, stored["omega"])
+    # with the quantile start (the default) the model scores as the simulation's, and the agents move records as
+    # it does before scoring (their mixture then adapts to the traffic it sees: its scores are its own)
+    X = np.vstack(moved)
+    det = detector_from_envelope(stored_envelope("b", 1, stored, info))
+    assert isinstance(det, MappedDetector) and det.start is not None and agent.scorer.detector.start is not None
+    np.testing.assert_allclose(det.score_samples(X), mapped.score_samples(X), rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(agent.scorer.detector.transform(X), mapped.transform(X), rtol=1e-6, atol=1e-6)

@@ -9,7 +9,7 @@ import pytest
 from models.mixture.detector import MixtureDetector
 from models.otmap.field import MappedDetector
 from models.otmap.icnn import Layout, init
-from models.otmap.quantile import GRID, Marginals, QuantileMap, histogram, quantile_map
+from models.otmap.quantile import CHUNK, GRID, Marginals, QuantileMap, histogram, mapped_second, quantile_map
 
 
 def fleet(n: int, rng: np.random.Generator) -> np.ndarray:
@@ -117,3 +117,55 @@ def test_a_mapped_detector_carries_its_start_on_the_wire() -> None:
     B = drift(fleet(500, rng))
     assert np.allclose(again.score_samples(B), mapped.score_samples(B))
     assert not np.allclose(MappedDetector(det, layout, mapped.omega).score_samples(B), mapped.score_samples(B))
+
+
+def test_a_devices_mapped_second_moment_is_bounded_by_its_histogram_even_beyond_the_grid() -> None:
+    """What the job checks a gradient against (models.otmap.objective.grad_bound) needs E||qmap(x)||^2 of a device's
+    records; the server has its histogram and its E||x||^2 only. The bound holds on heavy-tailed records, some
+    beyond the grid (moved with slope 1), and is the mapped moment itself (to rounding) when none is."""
+    rng = np.random.default_rng(3)
+    Y = rng.standard_normal((4000, 3)) * [1.0, 2.0, 0.5]
+    for X, tight in ((rng.standard_normal((3000, 3)) * 3, True),
+                     (np.r_[rng.standard_cauchy((3000, 3)) * 20, [[500, -900, 200]]], False)):
+        counts = histogram(X)
+        qmap = quantile_map(counts, Y)
+        actual = float((qmap(X) ** 2).sum(axis=1).mean())
+        bound = mapped_second(qmap, counts, float((X**2).sum(axis=1).mean()))
+        assert actual <= bound * (1 + 1e-12) and (bound <= actual * (1 + 1e-9)) == tight, (actual, bound)
+
+
+def test_the_map_moves_and_histogram_counts_records_a_chunk_at_a_time_as_all_at_once() -> None:
+    rng = np.random.default_rng(4)
+    X = rng.standard_normal((CHUNK * 2 + 7, 2)).astype(np.float32)
+    qmap = quantile_map(histogram(X), rng.standard_normal((500, 2)))
+    whole = np.concatenate([qmap._moved(np.asarray(X[i: i + 10], dtype=float)) for i in range(0, len(X), 10)])
+    np.testing.assert_array_equal(qmap(X), whole)
+    assert qmap(X).dtype == np.float64
+    k = np.clip(np.searchsorted(GRID, X.astype(float), side="right") - 1, 0, len(GRID) - 2)  # all at once
+    np.testing.assert_array_equal(histogram(X), [np.bincount(k[:, j], minlength=len(GRID) - 1) for j in range(2)])
+
+
+@pytest.mark.parametrize(("settings", "name", "words"), [
+    ({"start": "affine"}, "start", "must be one of quantile, moments, none, got 'affine'"),
+    ({"private": True}, "private", "not run in private mode"),
+    ({"dp_epsilon": 4.0}, "dp_epsilon", "no noisy sums")])
+def test_a_transport_map_jobs_start_and_privacy_are_refused_by_name(settings, name, words) -> None:
+    from models.families import job_spec
+    from models.params import SettingError
+
+    assert job_spec("otmap", {"algorithm": "fedmm-ot", "features": ["a", "b"]}).start == "quantile"
+    with pytest.raises(SettingError, match=name) as e:
+        job_spec("otmap", {"algorithm": "fedmm-ot", "features": ["a", "b"], **settings})
+    assert words in str(e.value)
+
+
+def test_a_histogram_upload_at_34_features_fits_in_256_kib() -> None:
+    """The histogram phase's upload as an agent sends it (float32 counts: whole counts below 2^24 exact), encoded:
+    151,103 bytes at 34 features (float64 would be 302,063, above the target)."""
+    from models.core.messages import Upload
+    from wire.messages import envelope
+
+    counts = histogram(np.random.default_rng(5).standard_normal((50_000, 34)) * 30).astype(np.float32)
+    size = len(envelope(Upload(arrays={"counts": counts}), "job", 1, "dev-00").encode())
+    assert size <= 256 * 1024, size
+    assert counts.sum(axis=1).tolist() == [50_000] * 34
