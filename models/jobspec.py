@@ -144,7 +144,9 @@ class JobSpec:
 
     @classmethod
     def from_dict(cls: type[S], values: Mapping[str, Any]) -> S:
-        """Validate untyped settings (None means the default)."""
+        """Validate untyped settings (None means the default); a stored row of an older version is read in today's
+        names first (`upgrade`)."""
+        values = cls.upgrade(values)
         for name, what in cls.required.items():
             if values.get(name) is None:
                 raise SettingError(name, f"a {cls.family} job needs {what}")
@@ -156,6 +158,12 @@ class JobSpec:
         spec = cls(**{k: coerce(k, v, hints[k]) for k, v in values.items() if v is not None})
         spec.validate()
         return spec
+
+    @classmethod
+    def upgrade(cls, values: Mapping[str, Any]) -> Mapping[str, Any]:
+        """A family's settings renamed since a job was stored, in today's names (a job stored by an older version
+        resumes as it began); none by default."""
+        return values
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

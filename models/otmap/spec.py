@@ -5,11 +5,12 @@ The map's network and steps are the algorithm's parameters (``algorithm_params.h
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from models.detection.spec import DetectorJobSpec
-from models.jobspec import check, setting
+from models.jobspec import SettingError, check, setting
 from models.otmap.fedmm import ALGORITHMS
 from models.otmap.fleet import STARTS
 
@@ -26,6 +27,19 @@ class OTMapJobSpec(DetectorJobSpec):
                          "fleet's summed histograms onto the target's quantiles, a histogram phase after the "
                          "statistics), moments (the per-feature affine map matching the fleet's means and variances "
                          "with the target's) or none")
+
+    @classmethod
+    def upgrade(cls, values: Mapping[str, Any]) -> Mapping[str, Any]:
+        """A job stored before `start` had the boolean `moments` (true: the affine start, false: none); it resumes
+        with the start it began with (not the quantile start, whose histogram phase it never ran)."""
+        if "moments" not in values:
+            return values
+        out = dict(values)
+        moments = out.pop("moments")
+        if out.get("start") is not None:
+            raise SettingError("moments", "is the older name of start: give one of them")
+        out["start"] = "none" if moments in (False, "false", "False", 0) else "moments"
+        return out
 
     def check_family(self) -> None:
         super().check_family()

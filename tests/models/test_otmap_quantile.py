@@ -159,6 +159,21 @@ def test_a_transport_map_jobs_start_and_privacy_are_refused_by_name(settings, na
     assert words in str(e.value)
 
 
+def test_an_otmap_job_stored_before_start_resumes_with_the_start_it_began_with() -> None:
+    """A job row stored by the version before `start` carries `moments` (a boolean): it resumes with its own start,
+    never the quantile start whose histogram phase it did not run; both names at once are refused by name."""
+    from models.families import job_spec
+    from models.params import SettingError
+
+    base = {"algorithm": "fedmm-ot", "features": ["a", "b"]}
+    assert job_spec("otmap", {**base, "moments": True}).start == "moments"
+    assert job_spec("otmap", {**base, "moments": False}).start == "none"
+    assert "moments" not in job_spec("otmap", {**base, "moments": True}).to_dict()
+    with pytest.raises(SettingError, match="moments") as e:
+        job_spec("otmap", {**base, "moments": True, "start": "quantile"})
+    assert "older name of start" in str(e.value)
+
+
 def test_a_histogram_upload_at_34_features_fits_in_256_kib() -> None:
     """The histogram phase's upload as an agent sends it (float32 counts: whole counts below 2^24 exact), encoded:
     151,103 bytes at 34 features (float64 would be 302,063, above the target)."""
