@@ -5,7 +5,8 @@ map before scoring: models.otmap.field.MappedDetector).
 Phases: the statistics phase (`coordinator.detector_job`'s: weights, the start map's moments, each device's upload
 bound); with the quantile start (the default: `OTMapJobSpec.start`), the histogram phase (every device uploads the
 per-feature counts of its standardised records on models.otmap.quantile's grid; the coordinator sums them into the
-start map onto Q, which every later round and the model carry and the agents apply first); then the rounds of
+start map onto Q, which the model carries and the agents keep and apply first: it travels once, in the first
+training round's `init`, later rounds name its digest: models.otmap.messages.OTMapRound); then the rounds of
 FedMM-OT (the server step of models.otmap.fedmm, Q drawn from the promoted mixture with
 the job's seed: models.otmap.fleet). No threshold phase: the mapped detector keeps its threshold. Every round is
 standardised with the promoted detector's preprocessing, so the agents' records land in its space."""
@@ -26,6 +27,7 @@ from models.detection.screening import Federation
 from models.otmap.fedmm import FedMMOT
 from models.otmap.field import START, MappedDetector
 from models.otmap.fleet import fleet_moments, target
+from models.otmap.messages import NO_START, OTMapRound
 from models.otmap.objective import grad_bound
 from models.otmap.quantile import GRID, QuantileMap, mapped_second, quantile_map
 from models.otmap.spec import OTMapJobSpec
@@ -43,6 +45,7 @@ BOUND_SLACK = 1.0 + 1e-6
 class OTMapJob(DetectorJob):
     type = "otmap"
     replies: ClassVar[dict[str, MessageType]] = {**DetectorJob.replies, "histogram": Upload}
+    round_message = OTMapRound
 
     spec: OTMapJobSpec
 
@@ -102,11 +105,16 @@ class OTMapJob(DetectorJob):
         return QuantileMap.from_arrays(arrays) if arrays else None
 
     def content(self, phase: str, header: dict[str, Any]) -> Any:
-        """A round carries the start map with its broadcast (the agents apply it before their gradients)."""
-        msg = super().content(phase, header)
+        """A training round names the start map by its digest; the map itself travels in the `init` of the round
+        `info["start_round"]` names only (the first training round, or the one after a device declined for lacking
+        it). No other round carries an `init`: the family's clients start from no state (FedMMOT.init_clients)."""
+        msg = cast(OTMapRound, super().content(phase, header))
+        msg.init = {}
         start = self.start_map()
         if phase == "train" and start is not None:
-            msg.broadcast.update({START + k: v for k, v in start.to_arrays().items()})
+            msg.start = start.digest()
+            if self.info.get("start_round") == self.round:
+                msg.init = {START + k: v for k, v in start.to_arrays().items()}
         return msg
 
     def expected_upload(self) -> dict[str, tuple[int, ...]]:
@@ -115,7 +123,11 @@ class OTMapJob(DetectorJob):
         return {"grad": (self.algorithm().layout.size,)}
 
     def close(self, answered: list[str]) -> dict[str, Any]:
-        return self.close_histogram(answered) if self.phase == "histogram" else super().close(answered)
+        if self.phase == "histogram":
+            return self.close_histogram(answered)
+        if any(reason.startswith(NO_START) for reason in self.declined.values()):
+            self.info["start_round"] = self.round + 1  # a device missed the map (offline when it travelled): again
+        return super().close(answered)
 
     def close_histogram(self, answered: list[str]) -> dict[str, Any]:
         """The devices' histograms summed, the start map onto Q built from them; each device's bound on its
@@ -135,6 +147,7 @@ class OTMapJob(DetectorJob):
         for a, c in counts.items():
             second[index[a]] = mapped_second(start, c, float(self.server["second"][index[a]]))
         self.server.update({"second": second, **{START + k: v for k, v in start.to_arrays().items()}})
+        self.info["start_round"] = self.round + 1  # the map travels with the first training round
         return {"histograms": len(answered)}
 
     def validate(self, msg: Any, sender: str) -> None:

@@ -22,7 +22,8 @@ from models.otmap import FEDERATED as OTMAP
 from models.otmap.field import START, MappedDetector
 from models.otmap.fleet import simulate_fleet_map, target
 from models.otmap.icnn import transport
-from models.otmap.quantile import histogram, quantile_map
+from models.otmap.messages import NO_START
+from models.otmap.quantile import QuantileMap, histogram, quantile_map
 from models.partition import partition
 from models.pca import FEDERATED as PCA
 from models.pca.detector import PCADetector
@@ -33,7 +34,7 @@ from models.recsys.simulator import prepare_clients as prepare_ratings
 from models.recsys.simulator import run_federated as run_recsys
 from models.recsys.synthetic import generate_ratings
 from models.synthetic import generate_traffic
-from store.db import unpack
+from store.db import ModelVersion, Round, unpack
 from wire.model import detector_from_envelope, stored_envelope
 from wire.protocol import decode
 
@@ -283,6 +284,108 @@ def test_a_transport_map_upload_no_device_could_send_is_refused_with_its_reason(
         assert "grad" in message and why in message.replace("non-finite", "finite").lower(), message
     assert "the most this device's records" in bad[4][1]
     assert mv.info["detector"] == "otmap"  # the honest answer after the refusals went through
+
+
+def _mapped_fleet(tmp_path, traffic, rounds: int, seed: int):
+    """A promoted gmm (fleet A) and an otmap job for the drifted fleet B, not started: (base, moved, loop)."""
+    features, parts = traffic
+    gmm = Loopback(tmp_path, "gmm", "fedem", {"features": features, "rounds": 3, "fraction": 0.5, "seed": 3,
+                                              "algorithm_params": {"components": 3}},
+                   pca_participants(tmp_path / "a", features, parts, "gmm"), job="fleet-a").run()
+    base = detector_from_envelope(stored_envelope("fleet-a", 1, unpack(gmm.arrays), dict(gmm.info)))
+    moved = drifted(parts, features)
+    loop = Loopback(tmp_path, "otmap", "fedmm-ot", {"features": features, "rounds": rounds, "fraction": 0.5,
+                                                    "seed": seed, "target_records": 512,
+                                                    "algorithm_params": OTMAP_SMALL},
+                    pca_participants(tmp_path / "b", features, moved, "otmap"), job="fleet-b")
+    return base, moved, loop
+
+
+def _restarted(p):
+    """The participant as a restarted agent has it: a new object over the same folder (memory gone, disk kept)."""
+    from edge_agent.detector_participant import TrainingBuffer
+
+    p.buffer.save()
+    store = AgentStore(p.store.folder)
+    return type(p)(p.id, store, TrainingBuffer(store))
+
+
+def _carries_start(env) -> bool:
+    return any(k.startswith("init." + START) for k in env.arrays)
+
+
+def test_the_start_map_travels_once_and_agents_restarted_mid_job_train_with_it(tmp_path, traffic):
+    """Only the first training round carries the quantile start (in its init); the later ones name its digest and
+    weigh no more than the map's arrays less; every agent restarted after that round (memory gone, its disk kept)
+    trains with the map it kept: the job still equals the simulation."""
+    rounds, seed = 4, 7
+    base, moved, loop = _mapped_fleet(tmp_path, traffic, rounds, seed)
+    loop.start()
+    sent = []
+    while True:
+        env = decode(loop.outbox[-1])
+        sent.append((env, len(loop.outbox[-1])))
+        if env.meta["phase"] == "train" and env.round > sent[0][0].round + 2:  # after the first training round
+            loop.participants = [_restarted(p) for p in loop.participants]
+        if loop.step():
+            break
+    assert loop.runner.phase == "finished"
+    train = [(env, size) for env, size in sent if env.meta["phase"] == "train"]
+    assert len(train) == rounds and _carries_start(train[0][0])
+    assert not any(_carries_start(env) or any(START in k for k in env.arrays) for env, _ in train[1:])
+    assert not any(k.startswith("init.") for env, _ in sent if env.meta["phase"] != "train" for k in env.arrays)
+    with loop.sessions() as s:
+        stored = unpack(s.query(ModelVersion).filter_by(job_id="fleet-b").one().arrays)
+    start = QuantileMap.from_arrays({k[len(START):]: v for k, v in stored.items() if k.startswith(START)})
+    map_bytes = sum(a.nbytes for a in start.to_arrays().values())
+    assert {env.meta["start"] for env, _ in train} == {start.digest()}
+    assert all(size < train[0][1] - map_bytes for _, size in train[1:])
+
+    _, broadcast = simulate_fleet_map(base, moved, "fedmm-ot", rounds, 0.5, seed, OTMAP_SMALL, 512)
+    np.testing.assert_allclose(stored["omega"], broadcast["omega"], atol=1e-6)
+
+
+def test_an_agent_that_missed_the_start_map_declines_and_the_next_round_carries_it_again(tmp_path, traffic):
+    """A device offline while the map travelled (its store lost, then back) is asked to train: it declines with
+    NO_START, saying which map; the next round carries the map again, and the device trains with it."""
+    from models.core.messages import Decline
+    from wire.messages import envelope
+
+    _, _, loop = _mapped_fleet(tmp_path, traffic, 6, 7)
+    loop.start()
+    declines, carried, late = [], [], loop.participants[0]
+    while True:
+        env = decode(loop.outbox[-1])
+        if env.meta["phase"] == "train":
+            carried.append(_carries_start(env))
+        if env.meta["phase"] == "train" and len(carried) == 1:  # the device is offline and loses its store
+            (late.store.folder / "start-fleet-b.npz").unlink(missing_ok=True)
+            loop.participants = loop.participants[1:]
+        elif env.meta["phase"] == "train" and late not in loop.participants:
+            loop.participants = [late, *loop.participants]
+        for p in loop.participants:
+            try:
+                reply = p.on_round(decode(loop.outbox[-1]))
+            except ValueError as e:  # what the agent sends (edge_agent.agent)
+                reply = envelope(Decline(reason=str(e)[:300]), env.job, env.round, p.id)
+                declines.append((env.round, str(e)))
+            if reply is not None:
+                loop.runner.accept(decode(reply.encode()))
+        loop.outbox.pop()
+        if late not in loop.participants:
+            loop.runner.deadline = 0.0  # the device is offline: the round closes without it
+        if loop.runner.tick():
+            break
+    assert loop.runner.phase == "finished"
+    assert declines and all(NO_START in why and "never received" in why for _, why in declines)
+    first_decline = declines[0][0]
+    with loop.sessions() as s:
+        rows = {r.round: r for r in s.query(Round).filter_by(job_id="fleet-b")}
+    assert rows[first_decline].metrics["declined"][late.id].startswith(NO_START)
+    train_start = min(r for r, row in rows.items() if row.phase == "train")
+    assert carried[0] and carried[first_decline + 1 - train_start]
+    later = [r for r in rows if r > first_decline + 1 and late.id in rows[r].answered]
+    assert later or late.id in rows[first_decline + 1].answered  # it trained with the map sent again
 
 
 def _shard(r, users):
