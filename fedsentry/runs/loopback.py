@@ -26,13 +26,24 @@ class Loopback:
         migrate(self.engine)
         self.sessions, self.job = session_factory(self.engine), job
         create_job(self.sessions, job, job_spec(job_type, {**settings, "algorithm": algorithm}))
-        with self.sessions() as s:
-            row = s.get(Job, job)
+        self.job_type = job_type
         self.outbox: list[bytes] = []
-        runner_cls = family(job_type).load_runner()
-        self.runner = runner_cls(row, self.sessions, lambda topic, payload, retain: self.outbox.append(payload),
-                                 f"fedsentry/v1/jobs/{job}/round")
+        self.runner = self.new_runner()
         self.participants = participants
+
+    def new_runner(self) -> Any:
+        """A job runner for the job as the database holds it (a new coordinator's)."""
+        with self.sessions() as s:
+            row = s.get(Job, self.job)
+        return family(self.job_type).load_runner()(row, self.sessions,
+                                                   lambda topic, payload, retain: self.outbox.append(payload),
+                                                   f"fedsentry/v1/jobs/{self.job}/round")
+
+    def crash(self) -> None:
+        """The coordinator crashes (its open round lost) and a new one resumes the job from the stored state."""
+        self.outbox.clear()
+        self.runner = self.new_runner()
+        self.start()
 
     def start(self) -> None:
         self.runner.start(sorted(p.id for p in self.participants))

@@ -345,6 +345,31 @@ def test_the_start_map_travels_once_and_agents_restarted_mid_job_train_with_it(t
     np.testing.assert_allclose(stored["omega"], broadcast["omega"], atol=1e-6)
 
 
+def test_a_coordinator_resumed_mid_job_sends_the_start_map_once_and_equals_the_simulation(tmp_path, traffic):
+    """The coordinator crashes during the first training round (the map's) and again during the third: the resumed
+    first round carries the map (from the stored state), no later one does, and the job equals the simulation."""
+    rounds, seed = 4, 7
+    base, moved, loop = _mapped_fleet(tmp_path, traffic, rounds, seed)
+    loop.start()
+    train, crashed = [], set()
+    while True:
+        env = decode(loop.outbox[-1])
+        if env.meta["phase"] == "train" and len(train) in (0, 3) and len(train) not in crashed:
+            crashed.add(len(train))
+            loop.crash()  # the round's message went out; no answer reached the coordinator
+            continue
+        if env.meta["phase"] == "train":
+            train.append(_carries_start(env))
+        if loop.step():
+            break
+    assert loop.runner.phase == "finished" and crashed == {0, 3}
+    assert train == [True] + [False] * (rounds - 1)
+    with loop.sessions() as s:
+        stored = unpack(s.query(ModelVersion).filter_by(job_id="fleet-b").one().arrays)
+    _, broadcast = simulate_fleet_map(base, moved, "fedmm-ot", rounds, 0.5, seed, OTMAP_SMALL, 512)
+    np.testing.assert_allclose(stored["omega"], broadcast["omega"], atol=1e-6)
+
+
 def test_an_agent_that_missed_the_start_map_declines_and_the_next_round_carries_it_again(tmp_path, traffic):
     """A device offline while the map travelled (its store lost, then back) is asked to train: it declines with
     NO_START, saying which map; the next round carries the map again, and the device trains with it."""
