@@ -54,7 +54,8 @@ def main() -> None:
     (out / "otmap-round-bytes.json").write_text(json.dumps(rows, indent=1))
     lines = ["# otmap round messages (bytes, encoded)", "",
              "`OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 nice -n 10 python benchmarks/otmap_round_bytes.py`", "",
-             f"A job of {ROUNDS} training rounds (the default; fedmm-ot's defaults, the quantile start), {DEVICES} devices.", "",
+             f"A job of {ROUNDS} training rounds (the default; fedmm-ot's defaults, the quantile start), "
+             f"{DEVICES} devices.", "",
              "| features | first training round | each later training round | training rounds, total | "
              "whole job (stats, histogram, training) |", "|---|---|---|---|---|"]
     lines += [f"| {r['features']} | {r['first_train']:,} | {r['later_train']:,} | {r['train_total']:,} | "

@@ -200,14 +200,19 @@ def drifted(parts: list[np.ndarray], features: list[str]) -> list[np.ndarray]:
     return [P * scale for P in parts]
 
 
+def promoted_gmm(tmp_path, features, parts):
+    """Fleet A's gmm, trained and promoted (job fleet-a): the detector an otmap job maps onto."""
+    gmm = Loopback(tmp_path, "gmm", "fedem", {"features": features, "rounds": 3, "fraction": 0.5, "seed": 3,
+                                              "algorithm_params": {"components": 3}},
+                   pca_participants(tmp_path / "a", features, parts, "gmm"), job="fleet-a").run()
+    return detector_from_envelope(stored_envelope("fleet-a", 1, unpack(gmm.arrays), dict(gmm.info)))
+
+
 @pytest.mark.parametrize(("algorithm", "params", "start"), OTMAP_CASES,
                          ids=[f"{a}{p}-{s or 'default'}" for a, p, s in OTMAP_CASES])
 def test_transport_map_deployment_equals_simulation(tmp_path, traffic, algorithm, params, start):
     features, parts = traffic
-    gmm = Loopback(tmp_path, "gmm", "fedem", {"features": features, "rounds": 3, "fraction": 0.5, "seed": 3,
-                                              "algorithm_params": {"components": 3}},
-                   pca_participants(tmp_path / "a", features, parts, "gmm"), job="fleet-a").run()
-    base = detector_from_envelope(stored_envelope("fleet-a", 1, unpack(gmm.arrays), dict(gmm.info)))
+    base = promoted_gmm(tmp_path, features, parts)
     moved = drifted(parts, features)
     rounds, fraction, seed, params = 4, 0.5, 7, {**OTMAP_SMALL, **params}
     settings = {"features": features, "rounds": rounds, "fraction": fraction, "seed": seed, "target_records": 512,
@@ -289,10 +294,7 @@ def test_a_transport_map_upload_no_device_could_send_is_refused_with_its_reason(
 def _mapped_fleet(tmp_path, traffic, rounds: int, seed: int):
     """A promoted gmm (fleet A) and an otmap job for the drifted fleet B, not started: (base, moved, loop)."""
     features, parts = traffic
-    gmm = Loopback(tmp_path, "gmm", "fedem", {"features": features, "rounds": 3, "fraction": 0.5, "seed": 3,
-                                              "algorithm_params": {"components": 3}},
-                   pca_participants(tmp_path / "a", features, parts, "gmm"), job="fleet-a").run()
-    base = detector_from_envelope(stored_envelope("fleet-a", 1, unpack(gmm.arrays), dict(gmm.info)))
+    base = promoted_gmm(tmp_path, features, parts)
     moved = drifted(parts, features)
     loop = Loopback(tmp_path, "otmap", "fedmm-ot", {"features": features, "rounds": rounds, "fraction": 0.5,
                                                     "seed": seed, "target_records": 512,
