@@ -377,7 +377,8 @@ def run_mixture(alg: FedEM, X: list[np.ndarray], claimed: np.ndarray, rounds: in
         assert proven is not None
         proven.sync(loop.broadcast.get("merges", np.zeros((0, 2))))
 
-    hooks = Hooks(tamper=tamper, observe=observe, receive=transport, before=merges if proven is not None else None)
+    hooks = Hooks(tamper=tamper, observe=observe, receive=transport, before=merges if proven is not None else None,
+                  counted=transport.counted if transport is not None else None)  # a refused device keeps its state
     if summed or alg.seeding == "grow":  # seeding rounds of every device while the mixture grows
         simulate(loop, pool, claimed, rounds, hooks, everyone_while=lambda b: int(b["stage"]) == GROW)
     else:
