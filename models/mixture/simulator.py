@@ -149,6 +149,8 @@ def simulate_mixture(
             from models.private.proven import ProvenRows
 
             transport.proven = ProvenRows("dH", alg.components * alg.split_factor, f"simulation-{seed}")
+            if adversaries.on("support-nonbit"):  # they commit to the non-bits they mask (no proof verifies)
+                transport.proven.as_is = frozenset(range(adversaries.count))
     out: dict[str, Any] = {"algorithm": algorithm, "components": alg.components, "reg": alg.reg}
     t0 = time.perf_counter()
     if summed and alg.ridges:

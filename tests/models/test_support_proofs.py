@@ -14,11 +14,11 @@ pytest.importorskip("cryptography")
 
 from models.core.federated import State
 from models.core.rounds import BatchedPool, Hooks, Rounds, simulate
-from models.detection.attacks import Adversaries
+from models.detection.attacks import Adversaries, nonbit_support
 from models.mixture.simulator import device_data, simulate_mixture
 from models.mixture.summed import GROW, SummedFedEM, summed_transport
 from models.private import bitproofs as bp
-from models.private.proven import ProvenRows
+from models.private.proven import ProvenRows, prove_change
 from tests.models.test_private_fedem import devices  # the same non-i.i.d. fleet
 
 pytestmark = pytest.mark.filterwarnings("ignore")
@@ -135,3 +135,18 @@ def test_a_refused_device_keeps_its_state_and_the_sums_hold_every_devices_contri
                                    err_msg=name)  # (up to the secure sum's fixed point)
     np.testing.assert_array_equal(loop.server["support"], pool.states["H"].sum(axis=0)[:K])
     np.testing.assert_array_equal(proven.devices[3].values, pool.states["H"][3])  # its proven row is its own
+
+
+def test_a_device_committing_to_what_it_masks_as_it_is_has_no_proof_where_its_row_changes_twice() -> None:
+    """support-nonbit's proving (prove_change as_is): its row plus twice its change is -1 or 2 where the row changes,
+    committed to as it is; only those entries' proofs fail, and an honest device's are the same either way."""
+    row, ctx = bp.SecretRow([1, 0, 1, 0], [bp.random_scalar() for _ in range(4)]), bp.context("j", "1", 0)
+    change = nonbit_support({"dH": np.array([[0.0, 1.0, -1.0, 0.0]])})["dH"][0]
+    answer, after = prove_change(row, change, ctx, as_is=True)
+    assert after.values == [1, 2, -1, 0]
+    with pytest.raises(bp.ProofError, match="entry 1 does not verify"):
+        bp.verify_row(answer.commitments, answer.proofs, ctx, 4)
+    for j in range(4):
+        assert bp.verify_bit(bp.point(answer.commitments[j], "C"), answer.proofs[j], ctx, j) == (j in (0, 3))
+    honest, _ = prove_change(row, np.array([0.0, 1.0, -1.0, 0.0]), ctx, as_is=True)
+    assert len(bp.verify_row(honest.commitments, honest.proofs, ctx, 4)) == 4
