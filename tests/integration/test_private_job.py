@@ -463,7 +463,7 @@ def test_a_device_masking_five_times_its_support_change_gets_its_sums_withheld_a
     kept_commitments_hold_the_devices_rows(loop, participants)
 
 
-def test_a_device_committing_to_non_bits_is_refused_at_every_sum_as_in_the_simulator(tmp_path, monkeypatch):
+def test_a_device_committing_to_non_bits_is_refused_as_often_as_in_the_simulator(tmp_path, monkeypatch):
     """The simulator's support-nonbit rogue as an agent (dev-00): in a sum where its row changes no bit proof of its
     verifies, and the coordinator refuses it, as often as the simulator refuses it; its state stays the one before
     (an agent drops the state it kept aside, the simulator's device keeps its own: models.core.rounds.Hooks.counted),
