@@ -92,7 +92,9 @@ def add_data_args(p: argparse.ArgumentParser) -> None:
                    "(gmm, or pca with fedmm); threshold: every held-out error in the top histogram bin; random, "
                    "scaled, rotated (pca): the honest upload replaced by noise, x1000, or turned away from the "
                    "consensus; support-inflate (gmm --private): the compliant rogue's records, its support "
-                   "row's change masked 5 times over")
+                   "row's change masked 5 times over; support-nonbit (gmm --private): the same records, its "
+                   "support row's change masked twice over and committed to as is (with --support-proofs an entry "
+                   "of -1 or 2 has no bit proof: refused at each sum where its row changes)")
 
 
 def add_pca_args(p: argparse.ArgumentParser, *, algorithm: bool = True, job: bool = False) -> None:

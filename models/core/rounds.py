@@ -154,6 +154,9 @@ class Hooks:
     tamper: Callable[[np.ndarray, State], Callable[[State], State] | None] | None = None
     observe: Callable[[np.ndarray, RoundResult], None] | None = None
     receive: Callable[[np.ndarray, State], State] | None = None
+    #: of the round's clients, those whose uploads the server step received (a secure sum refuses a device whose
+    #: proofs fail): only they keep their new state; the others keep the one they had, as a client that never answered
+    counted: Callable[[np.ndarray], np.ndarray] | None = None
     seconds: list[float] = field(default_factory=list)  # each round's time (client and server steps)
     failed: list[str] = field(default_factory=list)  # why each failed round failed (RoundFailedError)
 
@@ -192,7 +195,11 @@ def _round(loop: Rounds, pool: ClientPool, weight: np.ndarray, ids: np.ndarray, 
         hooks.seconds.append(time.perf_counter() - t0)
         return
     loop.server, loop.broadcast = done.server, done.broadcast
-    pool.put(ids, done.states)
+    if hooks.counted is None:
+        pool.put(ids, done.states)
+    else:  # the others' states were taken as copies: they keep what they had
+        kept = np.isin(ids, hooks.counted(ids))
+        pool.put(ids[kept], take(done.states, np.flatnonzero(kept)))
     hooks.seconds.append(time.perf_counter() - t0)
     if hooks.observe is not None:
         hooks.observe(ids, done)

@@ -18,7 +18,11 @@ has something to tell the coordinator:
   ``support-inflate`` holds the compliant rogue's records and masks INFLATE times its support row's change (a
   private mixture's ``dH``), so that the summed row counts it INFLATE times as a supporter of every component it
   supports (its attack traffic's among them: alone, it passes the support count); the bit proofs
-  (models.private.proven, ``--support-proofs``) are what stands against it.
+  (models.private.proven, ``--support-proofs``) are what stands against it. ``support-nonbit`` holds the same
+  records and masks NONBIT times its support row's change, committing to what it masks as it is: an entry that
+  changes is then -1 or 2, which no bit proof holds. With the proofs it is refused on arrival at each sum where its
+  row changes (keeping its state as before it, as an agent does) and counted at the others; without them its
+  changes count NONBIT times.
 
 Detectors differ in what they upload: a mixture's per-component statistics (R, S1, S2 per record) are
 tampered with as uploads, a PCA device's second moment C_i before its client step (FedPG and FedPE upload a
@@ -41,13 +45,15 @@ from models.core.linalg import orth
 #: every attack, in the order the robustness table lists them
 ATTACKS = ("compliant", "inflate", "max-variance", "non-psd", "threshold", "random", "scaled", "rotated")
 #: attacks on what only private mode's masked sums carry (the robustness table's ATTACKS are plaintext's too)
-PRIVATE_ATTACKS = ("support-inflate",)
+PRIVATE_ATTACKS = ("support-inflate", "support-nonbit")
 #: what support-inflate multiplies its support row's change by
 INFLATE = 5.0
+#: what support-nonbit multiplies its support row's change by (an entry that changes is then -1 or 2: no bit)
+NONBIT = 2.0
 #: attacks that replace the honest upload (`poison`)
 POISONS = ("random", "scaled", "rotated")
 #: attacks whose devices hold the compliant rogue's records (models.mixture.rogues)
-ROGUE_DATA = ("compliant", "inflate", "support-inflate")
+ROGUE_DATA = ("compliant", "inflate", *PRIVATE_ATTACKS)
 #: attacks on a device's second moments or uploads during the training rounds
 ROUND_ATTACKS = ("max-variance", "non-psd", *POISONS)
 #: what non-psd adds to one off-diagonal entry of a second moment (standardised units)
@@ -150,6 +156,8 @@ class Adversaries:
             fake = self._mixture_statistics
         elif self.attack == "support-inflate":
             fake = inflate_support
+        elif self.attack == "support-nonbit":
+            fake = nonbit_support
         else:
             return None
 
@@ -205,9 +213,19 @@ class Adversaries:
 
 def inflate_support(up: State) -> State:
     """support-inflate: the support row's change (a private mixture's `dH`) masked INFLATE times over."""
+    return {**up, "dH": INFLATE * support_change(up, "support-inflate")}
+
+
+def nonbit_support(up: State) -> State:
+    """support-nonbit: the support row's change (a private mixture's `dH`) masked NONBIT times over."""
+    return {**up, "dH": NONBIT * support_change(up, "support-nonbit")}
+
+
+def support_change(up: State, attack: str) -> np.ndarray:
+    """The support row's change an attack on it lies in (a private mixture's `dH`)."""
     if "dH" not in up:
-        raise ValueError("support-inflate lies in a private mixture's support row (dH): this upload has none")
-    return {**up, "dH": INFLATE * np.asarray(up["dH"], dtype=float)}
+        raise ValueError(f"{attack} lies in a private mixture's support row (dH): this upload has none")
+    return np.asarray(up["dH"], dtype=float)
 
 
 NO_ADVERSARIES = Adversaries()

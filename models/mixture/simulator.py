@@ -149,6 +149,8 @@ def simulate_mixture(
             from models.private.proven import ProvenRows
 
             transport.proven = ProvenRows("dH", alg.components * alg.split_factor, f"simulation-{seed}")
+            if adversaries.on("support-nonbit"):  # they commit to the non-bits they mask (no proof verifies)
+                transport.proven.as_is = frozenset(range(adversaries.count))
     out: dict[str, Any] = {"algorithm": algorithm, "components": alg.components, "reg": alg.reg}
     t0 = time.perf_counter()
     if summed and alg.ridges:
@@ -377,7 +379,8 @@ def run_mixture(alg: FedEM, X: list[np.ndarray], claimed: np.ndarray, rounds: in
         assert proven is not None
         proven.sync(loop.broadcast.get("merges", np.zeros((0, 2))))
 
-    hooks = Hooks(tamper=tamper, observe=observe, receive=transport, before=merges if proven is not None else None)
+    hooks = Hooks(tamper=tamper, observe=observe, receive=transport, before=merges if proven is not None else None,
+                  counted=transport.counted if transport is not None else None)  # a refused device keeps its state
     if summed or alg.seeding == "grow":  # seeding rounds of every device while the mixture grows
         simulate(loop, pool, claimed, rounds, hooks, everyone_while=lambda b: int(b["stage"]) == GROW)
     else:

@@ -16,8 +16,8 @@ from models.core.federated import FederatedAlgorithm, State
 class PCAAlgorithm(FederatedAlgorithm):
     #: attacks that mean nothing for it (models.detection.attacks.not_applicable)
     not_attacked: ClassVar[dict[str, str]] = {
-        "support-inflate": "support-inflate lies in a private mixture's support row; a PCA upload has none (use "
-        "--detector gmm --private)"}
+        name: f"{name} lies in a private mixture's support row; a PCA upload has none (use --detector gmm --private)"
+        for name in ("support-inflate", "support-nonbit")}
 
     def __init__(self, n_features: int, rank: int = 3):
         if not 1 <= rank < n_features:

@@ -48,6 +48,8 @@ class ProvenRows:
     device_cpu: list[float] = field(default_factory=list)  # the slowest device's proving, per sum
     server_cpu: list[float] = field(default_factory=list)  # the coordinator's verifying and checking, per sum
     _pending: dict[int, tuple[bp.RowAnswer, bp.SecretRow, list[bytes]]] = field(default_factory=dict)
+    #: devices that commit to their row plus the change they mask as it is (support-nonbit's: `prove_change`)
+    as_is: frozenset[int] = frozenset()
 
     def __post_init__(self) -> None:
         self.kept = bp.KeptRows(self.length)
@@ -72,7 +74,7 @@ class ProvenRows:
         for i, change in zip((int(i) for i in ids), np.asarray(changes, dtype=float)):
             t = time.process_time()
             ctx = bp.context(self.job, sum_label, i)
-            answer, after = prove_change(self._row(i), change, ctx)
+            answer, after = prove_change(self._row(i), change, ctx, i in self.as_is)
             slowest = max(slowest, time.process_time() - t)
             t = time.process_time()
             try:
@@ -128,13 +130,21 @@ def merged_row(row: bp.SecretRow, merges: Sequence[Sequence[int]]) -> bp.SecretR
     return row
 
 
-def prove_change(row: bp.SecretRow, change: np.ndarray, ctx: bytes) -> tuple[bp.RowAnswer, bp.SecretRow]:
+def prove_change(row: bp.SecretRow, change: np.ndarray, ctx: bytes,
+                 as_is: bool = False) -> tuple[bp.RowAnswer, bp.SecretRow]:
     """A device's side of one sum: its kept row plus the change it masks, read as bits (an honest device's are bits
     already; one that masks 5 where its row holds 1 commits to the 1, all it can prove), committed and proven; with
-    the row it keeps once the sum counted it."""
-    change = np.asarray(change, dtype=float)
-    bits = np.clip(np.rint(np.asarray(row.values[: len(change)], dtype=float) + change), 0, 1).astype(int)
-    return row.answer(bits.tolist(), ctx)
+    the row it keeps once the sum counted it.
+
+    as_is (the support-nonbit rogue's, models.detection.attacks): the device commits to its row plus its change as
+    they are; an entry other than 0 or 1 has no bit proof, and it sends the proof of the bit nearest (the only proof
+    it can make), which does not verify."""
+    values = np.rint(np.asarray(row.values[: len(change)], dtype=float) + np.asarray(change, dtype=float))
+    answer, after = row.answer(np.clip(values, 0, 1).astype(int).tolist(), ctx)
+    for j in np.flatnonzero((values < 0) | (values > 1)) if as_is else []:
+        answer.commitments[j] = bp.commit(int(values[j]), after.blindings[j])
+        after.values[j] = int(values[j])
+    return answer, after
 
 
 def sum_holds(changes: Sequence[Sequence[bytes]], totals: np.ndarray, limb_total: np.ndarray, ring: Ring) -> bool:

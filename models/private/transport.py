@@ -58,6 +58,12 @@ class SecureTransport:
 
     def __post_init__(self) -> None:
         self.rng = np.random.default_rng(self.seed)
+        self.admitted: np.ndarray | None = None  # the devices of the last sum (those whose proofs verified)
+
+    def counted(self, ids: np.ndarray) -> np.ndarray:
+        """The round's devices whose uploads the last sum holds (a `models.core.rounds.Hooks.counted`): a device
+        refused on arrival keeps its state as before the round, as an agent drops the state it kept aside."""
+        return ids if self.admitted is None else self.admitted
 
     def phase(self, scales: Mapping[str, float], clip: float, offset: int, noise: Noise | None = None,
               bits: int = BITS) -> SecureTransport:
@@ -85,6 +91,7 @@ class SecureTransport:
             ids, uploads = ids[admitted], {k: np.asarray(v)[admitted] for k, v in uploads.items()}
             if len(ids) < 2:
                 raise RoundFailedError(f"secure sum {self.sums}: fewer than 2 devices' proofs verified")
+        self.admitted = ids
         flat = {int(i): flatten({k: v[j] for k, v in uploads.items()}, self.scales) for j, i in enumerate(ids)}
         ring = Ring.for_sum(clip, len(ids), self.bits)
         self.clipped += int(sum(np.count_nonzero(np.abs(v) > clip) for v in flat.values()))

@@ -172,6 +172,10 @@ def test_simulate_with_compliant_rogues_reports_them_and_refuses_what_it_cannot_
      "--attack support-inflate with --detector pca: support-inflate lies in a private mixture's support row"),
     (["--adversaries", "1", "--attack", "support-inflate", "--detector", "gmm"],
      "--attack support-inflate lies in a masked support row: private mode's (--private)"),
+    (["--adversaries", "1", "--attack", "support-nonbit", "--detector", "pca"],
+     "--attack support-nonbit with --detector pca: support-nonbit lies in a private mixture's support row"),
+    (["--adversaries", "1", "--attack", "support-nonbit", "--detector", "gmm"],
+     "--attack support-nonbit lies in a masked support row: private mode's (--private)"),
 ])
 def test_bad_attack_and_support_flags_say_which_and_why(flags, message, capsys):
     from fedsentry.cli import main

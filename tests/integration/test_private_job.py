@@ -326,20 +326,46 @@ class Inflating:
         return inflate_support(super().summed_step(req))  # type: ignore[misc]
 
 
-def proven_job(tmp_path, names, parts, rounds, params, rogue: bool = False, restart: bool = False):
-    """A private gmm job with support proofs (dev-02 silent at every unmask: gone after its upload), dev-00 the
-    support-inflate rogue if `rogue`, the coordinator restarted in the middle of the sum after the first swap if
-    `restart`; the loop, run to its end."""
+class NonBit:
+    """The simulator's support-nonbit rogue as an agent: its masked support change NONBIT times its own
+    (models.detection.attacks.nonbit_support, the simulator's function), committed to as it is (its proofs made by
+    models.private.proven.prove_change as the simulator's rogue's: `commits_as_is`)."""
+
+    def summed_step(self, req):
+        from models.detection.attacks import nonbit_support
+
+        return nonbit_support(super().summed_step(req))  # type: ignore[misc]
+
+
+def commits_as_is(monkeypatch, device: str) -> None:
+    """`device` proves its support rows as the simulator's support-nonbit rogue (prove_change's as_is)."""
+    from models.private import bitproofs as bp
+    from models.private import proven
+
+    honest = proven.prove_change
+
+    def prove_change(row, change, ctx, as_is=False):
+        return honest(row, change, ctx, as_is or device.encode() in ctx)
+
+    assert b"dev-00" in bp.context("loop", "train-1", "dev-00")
+    monkeypatch.setattr(proven, "prove_change", prove_change)
+
+
+def proven_job(tmp_path, names, parts, rounds, params, rogue: type | None = None, restart: bool = False):
+    """A private gmm job with support proofs (dev-02 silent at every unmask of more than 2 devices: gone after its
+    upload, as the simulator's dropout of a third drops none of 2), dev-00 a rogue
+    (`rogue`: its agent's mixin, Inflating or NonBit) if given, the coordinator restarted in the middle of the sum
+    after the first swap if `restart`; the loop, run to its end."""
     from edge_agent.mixture_participant import MixtureParticipant
 
     participants = pca_participants(tmp_path, names, parts, "gmm")
-    if rogue:
+    if rogue is not None:
         p = participants[0]
-        participants[0] = type("Rogue", (Inflating, MixtureParticipant), {})(p.id, p.store, p.buffer)
+        participants[0] = type("Rogue", (rogue, MixtureParticipant), {})(p.id, p.store, p.buffer)
     loop = PrivateLoopback(tmp_path, {"features": names, "seed": SEED, "private": True, "rounds": rounds,
                                       "fraction": 0.5, "algorithm_params": {**params, "support_proofs": True}},
-                           participants, silent=lambda phase: ("dev-02",) if phase.endswith(":unmask") else (),
-                           kind="gmm", refusing=True)
+                           participants, silent=lambda phase: ("dev-02",) if phase.endswith(":unmask") and
+                           len(loop.runner.sampled) > 2 else (), kind="gmm", refusing=True)
     after_swap = lambda phase: phase == "train:share" and int(loop.runner.server.get("swaps", 0)) == 1  # noqa: E731
     first = loop.runner
     assert loop.run(restart_after=after_swap if restart else None) == "finished", loop.error()
@@ -362,7 +388,8 @@ def test_an_agent_without_pynacl_declines_a_proven_sum_saying_what_to_install(tm
 
 def kept_commitments_hold_the_devices_rows(loop, participants) -> None:
     """The coordinator's kept commitment rows (as restored from its saved state) are each device's own proven row,
-    committed with its own blinding factors, and the summed support the rows' sum."""
+    committed with its own blinding factors (none for a device no sum counted), and the summed support the rows'
+    sum."""
     from coordinator.support_proofs import KEPT
     from models.mixture.summed import merged
     from models.private import bitproofs as bp
@@ -375,6 +402,9 @@ def kept_commitments_hold_the_devices_rows(loop, participants) -> None:
     for i, p in enumerate(participants):
         pending, label = p.pending_state("loop")
         state = pending if pending and counted.get(p.id) == label else p.load_state("loop")[0]
+        if state is None:  # no sum ever held its upload (refused at each): no row kept, its own empty
+            assert i not in kept.rows, p.id
+            continue
         if state is pending and label in loop.runner.info.get("withheld", []):  # told at its next advertisement
             state = {**state, "H": state["H.kept"], "proof.values": state["proof.kept"],
                      "proof.blindings": state["proof.kept.blindings"]}
@@ -414,7 +444,7 @@ def test_a_device_masking_five_times_its_support_change_gets_its_sums_withheld_a
     from models.detection.attacks import Adversaries
 
     names, parts, rounds, params = ["a", "b"], swapping_fleet(), 7, {"components": 4}
-    loop, participants = proven_job(tmp_path, names, parts, rounds, params, rogue=True)
+    loop, participants = proven_job(tmp_path, names, parts, rounds, params, rogue=Inflating)
     X = np.vstack(parts)
     sim = simulate_mixture(parts, X, np.zeros(len(X)), names, "fedem", rounds, 0.5, seed=SEED, params=params,
                            private=True, dropout=1 / 3, support_proofs=True,
@@ -430,6 +460,35 @@ def test_a_device_masking_five_times_its_support_change_gets_its_sums_withheld_a
     stored, m = unpack(loop.model().arrays), sim["detector"].mixture_
     np.testing.assert_allclose(stored["weights"], m.weights, atol=1e-6)
     np.testing.assert_allclose(stored["means"], m.means, atol=1e-6)
+    kept_commitments_hold_the_devices_rows(loop, participants)
+
+
+def test_a_device_committing_to_non_bits_is_refused_as_often_as_in_the_simulator(tmp_path, monkeypatch):
+    """The simulator's support-nonbit rogue as an agent (dev-00): in a sum where its row changes no bit proof of its
+    verifies, and the coordinator refuses it, as often as the simulator refuses it; its state stays the one before
+    (an agent drops the state it kept aside, the simulator's device keeps its own: models.core.rounds.Hooks.counted),
+    so the sums it is counted in afterwards and the model are the simulator's, and every kept row the devices' own."""
+    from models.detection.attacks import Adversaries
+
+    names, parts, rounds, params = ["a", "b"], swapping_fleet(), 7, {"components": 4}
+    commits_as_is(monkeypatch, "dev-00")
+    loop, participants = proven_job(tmp_path, names, parts, rounds, params, rogue=NonBit)
+    X = np.vstack(parts)
+    sim = simulate_mixture(parts, X, np.zeros(len(X)), names, "fedem", rounds, 0.5, seed=SEED, params=params,
+                           private=True, dropout=1 / 3, support_proofs=True,
+                           adversaries=Adversaries(1, "support-nonbit"))
+    with loop.sessions() as s:
+        metrics = [r.metrics for r in s.query(Round).filter_by(job_id="loop").all()]
+    refused = [m["influence"]["refused"] for m in metrics if "refused" in m.get("influence", {})]
+    assert sim["support_proofs"]["sums_withheld"] == 0 and "withheld" not in loop.runner.server
+    assert len(refused) == sim["support_proofs"]["refused"] > 0
+    assert all(list(r) == ["dev-00"] and "does not verify" in r["dev-00"] for r in refused)
+    assert all(w.startswith("device 0, ") for w in sim["support_proofs"]["refused_why"])
+    assert float(loop.runner.server["support"].sum()) == pytest.approx(sim["supporters_counted"])
+    stored, m = unpack(loop.model().arrays), sim["detector"].mixture_
+    np.testing.assert_allclose(stored["weights"], m.weights, atol=1e-6)
+    np.testing.assert_allclose(stored["means"], m.means, atol=1e-6)
+    assert loop.model().info["threshold"] == pytest.approx(sim["threshold"], rel=1e-6)
     kept_commitments_hold_the_devices_rows(loop, participants)
 
 
