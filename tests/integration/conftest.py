@@ -8,6 +8,8 @@ from __future__ import annotations
 import shutil
 import threading
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -103,6 +105,35 @@ def wait_until(predicate, timeout: float = 30.0, what: str = "condition") -> Non
             return
         time.sleep(0.05)
     raise AssertionError(f"timed out waiting for {what}")
+
+
+@dataclass
+class JobResult:
+    """A job run to its end: its rounds (in order) and its model version's arrays, info and promotion."""
+
+    rounds: list[Any]
+    arrays: dict[str, np.ndarray]
+    info: dict[str, Any]
+    promoted: bool
+
+
+def finished(sessions: Callable[[], Any], job_id: str, status: Callable[[], str], timeout: float,
+             what: str | None = None) -> JobResult:
+    """Wait until the job `job_id` ends (`status`: its status now), check that it finished (else fail with its last
+    two rounds' metrics) and read its rounds and model version through `sessions`."""
+    from store.db import ModelVersion, Round, unpack
+
+    wait_until(lambda: status() in ("finished", "failed"), timeout, what or f"job {job_id}")
+    with sessions() as s:
+        rounds = s.query(Round).filter_by(job_id=job_id).order_by(Round.round).all()
+        assert status() == "finished", [r.metrics for r in rounds[-2:]]
+        mv = s.query(ModelVersion).filter_by(job_id=job_id).one()
+        return JobResult(rounds, unpack(mv.arrays), dict(mv.info), bool(mv.promoted))
+
+
+def coordinator_result(coordinator: Coordinator, job_id: str, timeout: float) -> JobResult:
+    """`finished` for a job of this test's coordinator."""
+    return finished(coordinator.sessions, job_id, lambda: coordinator.job_status(job_id), timeout)
 
 
 def late_agent_alerts(fleet, coordinator, feature_names, attacks, name: str, detector: str):

@@ -13,8 +13,7 @@ from models.mixture.simulator import simulate_mixture
 from models.pca.simulator import simulate_pca
 from models.private.accounting import Budget
 from models.private.dp import device_key
-from store.db import ModelVersion, Round, unpack
-from tests.integration.conftest import parts_for, wait_until
+from tests.integration.conftest import coordinator_result, parts_for, wait_until
 from tests.integration.test_dp_job import assert_same_budget
 
 pytest.importorskip("cryptography", reason="private mode needs the cryptography package (the dev extra has it)")
@@ -43,12 +42,8 @@ def finished_job(coordinator, job: str, kind: str, algorithm: str, settings: dic
     """Run a job with the budget EPSILON over the N agents to its end; its model version's arrays and info."""
     coordinator.create_job(job, kind, algorithm, {**settings, "dp_epsilon": EPSILON, "min_agents": N,
                                                   "deadline": 3.0})
-    wait_until(lambda: coordinator.job_status(job) in ("finished", "failed"), 90, f"job {job}")
-    with coordinator.sessions() as s:
-        rounds = s.query(Round).filter_by(job_id=job).order_by(Round.round).all()
-        assert coordinator.job_status(job) == "finished", [r.metrics for r in rounds[-2:]]
-        mv = s.query(ModelVersion).filter_by(job_id=job).one()
-        return unpack(mv.arrays), dict(mv.info)
+    done = coordinator_result(coordinator, job, 90)
+    return done.arrays, done.info
 
 
 @pytest.mark.parametrize("private", [True, False], ids=["distributed", "central"])

@@ -9,8 +9,8 @@ import pytest
 
 from coordinator.job_runner import JobRunner
 from models.pca.simulator import simulate_pca
-from store.db import JobState, ModelVersion, Round, unpack
-from tests.integration.conftest import parts_for, wait_until
+from store.db import JobState, Round, unpack
+from tests.integration.conftest import coordinator_result, parts_for, wait_until
 
 pytest.importorskip("cryptography", reason="private mode needs the cryptography package (the dev extra has it)")
 
@@ -43,14 +43,10 @@ def test_a_private_pca_job_over_mqtt_equals_the_simulators_private_mode(broker, 
     wait_until(lambda: len(coordinator.online_devices()) == N, what="agents online")
     coordinator.create_job("p1", "pca", "fedmm", {"features": data.feature_names, "rank": RANK, "seed": SEED,
                                                   "private": True, "min_agents": N, "deadline": 3.0})
-    wait_until(lambda: coordinator.job_status("p1") in ("finished", "failed"), 60, "job p1")
+    done = coordinator_result(coordinator, "p1", 60)
+    rounds, Z, threshold = done.rounds, done.arrays["Z"], done.info["threshold"]
     with coordinator.sessions() as s:
-        rounds = s.query(Round).filter_by(job_id="p1").order_by(Round.round).all()
-        assert coordinator.job_status("p1") == "finished", [r.metrics for r in rounds[-2:]]
-        mv = s.query(ModelVersion).filter_by(job_id="p1").one()
-        Z, threshold = unpack(mv.arrays)["Z"], mv.info["threshold"]
-        state = s.get(JobState, "p1")
-        assert not [k for k in unpack(state.server) if k.startswith("secagg.")]
+        assert not [k for k in unpack(s.get(JobState, "p1").server) if k.startswith("secagg.")]
     assert [r.phase for r in rounds][:5] == ["stats", "mean:advertise", "mean:share", "mean:upload", "mean:unmask"]
     # masked uploads are kept until their round closes; the shares revealed to unmask a sum never are
     assert "mean:upload" in kept and not [p for p in kept if p.endswith(":unmask")]
@@ -92,12 +88,9 @@ def test_a_private_gmm_job_over_mqtt_survives_a_coordinator_restart_and_equals_t
         before_restart = s.query(Round).filter_by(job_id="g1").count()
     coordinator = Coordinator(broker.url, db).start()
     try:
-        wait_until(lambda: coordinator.job_status("g1") in ("finished", "failed"), 60, "job g1")
+        done = coordinator_result(coordinator, "g1", 60)
+        rounds_done, stored, threshold = done.rounds, done.arrays, done.info["threshold"]
         with coordinator.sessions() as s:
-            rounds_done = s.query(Round).filter_by(job_id="g1").order_by(Round.round).all()
-            assert coordinator.job_status("g1") == "finished", [r.metrics for r in rounds_done[-2:]]
-            mv = s.query(ModelVersion).filter_by(job_id="g1").one()
-            stored, threshold = unpack(mv.arrays), mv.info["threshold"]
             server = unpack(s.get(JobState, "g1").server)
     finally:
         coordinator.close()

@@ -13,8 +13,7 @@ from models.recsys.data import split_users, train_test_split
 from models.recsys.messages import RecsysRound
 from models.recsys.simulator import simulate_recsys
 from models.recsys.synthetic import generate_ratings
-from store.db import ModelVersion, Round, unpack
-from tests.integration.conftest import wait_until
+from tests.integration.conftest import coordinator_result
 from tests.integration.test_private_recsys import simulated_items
 from tests.integration.test_recsys_job import rating_agents
 from wire.messages import read
@@ -46,21 +45,17 @@ def test_a_private_recsys_job_over_mqtt_equals_the_simulators_private_mode(broke
         coordinator.create_job("prs", "recsys", algorithm, {
             "items": train.item_ids.tolist(), "rank": RANK, "rounds": ROUNDS, "fraction": FRACTION, "seed": SEED,
             "private": True, "min_agents": N, "deadline": 3.0})
-        wait_until(lambda: coordinator.job_status("prs") in ("finished", "failed"), 90, "job")
-        with coordinator.sessions() as s:
-            rounds = s.query(Round).filter_by(job_id="prs").order_by(Round.round).all()
-            assert coordinator.job_status("prs") == "finished", [r.metrics for r in rounds[-2:]]
-            mv = s.query(ModelVersion).filter_by(job_id="prs").one()
-            V = unpack(mv.arrays)["item_factors"]
-        phases = [r.phase for r in rounds]
+        done = coordinator_result(coordinator, "prs", 90)
+        V = done.arrays["item_factors"]
+        phases = [r.phase for r in done.rounds]
         steps = ["advertise", "share", "upload", "unmask"]
         setup = 10 if algorithm == "altgdmin" else 0  # its power iterations: a secure sum of every device each
         assert phases == ["stats"] + [f"setup:{s}" for s in steps] * setup + [f"train:{s}" for s in steps] * ROUNDS + [
             "eval"]
         assert len(missed) == 1  # the quiet device's upload counted without its unmasking
-        late = next(r for r in rounds if r.round == missed[0])
+        late = next(r for r in done.rounds if r.round == missed[0])
         assert QUIET not in late.answered and late.metrics["survivors"] == len(late.sampled)
         sim = simulate_recsys(train, test, parts, algorithm, RANK, ROUNDS, FRACTION, seed=SEED, private=True)
         np.testing.assert_allclose(V, simulated_items((train, test, parts), algorithm, RANK, ROUNDS, FRACTION, SEED),
                                    rtol=0, atol=1e-9)
-        assert mv.info["test_rmse"] == pytest.approx(sim["test_rmse"], abs=1e-9) and mv.promoted
+        assert done.info["test_rmse"] == pytest.approx(sim["test_rmse"], abs=1e-9) and done.promoted

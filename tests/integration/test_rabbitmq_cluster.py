@@ -265,9 +265,9 @@ def test_answers_go_through_the_queue_and_a_private_job_equals_the_simulator(clu
     pytest.importorskip("cryptography", reason="private mode needs the cryptography package (the dev extra has it)")
     from models.families import job_spec
     from models.pca.simulator import simulate_pca
-    from store.db import Job, ModelVersion, Round, session_factory, unpack
+    from store.db import Job, session_factory
     from store.jobs import create_job
-    from tests.integration.conftest import Fleet, parts_for
+    from tests.integration.conftest import Fleet, finished, parts_for
 
     for i, p in enumerate(cluster.procs):  # a test before may have stopped one
         if p.poll() is not None:
@@ -315,12 +315,8 @@ def test_answers_go_through_the_queue_and_a_private_job_equals_the_simulator(clu
             with Session(engine) as s:
                 return s.get(Job, "pq").status
 
-        wait_until(lambda: status() in ("finished", "failed"), 120, "the private job through the queue")
-        with Session(engine) as s:
-            rounds = s.query(Round).filter_by(job_id="pq").order_by(Round.round).all()
-            assert status() == "finished", [r.metrics for r in rounds[-2:]]
-            mv = s.query(ModelVersion).filter_by(job_id="pq").one()
-            Z, threshold = unpack(mv.arrays)["Z"], mv.info["threshold"]
+        done = finished(lambda: Session(engine), "pq", status, 120, "the private job through the queue")
+        rounds, Z, threshold = done.rounds, done.arrays["Z"], done.info["threshold"]
     finally:
         fleet.close()
         for p in (driver, worker):
