@@ -22,7 +22,6 @@ from models.detection.threshold import holdout_mask
 from models.mixture.detector import MixtureDetector
 from models.mixture.fedem import FedEM, device_seed, shared_of
 from models.mixture.messages import MixtureHistogram, MixtureRound, MixtureStatistics
-from models.mixture.summed import WITHHELD
 from wire.protocol import Envelope
 
 #: a private job with support proofs (models.private.proven): the device's proven row (its values and blinding
@@ -166,6 +165,8 @@ class MixtureParticipant(DetectorParticipant[MixtureRound]):
             one, and the proven row before it (models.mixture.summed.WITHHELD, as the simulator's devices)."""
             if label not in withheld:
                 return state
+            from models.mixture.summed import WITHHELD  # private jobs only: a scoring agent never loads it
+
             state = self.algorithm(req.msg).client_finish(state, {WITHHELD: np.ones(1)})
             if KEPT_ROW in state:
                 state = {**state, ROW: state[KEPT_ROW], ROW_BLINDINGS: state[KEPT_BLINDINGS]}

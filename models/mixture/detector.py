@@ -16,14 +16,13 @@ and the conditional mean, both in original units.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from models.detection.detector import ThresholdedDetector
 from models.detection.preprocessing import Moments, Preprocessor, global_standardisation, signed_log1p
 from models.detection.threshold import Tail, federated_quantile
-from models.mixture.component_tails import ComponentTails
 from models.mixture.control import SUPPORT_SHARE
 from models.mixture.fedem import DEFAULT_REG, SCORINGS, default_components
 from models.mixture.gmm import (
@@ -40,6 +39,9 @@ from models.mixture.gmm import (
 )
 from models.mixture.ridges import combine
 from models.mixture.spec import MixtureJobSpec
+
+if TYPE_CHECKING:  # a research option of the simulator's: a scoring agent never loads it
+    from models.mixture.component_tails import ComponentTails
 
 MODEL_VERSION = 1
 

@@ -89,6 +89,20 @@ def test_an_agent_imports_a_family_only_when_a_job_of_it_comes(tmp_path):
     assert out.stdout.splitlines() == ["[] ['dict', 'gmm', 'otmap', 'pca']", "[]", "True True"], out.stdout + out.stderr
 
 
+def test_a_mixture_agent_loads_neither_private_mode_nor_the_simulators_research_options():
+    """The default detector's agent (its participant and detector, as a scoring agent holds them) imports no module
+    of private mode (the summed FedEM, secure sums, proofs, noise) and none of the simulator's research options:
+    each is loaded when a job needs it (their imports cost a scoring agent 0.5-1 MiB of its budget)."""
+    code = (
+        "import sys\n"
+        "import edge_agent.mixture_participant, models.mixture.detector\n"
+        "prefixes = ('models.private', 'models.mixture.summed', 'models.mixture.component_tails',\n"
+        "            'models.mixture.coarse', 'models.core.rounds', 'nacl', 'cryptography')\n"
+        "print(sorted(m for m in sys.modules if m.startswith(prefixes)))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.splitlines() == ["[]"], out.stdout + out.stderr
+
+
 def test_an_agent_loads_no_tls_proxy_or_websocket_module_until_it_uses_one(tmp_path):
     """paho-mqtt imports ssl, urllib.request (with http.client and email) and hashlib at its top; an agent on
     plain TCP uses none of them (about 3 MiB of the scoring agent's memory, 6.6 MiB of the idle one's, measured
